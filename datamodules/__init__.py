@@ -1,0 +1,1 @@
+"""LightningDataModules and conditional image generators for nemo-train."""

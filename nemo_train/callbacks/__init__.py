@@ -1,0 +1,1 @@
+"""Lightning callbacks for evaluation and W&B logging. Import from their modules."""

@@ -1,0 +1,80 @@
+"""The ``nemo-train`` console script.
+
+``fit / validate / test / predict`` are LightningCLI subcommands driven by YAML configs
+(``class_path`` / ``init_args``). Every other first word names a pipeline command from
+:data:`PIPELINE_COMMANDS`, whose typed function signature becomes its command line.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Any, Callable
+
+from nemo_train.errors import UserInputError
+
+LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test", "predict")
+
+#: Pipeline commands: name -> "module:function". The function is run with ``jsonargparse.CLI``.
+PIPELINE_COMMANDS: dict[str, str] = {
+    "demo": "nemo_train.demo:demo",
+}
+
+
+def _load(target: str) -> Callable[..., Any]:
+    module_name, func_name = target.split(":")
+    return getattr(importlib.import_module(module_name), func_name)
+
+
+def _usage() -> str:
+    lines = ["usage: nemo-train {fit,validate,test,predict,%s} [--config FILE] ..." % ",".join(PIPELINE_COMMANDS)]
+    lines.append("  fit/validate/test/predict   LightningCLI (see `nemo-train fit --help`)")
+    for name, target in PIPELINE_COMMANDS.items():
+        doc = (_load(target).__doc__ or "").strip().splitlines()
+        lines.append(f"  {name:<27} {doc[0] if doc else ''}")
+    return "\n".join(lines)
+
+
+def run_lightning_cli(args: list[str]) -> None:
+    """Run LightningCLI on ``args`` (the subcommand first)."""
+    from nemo_train.lightning_cli import NemoLightningCLI
+
+    NemoLightningCLI(args=args)
+
+
+def run_pipeline(name: str, args: list[str]) -> Any:
+    """Run the pipeline command ``name`` with its own arguments."""
+    from jsonargparse import CLI
+
+    func = _load(PIPELINE_COMMANDS[name])
+    return CLI(func, args=args, prog=f"nemo-train {name}", as_positional=False)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``nemo-train`` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    os.environ.setdefault("WANDB_MODE", "offline" if not os.environ.get("WANDB_API_KEY") else "online")
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return
+    command = argv[0]
+    try:
+        if command in LIGHTNING_SUBCOMMANDS:
+            run_lightning_cli(argv)
+        elif command in PIPELINE_COMMANDS:
+            run_pipeline(command, argv[1:])
+        else:
+            raise UserInputError(
+                f"unknown command {command!r}; expected one of {', '.join(LIGHTNING_SUBCOMMANDS + tuple(PIPELINE_COMMANDS))}"
+            )
+    except UserInputError as err:
+        print(f"nemo-train: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except FileNotFoundError as err:
+        print(f"nemo-train: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    main()
