@@ -1,0 +1,32 @@
+"""Language-model backends behind one chat interface (:class:`ChatBackend`).
+
+``OpenAICompatibleBackend`` talks to any OpenAI-compatible HTTP endpoint (vLLM, OpenAI, other
+providers), ``HFLocalBackend`` runs a local Hugging Face image-text-to-text model (optionally with a
+LoRA adapter), ``ScriptedBackend`` replays scripted replies for tests.
+"""
+
+from nemo_train.nemo.backends.base import BackendError, BackendStats, ChatBackend
+from nemo_train.nemo.backends.hf_local import HFLocalBackend
+from nemo_train.nemo.backends.messages import (
+    assistant_message,
+    image_part,
+    system_message,
+    text_part,
+    user_message,
+)
+from nemo_train.nemo.backends.openai_compat import OpenAICompatibleBackend
+from nemo_train.nemo.backends.scripted import ScriptedBackend
+
+__all__ = [
+    "BackendError",
+    "BackendStats",
+    "ChatBackend",
+    "HFLocalBackend",
+    "OpenAICompatibleBackend",
+    "ScriptedBackend",
+    "assistant_message",
+    "image_part",
+    "system_message",
+    "text_part",
+    "user_message",
+]

@@ -1,0 +1,163 @@
+"""The chat interface every language-model backend implements."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from abc import ABC, abstractmethod
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nemo_train.errors import UserInputError
+from nemo_train.nemo.backends.messages import Message, assistant_message, to_openai_messages, user_message
+from nemo_train.nemo.cache import ResponseCache, cache_key
+from nemo_train.nemo.jsonparse import extract_json
+
+log = logging.getLogger(__name__)
+
+REASK_TEXT = (
+    "Your previous reply could not be read as a JSON object. Reply again with only the JSON object "
+    "asked for above, with no text before or after it."
+)
+
+
+class BackendError(RuntimeError):
+    """A request failed for good (after its retries, or at once for a client error such as HTTP 401)."""
+
+
+@dataclass
+class BackendStats:
+    """Counters of one backend: requests sent, cache hits, retries, JSON failures."""
+
+    requests: int = 0
+    cache_hits: int = 0
+    retries: int = 0
+    json_reasks: int = 0
+    json_failures: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, name: str, amount: int = 1) -> None:
+        with self._lock:
+            setattr(self, name, getattr(self, name) + amount)
+
+
+class ChatBackend(ABC):
+    """A chat model: OpenAI-format messages in (text and image parts), ``n`` reply strings out.
+
+    Subclasses implement :meth:`_generate`; this class adds the on-disk cache (a request equal in
+    model, messages and parameters is answered from disk), batches run over a thread pool of
+    ``concurrency`` workers, and :meth:`chat_json` (JSON extraction, a bounded re-ask, ``None`` for a
+    reply that stays malformed: recorded in :attr:`stats`, never raised).
+    """
+
+    #: name of the model, part of every cache key
+    model: str = "unknown"
+
+    def __init__(self, cache: ResponseCache | str | Path | None = None, concurrency: int = 1) -> None:
+        if concurrency < 1:
+            raise UserInputError(f"concurrency={concurrency}; expected an integer >= 1")
+        self.cache = ResponseCache(cache) if isinstance(cache, (str, Path)) else cache
+        self.concurrency = concurrency
+        self.stats = BackendStats()
+
+    # ----------------------------------------------------------------- to implement
+    @abstractmethod
+    def _generate(
+        self, messages: list[Message], *, n: int, temperature: float, max_tokens: int, seed: int | None
+    ) -> list[str]:
+        """Send one request and return exactly ``n`` replies (no caching here)."""
+
+    def cache_params(self) -> dict[str, Any]:
+        """Backend settings that change replies and so belong in the cache key (never secrets)."""
+        return {}
+
+    # ----------------------------------------------------------------- public API
+    def chat(
+        self,
+        messages: list[Message],
+        *,
+        n: int = 1,
+        temperature: float = 0.0,
+        max_tokens: int = 512,
+        seed: int | None = None,
+    ) -> list[str]:
+        """``n`` replies to ``messages``; served from the cache when this exact request was made before."""
+        if n < 1:
+            raise UserInputError(f"n={n}; expected an integer >= 1")
+        if temperature < 0:
+            raise UserInputError(f"temperature={temperature}; expected a value >= 0")
+        key = None
+        if self.cache is not None:
+            params = {"n": n, "temperature": temperature, "max_tokens": max_tokens, "seed": seed}
+            key = cache_key(self.model, to_openai_messages(messages), {**params, **self.cache_params()})
+            cached = self.cache.get(key)
+            if cached is not None and len(cached) == n:
+                self.stats.add("cache_hits")
+                return list(cached)
+        self.stats.add("requests")
+        replies = self._generate(messages, n=n, temperature=temperature, max_tokens=max_tokens, seed=seed)
+        if len(replies) != n:
+            raise BackendError(f"{type(self).__name__} returned {len(replies)} replies; expected n={n}")
+        if key is not None:
+            self.cache.put(key, replies, model=self.model)
+        return replies
+
+    def chat_batch(self, conversations: list[list[Message]], **kwargs: Any) -> list[list[str]]:
+        """:meth:`chat` on each conversation, ``concurrency`` at a time; results in input order."""
+        if self.concurrency == 1 or len(conversations) <= 1:
+            return [self.chat(messages, **kwargs) for messages in conversations]
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            return list(pool.map(lambda messages: self.chat(messages, **kwargs), conversations))
+
+    def chat_json(
+        self,
+        messages: list[Message],
+        *,
+        n: int = 1,
+        temperature: float = 0.0,
+        max_tokens: int = 512,
+        seed: int | None = None,
+        max_reasks: int = 2,
+    ) -> list[dict[str, Any] | None]:
+        """``n`` replies parsed as JSON objects; ``None`` where a reply stays malformed.
+
+        A malformed reply is re-asked (the bad reply plus a request for the bare JSON object) up to
+        ``max_reasks`` times; after that it counts in ``stats.json_failures`` and is returned as
+        ``None``, so one bad reply never stops a run.
+        """
+        replies = self.chat(messages, n=n, temperature=temperature, max_tokens=max_tokens, seed=seed)
+        return [
+            self._parse_or_reask(messages, reply, temperature=temperature, max_tokens=max_tokens, seed=seed,
+                                 max_reasks=max_reasks)
+            for reply in replies
+        ]
+
+    def chat_json_batch(self, conversations: list[list[Message]], **kwargs: Any) -> list[list[dict[str, Any] | None]]:
+        """:meth:`chat_json` on each conversation, ``concurrency`` at a time; results in input order."""
+        if self.concurrency == 1 or len(conversations) <= 1:
+            return [self.chat_json(messages, **kwargs) for messages in conversations]
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            return list(pool.map(lambda messages: self.chat_json(messages, **kwargs), conversations))
+
+    def _parse_or_reask(
+        self, messages: list[Message], reply: str, *, temperature: float, max_tokens: int, seed: int | None,
+        max_reasks: int,
+    ) -> dict[str, Any] | None:
+        parsed = extract_json(reply)
+        conversation = list(messages)
+        for attempt in range(max_reasks):
+            if parsed is not None:
+                return parsed
+            self.stats.add("json_reasks")
+            conversation = conversation + [assistant_message(reply), user_message(REASK_TEXT)]
+            reply = self.chat(conversation, n=1, temperature=temperature, max_tokens=max_tokens, seed=seed)[0]
+            parsed = extract_json(reply)
+        if parsed is None:
+            self.stats.add("json_failures")
+            log.warning("%s: reply is not a JSON object after %d re-asks: %.80r", self.model, max_reasks, reply)
+        return parsed
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model={self.model!r})"

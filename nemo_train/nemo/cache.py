@@ -1,0 +1,95 @@
+"""On-disk cache of language-model replies, so that no request is paid for twice."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+from nemo_train.errors import UserInputError
+
+_SCHEMA = "CREATE TABLE IF NOT EXISTS replies (key TEXT PRIMARY KEY, model TEXT, value TEXT NOT NULL)"
+
+
+def _hash_images(value: Any) -> Any:
+    """Replace every base64 data URL by the SHA-256 of its decoded bytes (short keys, same identity)."""
+    if isinstance(value, str) and value.startswith("data:") and ";base64," in value:
+        head, payload = value.split(";base64,", 1)
+        digest = hashlib.sha256(base64.b64decode(payload)).hexdigest()
+        return f"{head};sha256,{digest}"
+    if isinstance(value, dict):
+        return {k: _hash_images(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_hash_images(v) for v in value]
+    return value
+
+
+def cache_key(model: str, messages: list[dict[str, Any]], params: dict[str, Any]) -> str:
+    """SHA-256 of (model, messages with image bytes hashed, params) in canonical JSON.
+
+    ``messages`` must be JSON-ready (see ``to_openai_messages``). Never pass secrets in ``params``:
+    the key is derived from what is passed, nothing else.
+    """
+    payload = {"model": model, "messages": _hash_images(messages), "params": params}
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+class ResponseCache:
+    """A SQLite file mapping request keys to lists of reply strings.
+
+    SQLite makes each write a transaction: a process killed mid-write leaves the previous state, and
+    several processes or threads may write at once (WAL journal, a busy timeout). Each thread gets its
+    own connection. Only replies are stored: no headers, no keys.
+    """
+
+    def __init__(self, path: str | Path, timeout: float = 60.0) -> None:
+        self.path = Path(path)
+        if self.path.exists() and self.path.is_dir():
+            raise UserInputError(f"cache path {str(self.path)!r} is a folder; expected a file path such as cache.sqlite")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.timeout = timeout
+        self._local = threading.local()
+        with self._connection() as conn:
+            conn.execute(_SCHEMA)
+
+    def _connection(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._local.conn = conn
+        return conn
+
+    def get(self, key: str) -> list[str] | None:
+        """The stored replies for ``key``, or ``None``."""
+        row = self._connection().execute("SELECT value FROM replies WHERE key = ?", (key,)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def put(self, key: str, replies: list[str], model: str = "") -> None:
+        """Store ``replies`` under ``key`` (the last writer wins; equal requests give equal keys)."""
+        self._connection().execute(
+            "INSERT OR REPLACE INTO replies (key, model, value) VALUES (?, ?, ?)",
+            (key, model, json.dumps(list(replies), ensure_ascii=False)),
+        )
+
+    def __len__(self) -> int:
+        return self._connection().execute("SELECT COUNT(*) FROM replies").fetchone()[0]
+
+    def __contains__(self, key: str) -> bool:
+        return self.get(key) is not None
+
+    def close(self) -> None:
+        """Close this thread's connection."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    def __repr__(self) -> str:
+        return f"ResponseCache({str(self.path)!r})"
