@@ -1,0 +1,63 @@
+"""Pieces shared by our generated datasets: an in-memory attribute dataset and a rotation helper."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import Dataset
+
+
+class AttributeImageDataset(Dataset):
+    """Images held in memory as ``uint8`` with a label, a group and generator attributes per sample.
+
+    Items are dicts ``{"image": float[3,H,W] in [0,1], "label", "group", "attrs": {name: int}}``
+    (see docs/ARCHITECTURE.md), so the same batch layout serves every model and callback.
+    """
+
+    def __init__(
+        self,
+        images: torch.Tensor,
+        labels: torch.Tensor,
+        groups: torch.Tensor,
+        attrs: Mapping[str, torch.Tensor],
+    ) -> None:
+        n = len(images)
+        if images.dtype != torch.uint8:
+            images = to_uint8(images)
+        for name, values in {"labels": labels, "groups": groups, **attrs}.items():
+            if len(values) != n:
+                raise ValueError(f"{name} has {len(values)} entries for {n} images")
+        self.images = images
+        self.labels = labels.long()
+        self.groups = groups.long()
+        self.attrs = {k: v.long() for k, v in attrs.items()}
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, index: int) -> dict:
+        return {
+            "image": self.images[index].float().div_(255.0),
+            "label": self.labels[index],
+            "group": self.groups[index],
+            "attrs": {k: v[index] for k, v in self.attrs.items()},
+        }
+
+
+def to_uint8(images: torch.Tensor) -> torch.Tensor:
+    """Quantise float images in ``[0, 1]`` to ``uint8``."""
+    return images.clamp(0, 1).mul(255).round().to(torch.uint8)
+
+
+def rotate_batch(images: torch.Tensor, degrees: torch.Tensor) -> torch.Tensor:
+    """Rotate each image of ``[B, C, H, W]`` counter-clockwise by its angle in degrees (bilinear, zero fill)."""
+    theta = degrees.to(images.dtype) * (math.pi / 180.0)
+    cos, sin = torch.cos(theta), torch.sin(theta)
+    zeros = torch.zeros_like(cos)
+    # affine_grid maps output coords to input coords, so the inverse rotation gives a CCW turn.
+    matrix = torch.stack([torch.stack([cos, sin, zeros], -1), torch.stack([-sin, cos, zeros], -1)], 1)
+    grid = F.affine_grid(matrix, list(images.shape), align_corners=False)
+    return F.grid_sample(images, grid, mode="bilinear", padding_mode="zeros", align_corners=False)

@@ -1,0 +1,277 @@
+"""Coloured and rotated MNIST with a planted colour bias (paper 002, Sec. 5.1 and App. A.3).
+
+Every image is made by a conditional generator, :class:`CMNISTRenderer`, from three attributes: the
+digit (a handwritten exemplar, chosen by ``style``), the colour of its strokes (10 colours) and a
+rotation (13 angles, -30 to 30 degrees; rotation is the distracting factor that does not matter).
+A :class:`BiasSpec` says which colours each digit may take in the training data; the test split is
+the full digit x colour x angle grid, each sample marked bias-*aligned* (its colour is allowed for its
+digit) or bias-*conflicting*.
+
+Digit source: torchvision's MNIST when ``data_dir`` holds it (``<data_dir>/MNIST/raw``); the embedded
+default is scikit-learn's bundled handwritten digits (8x8, upsampled), which needs no download.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+
+from datamodules.base import AttributeImageDataset, rotate_batch, to_uint8
+from nemo_train.errors import UserInputError
+
+#: Stroke colours (RGB in [0, 1]), in the order of paper 002, App. A.3.
+COLORS: dict[str, tuple[float, float, float]] = {
+    "red": (1.0, 0.0, 0.0),
+    "green": (0.0, 0.8, 0.0),
+    "blue": (0.0, 0.25, 1.0),
+    "yellow": (1.0, 1.0, 0.0),
+    "magenta": (1.0, 0.0, 1.0),
+    "cyan": (0.0, 1.0, 1.0),
+    "orange": (1.0, 0.55, 0.0),
+    "pink": (1.0, 0.6, 0.75),
+    "purple": (0.55, 0.15, 0.85),
+    "grey": (0.6, 0.6, 0.6),
+}
+COLOR_NAMES: list[str] = list(COLORS)
+#: The 13 rotation angles of the test grid (degrees).
+ANGLES: list[int] = list(range(-30, 31, 5))
+IMAGE_SIZE = 28
+
+
+@dataclass(frozen=True)
+class BiasSpec:
+    """Which stroke colours each digit may take in the training data.
+
+    ``allowed`` maps a digit to its colour names; digits not listed may take every colour.
+    Presets (paper 002): ``model_a`` — digits 0-4 only red, 5-9 all colours;
+    ``model_b`` — 0-4 all colours, 5-9 only blue; ``unbiased`` — every colour everywhere.
+    """
+
+    allowed: Mapping[int, tuple[str, ...]]
+
+    PRESETS = {
+        "model_a": {d: ("red",) for d in range(5)},
+        "model_b": {d: ("blue",) for d in range(5, 10)},
+        "unbiased": {},
+    }
+
+    @classmethod
+    def parse(cls, spec: str | Mapping[int, Sequence[str]] | BiasSpec) -> BiasSpec:
+        """Build a spec from a preset name, a ``{digit: [colours]}`` mapping or a spec."""
+        if isinstance(spec, BiasSpec):
+            return spec
+        if isinstance(spec, str):
+            if spec not in cls.PRESETS:
+                raise UserInputError(f"unknown CMNIST bias preset {spec!r}; expected one of {sorted(cls.PRESETS)}")
+            spec = cls.PRESETS[spec]
+        allowed: dict[int, tuple[str, ...]] = {}
+        for digit, colors in spec.items():
+            digit = int(digit)
+            if not 0 <= digit <= 9:
+                raise UserInputError(f"bias spec names digit {digit}; digits are 0-9")
+            colors = (colors,) if isinstance(colors, str) else tuple(colors)
+            unknown = [c for c in colors if c not in COLORS]
+            if unknown:
+                raise UserInputError(f"bias spec for digit {digit} names unknown colour(s) {unknown}; known colours: {COLOR_NAMES}")
+            if not colors:
+                raise UserInputError(f"bias spec for digit {digit} allows no colour")
+            allowed[digit] = colors
+        return cls(allowed)
+
+    def colors_for(self, digit: int) -> tuple[str, ...]:
+        """Colour names allowed for ``digit`` in training."""
+        return self.allowed.get(int(digit), tuple(COLOR_NAMES))
+
+    def allowed_matrix(self) -> torch.Tensor:
+        """``bool[10 digits, 10 colours]``: True where the (digit, colour) pair is bias-aligned."""
+        matrix = torch.zeros(10, len(COLOR_NAMES), dtype=torch.bool)
+        for digit in range(10):
+            for name in self.colors_for(digit):
+                matrix[digit, COLOR_NAMES.index(name)] = True
+        return matrix
+
+
+def load_digits(data_dir: str | Path | None, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Grayscale digits ``float[N, 28, 28]`` in [0, 1] and labels.
+
+    With ``data_dir`` set, reads torchvision's MNIST from it (``train`` / ``test`` split, no download).
+    Without it, uses scikit-learn's bundled 8x8 digits upsampled to 20x20 and centred on 28x28 like
+    MNIST; the split is then a fixed 80/20 partition of those 1,797 images.
+    """
+    if data_dir is not None:
+        from torchvision.datasets import MNIST
+
+        root = Path(data_dir)
+        if not root.is_dir():
+            raise UserInputError(f"MNIST data folder {str(root)!r} does not exist")
+        try:
+            mnist = MNIST(str(root), train=(split != "test"), download=False)
+        except RuntimeError as err:
+            raise UserInputError(f"no MNIST found under {str(root)!r} (expected {root / 'MNIST' / 'raw'}): {err}") from None
+        return mnist.data.float() / 255.0, mnist.targets.long()
+
+    from sklearn.datasets import load_digits as sk_load_digits
+
+    bunch = sk_load_digits()
+    images = torch.from_numpy(bunch.images).float() / 16.0
+    labels = torch.from_numpy(bunch.target).long()
+    images = F.interpolate(images[:, None], size=(20, 20), mode="bilinear", align_corners=False)[:, 0]
+    images = F.pad(images, (4, 4, 4, 4)).clamp(0, 1)
+    order = torch.randperm(len(images), generator=torch.Generator().manual_seed(1234))
+    cut = int(0.8 * len(images))
+    index = order[:cut] if split != "test" else order[cut:]
+    return images[index], labels[index]
+
+
+class CMNISTRenderer:
+    """Conditional generator ``render(digit, color, angle, style) -> float[3, 28, 28]``.
+
+    ``style`` picks the handwritten exemplar of ``digit`` (modulo the number available), so re-rendering
+    a sample with one attribute changed is an exact counterfactual edit of that attribute alone.
+    """
+
+    def __init__(self, digits: torch.Tensor, labels: torch.Tensor) -> None:
+        self.digits = digits
+        self.by_digit = [torch.nonzero(labels == d).flatten() for d in range(10)]
+        missing = [d for d, idx in enumerate(self.by_digit) if len(idx) == 0]
+        if missing:
+            raise UserInputError(f"the digit source has no exemplar of digit(s) {missing}")
+        self.palette = torch.tensor(list(COLORS.values()))
+
+    attributes: dict[str, list] = {"digit": list(range(10)), "color": COLOR_NAMES, "angle": ANGLES}
+
+    def num_styles(self, digit: int) -> int:
+        """How many exemplars of ``digit`` this renderer holds."""
+        return len(self.by_digit[int(digit)])
+
+    @staticmethod
+    def color_index(color: int | str) -> int:
+        """Index of a colour given by name or index."""
+        if isinstance(color, str):
+            if color not in COLORS:
+                raise UserInputError(f"unknown colour {color!r}; known colours: {COLOR_NAMES}")
+            return COLOR_NAMES.index(color)
+        if not 0 <= int(color) < len(COLOR_NAMES):
+            raise UserInputError(f"colour index {color} out of range 0-{len(COLOR_NAMES) - 1}")
+        return int(color)
+
+    def render(self, digit: int, color: int | str, angle: float, style: int = 0) -> torch.Tensor:
+        """Render one image ``float[3, 28, 28]`` in [0, 1]."""
+        return self.render_batch(
+            torch.tensor([int(digit)]), torch.tensor([self.color_index(color)]), torch.tensor([float(angle)]), torch.tensor([int(style)])
+        )[0]
+
+    def render_batch(self, digit: torch.Tensor, color: torch.Tensor, angle: torch.Tensor, style: torch.Tensor) -> torch.Tensor:
+        """Render a batch ``float[B, 3, 28, 28]`` from 1-D attribute tensors (colour as index)."""
+        digit, color, style = digit.long(), color.long(), style.long()
+        exemplar = torch.empty_like(digit)
+        for d in digit.unique().tolist():
+            mask = digit == d
+            pool = self.by_digit[d]
+            exemplar[mask] = pool[style[mask] % len(pool)]
+        gray = rotate_batch(self.digits[exemplar][:, None], angle.float())
+        return (gray * self.palette[color][:, :, None, None]).clamp(0, 1)
+
+
+class CMNISTDataModule(L.LightningDataModule):
+    """Biased coloured-MNIST data for one classifier of a model pair (paper 002, Sec. 5.1).
+
+    Args:
+        data_dir: folder holding torchvision's MNIST; ``None`` uses the embedded scikit-learn digits.
+        bias: a preset (``model_a``, ``model_b``, ``unbiased``) or ``{digit: [colour, ...]}``.
+        train_size: number of generated training images (validation gets a quarter of that, same bias).
+        test_styles: exemplars per (digit, colour, angle) cell of the test grid (1,300 cells).
+        batch_size, num_workers: DataLoader settings.
+        seed: seed of every random draw, so two runs see identical data.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | None = None,
+        bias: str | dict[int, list[str]] = "model_a",
+        train_size: int = 12000,
+        test_styles: int = 2,
+        batch_size: int = 128,
+        num_workers: int = 0,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.bias = BiasSpec.parse(bias)
+        if train_size < 10:
+            raise UserInputError(f"train_size={train_size} is too small; need at least 10 images")
+        self.num_classes = 10
+        self.class_names = [str(d) for d in range(10)]
+        self.group_names = ["aligned", "conflicting"]
+        self.eval_groupings: dict[str, list[str]] = {}
+        self.renderer: CMNISTRenderer | None = None
+        self.test_renderer: CMNISTRenderer | None = None
+        self.train_set = self.val_set = self.test_set = None
+
+    def setup(self, stage: str | None = None) -> None:
+        """Generate the splits once (idempotent)."""
+        if self.train_set is not None:
+            return
+        hp = self.hparams
+        digits, labels = load_digits(hp.data_dir, "train")
+        gen = torch.Generator().manual_seed(hp.seed)
+        order = torch.randperm(len(digits), generator=gen)
+        cut = int(0.85 * len(digits))
+        self.renderer = CMNISTRenderer(digits[order[:cut]], labels[order[:cut]])
+        val_renderer = CMNISTRenderer(digits[order[cut:]], labels[order[cut:]])
+        self.test_renderer = CMNISTRenderer(*load_digits(hp.data_dir, "test"))
+        self.train_set = self._biased_split(self.renderer, hp.train_size, gen)
+        self.val_set = self._biased_split(val_renderer, max(hp.train_size // 4, 10), gen)
+        self.test_set = self.grid_split(self.test_renderer, hp.test_styles)
+
+    def _biased_split(self, renderer: CMNISTRenderer, size: int, gen: torch.Generator) -> AttributeImageDataset:
+        digit = torch.randint(0, 10, (size,), generator=gen)
+        allowed = self.bias.allowed_matrix()[digit].float()
+        color = torch.multinomial(allowed, 1, generator=gen).flatten()
+        angle = torch.tensor(ANGLES)[torch.randint(0, len(ANGLES), (size,), generator=gen)]
+        style = torch.randint(0, 1 << 30, (size,), generator=gen)
+        return self._dataset(renderer, digit, color, angle, style)
+
+    def grid_split(self, renderer: CMNISTRenderer, styles: int = 1) -> AttributeImageDataset:
+        """The full digit x colour x angle grid (1,300 cells), ``styles`` exemplars per cell."""
+        d, c, a, s = torch.meshgrid(
+            torch.arange(10), torch.arange(len(COLOR_NAMES)), torch.tensor(ANGLES), torch.arange(styles), indexing="ij"
+        )
+        return self._dataset(renderer, d.flatten(), c.flatten(), a.flatten(), s.flatten())
+
+    def _dataset(self, renderer, digit, color, angle, style) -> AttributeImageDataset:
+        images = torch.cat([to_uint8(renderer.render_batch(*chunk)) for chunk in zip(*(t.split(4096) for t in (digit, color, angle, style)))])
+        aligned = self.bias.allowed_matrix()[digit, color]
+        attrs = {"digit": digit, "color": color, "angle": angle, "style": style}
+        return AttributeImageDataset(images, digit, (~aligned).long(), attrs)
+
+    def group_of(self, digit: int, color: int | str) -> str:
+        """``"aligned"`` or ``"conflicting"`` for a (digit, colour) pair under this module's bias."""
+        return self.group_names[0 if self.bias.allowed_matrix()[int(digit), CMNISTRenderer.color_index(color)] else 1]
+
+    def _loader(self, dataset, shuffle: bool) -> DataLoader:
+        return DataLoader(
+            dataset,
+            batch_size=self.hparams.batch_size,
+            shuffle=shuffle,
+            num_workers=self.hparams.num_workers,
+            persistent_workers=self.hparams.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self.train_set, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self.val_set, shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader(self.test_set, shuffle=False)
+
+    def predict_dataloader(self) -> DataLoader:
+        return self._loader(self.test_set, shuffle=False)

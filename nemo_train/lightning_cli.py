@@ -1,0 +1,45 @@
+"""LightningCLI for nemo-train: any LightningModule / DataModule by ``class_path``, configs saved without secrets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+import lightning as L
+from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
+
+from nemo_train.secrets import scrub_secrets
+
+
+class ScrubbedSaveConfigCallback(SaveConfigCallback):
+    """Saves the run's config next to its checkpoints and into the logger, with secrets redacted."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["save_to_log_dir"] = False  # we write the scrubbed copy ourselves
+        super().__init__(*args, **kwargs)
+
+    def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        config = scrub_secrets(yaml.safe_load(self.parser.dump(self.config, skip_none=False, skip_check=True)))
+        log_dir = trainer.log_dir or trainer.default_root_dir
+        Path(log_dir).mkdir(parents=True, exist_ok=True)
+        (Path(log_dir) / self.config_filename).write_text(yaml.safe_dump(config, sort_keys=False))
+        for logger in trainer.loggers:
+            logger.log_hyperparams({"config": config})
+
+
+class NemoLightningCLI(LightningCLI):
+    """``nemo-train fit|validate|test|predict``: model and data chosen by ``class_path`` in YAML."""
+
+    def __init__(self, args: list[str] | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("save_config_callback", ScrubbedSaveConfigCallback)
+        kwargs.setdefault("save_config_kwargs", {"overwrite": True})
+        super().__init__(
+            L.LightningModule,
+            L.LightningDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            args=args,
+            **kwargs,
+        )

@@ -1,0 +1,163 @@
+"""Image classifier over any timm backbone, with per-group accuracy (aligned / conflicting, per context)."""
+
+from __future__ import annotations
+
+import warnings
+
+import lightning as L
+import timm
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchmetrics.classification import MulticlassAccuracy
+
+import nemo_train.models.bias_cnn  # noqa: F401  (registers ``bias_cnn`` in timm)
+from nemo_train.errors import UserInputError
+from nemo_train.metrics.group_accuracy import GroupAccuracy
+
+
+def create_backbone(name: str, num_classes: int, in_chans: int = 3, pretrained: bool = False, **kwargs) -> nn.Module:
+    """``timm.create_model`` that falls back to random init, with a warning, when weights are unreachable."""
+    if name not in timm.list_models() and name.split(".")[0] not in timm.list_models():
+        raise UserInputError(f"unknown backbone {name!r}; use `bias_cnn` or a timm model name such as `resnet50`")
+    if pretrained:
+        try:
+            return timm.create_model(name, pretrained=True, num_classes=num_classes, in_chans=in_chans, **kwargs)
+        except Exception as err:  # no network, no cached weights, no weights for this name
+            warnings.warn(
+                f"could not load pretrained weights for {name!r} ({type(err).__name__}: {str(err).splitlines()[0][:200]}); "
+                "training from random initialisation instead",
+                stacklevel=2,
+            )
+    return timm.create_model(name, pretrained=False, num_classes=num_classes, in_chans=in_chans, **kwargs)
+
+
+class ClassifierModule(L.LightningModule):
+    """Supervised image classifier: a timm backbone (or the paper-002 ``bias_cnn``) trained with cross-entropy.
+
+    Logs ``{stage}/loss``, ``{stage}/acc`` and ``{stage}/acc_<group>`` for every group the datamodule
+    names (``group_names``, e.g. aligned / conflicting), plus ``{stage}/acc_<key>_<value>`` for each of
+    the datamodule's ``eval_groupings`` (e.g. ``{"context": [...]}`` for NICO++).
+
+    Args:
+        backbone: timm model name, e.g. ``bias_cnn`` or ``resnet50``.
+        num_classes: number of classes (must match the datamodule).
+        pretrained: load hub weights when reachable (falls back to random init with a warning).
+        lr, weight_decay: AdamW settings; the learning rate follows a cosine schedule over training.
+        label_smoothing: cross-entropy label smoothing.
+    """
+
+    def __init__(
+        self,
+        backbone: str = "bias_cnn",
+        num_classes: int = 10,
+        pretrained: bool = False,
+        in_chans: int = 3,
+        lr: float = 1e-3,
+        weight_decay: float = 1e-4,
+        label_smoothing: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.model = create_backbone(backbone, num_classes, in_chans, pretrained)
+        cfg = getattr(self.model, "pretrained_cfg", None) or {}
+        self.register_buffer("mean", torch.tensor(cfg.get("mean", (0.485, 0.456, 0.406))).view(1, -1, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(cfg.get("std", (0.229, 0.224, 0.225))).view(1, -1, 1, 1), persistent=False)
+        self.group_names: list[str] = ["aligned", "conflicting"]
+        self.eval_groupings: dict[str, list[str]] = {}
+        self.metrics = nn.ModuleDict()
+
+    # ----------------------------------------------------------------- model API
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """Logits for images in ``[0, 1]`` (normalised inside)."""
+        return self.model(self.normalize(images))
+
+    def normalize(self, images: torch.Tensor) -> torch.Tensor:
+        if images.ndim != 4 or images.shape[1] != self.hparams.in_chans:
+            raise UserInputError(f"expected images of shape [B, {self.hparams.in_chans}, H, W], got {list(images.shape)}")
+        return (images - self.mean) / self.std
+
+    def predict_proba(self, images: torch.Tensor) -> torch.Tensor:
+        """Class probabilities ``P(.|x)``."""
+        return self(images).softmax(-1)
+
+    def features(self, images: torch.Tensor) -> torch.Tensor:
+        """Pooled pre-logit features ``[B, D]``."""
+        return self.model.forward_head(self.model.forward_features(self.normalize(images)), pre_logits=True)
+
+    # ----------------------------------------------------------------- setup
+    def setup(self, stage: str) -> None:
+        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        if datamodule is not None:
+            if getattr(datamodule, "num_classes", self.hparams.num_classes) != self.hparams.num_classes:
+                raise UserInputError(
+                    f"model.num_classes={self.hparams.num_classes} but the datamodule has {datamodule.num_classes} classes"
+                )
+            self.group_names = list(getattr(datamodule, "group_names", self.group_names))
+            self.eval_groupings = dict(getattr(datamodule, "eval_groupings", {}) or {})
+        for stage_name in ("val", "test"):
+            if stage_name not in self.metrics:
+                self.metrics[stage_name] = self._stage_metrics()
+
+    def _stage_metrics(self) -> nn.ModuleDict:
+        metrics = nn.ModuleDict({"acc": MulticlassAccuracy(self.hparams.num_classes, average="micro"), "group": GroupAccuracy(len(self.group_names))})
+        for key, names in self.eval_groupings.items():
+            metrics[f"by_{key}"] = GroupAccuracy(len(names))
+        return metrics
+
+    # ----------------------------------------------------------------- steps
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        logits = self(batch["image"])
+        loss = F.cross_entropy(logits, batch["label"], label_smoothing=self.hparams.label_smoothing)
+        acc = (logits.argmax(-1) == batch["label"]).float().mean()
+        self.log_dict({"train/loss": loss, "train/acc": acc}, prog_bar=True, batch_size=len(logits))
+        return loss
+
+    def _eval_step(self, batch: dict, stage: str) -> None:
+        logits = self(batch["image"])
+        loss = F.cross_entropy(logits, batch["label"])
+        preds = logits.argmax(-1)
+        metrics = self.metrics[stage]
+        metrics["acc"].update(preds, batch["label"])
+        metrics["group"].update(preds, batch["label"], batch["group"])
+        for key in self.eval_groupings:
+            metrics[f"by_{key}"].update(preds, batch["label"], batch["attrs"][key])
+        self.log(f"{stage}/loss", loss, batch_size=len(logits), sync_dist=True)
+
+    def _eval_epoch_end(self, stage: str) -> None:
+        metrics = self.metrics[stage]
+        values = {f"{stage}/acc": metrics["acc"].compute()}
+        values.update(_named(f"{stage}/acc_", self.group_names, metrics["group"].compute()))
+        for key, names in self.eval_groupings.items():
+            values.update(_named(f"{stage}/acc_{key}_", names, metrics[f"by_{key}"].compute()))
+        for metric in metrics.values():
+            metric.reset()
+        self.log_dict(values, prog_bar=stage == "val")
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self._eval_step(batch, "val")
+
+    def on_validation_epoch_end(self) -> None:
+        self._eval_epoch_end("val")
+
+    def test_step(self, batch: dict, batch_idx: int) -> None:
+        self._eval_step(batch, "test")
+
+    def on_test_epoch_end(self) -> None:
+        self._eval_epoch_end("test")
+
+    def predict_step(self, batch: dict, batch_idx: int) -> dict:
+        probs = self.predict_proba(batch["image"])
+        return {"probs": probs, "pred": probs.argmax(-1), "label": batch.get("label")}
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+        steps = self.trainer.estimated_stepping_batches if self._trainer is not None else 1000
+        scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=self.hparams.lr, total_steps=max(int(steps), 1), pct_start=0.15)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def _named(prefix: str, names: list[str], values: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``{prefix+name: value}`` for groups that had samples (``nan`` ones are left out)."""
+    return {f"{prefix}{name}": value for name, value in zip(names, values) if not torch.isnan(value)}
+
