@@ -1,0 +1,113 @@
+"""CEI and LLM Match against hand-computed values and scripted judges."""
+
+from __future__ import annotations
+
+import math
+import os
+
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+import pytest
+import torch
+
+from nemo_train.metrics.nemo import CEI, LLMMatch, cei, llm_match
+from nemo_train.nemo.backends import ScriptedBackend
+from nemo_train.nemo.judges import JudgeItem, JudgePanel, KeywordJudge, LLMJudge
+
+
+def test_cei_hand_values_from_true_class_probabilities():
+    # P(y|s_e) - P(y|s_o): 0.9-0.2, 0.3-0.5, 0.6-0.6 -> 70, -20, 0 points
+    values = cei(torch.tensor([0.9, 0.3, 0.6]), torch.tensor([0.2, 0.5, 0.6]))
+    assert values.tolist() == pytest.approx([70.0, -20.0, 0.0])
+
+
+def test_cei_gathers_true_class_from_probability_matrices():
+    edited = torch.tensor([[0.1, 0.7, 0.2], [0.5, 0.25, 0.25]])
+    original = torch.tensor([[0.6, 0.3, 0.1], [0.2, 0.7, 0.1]])
+    target = torch.tensor([1, 0])
+    # sample 0: class 1, 0.7-0.3 = 40; sample 1: class 0, 0.5-0.2 = 30
+    assert cei(edited, original, target).tolist() == pytest.approx([40.0, 30.0])
+    with pytest.raises(ValueError, match="target"):
+        cei(edited, original)
+
+
+def test_cei_metric_mean_and_per_sample_over_updates():
+    metric = CEI()
+    metric.update(torch.tensor([0.9, 0.3]), torch.tensor([0.2, 0.5]))
+    metric.update(torch.tensor([[0.5, 0.5]]), torch.tensor([[0.9, 0.1]]), torch.tensor([0]))
+    # 70, -20, -40 -> mean 10/3
+    assert metric.compute().item() == pytest.approx(10 / 3)
+    assert metric.per_sample().tolist() == pytest.approx([70.0, -20.0, -40.0])
+    metric.reset()
+    with pytest.warns(UserWarning, match="before the ``update``"):
+        assert math.isnan(metric.compute().item())
+    assert metric.per_sample().numel() == 0
+
+
+def test_cei_states_reduce_like_one_process():
+    # merge_state applies each state's dist_reduce_fx: two "ranks" must equal one metric over all data
+    a, b, whole = CEI(), CEI(), CEI()
+    a.update(torch.tensor([0.9]), torch.tensor([0.2]))
+    b.update(torch.tensor([0.3, 0.6]), torch.tensor([0.5, 0.1]))
+    whole.update(torch.tensor([0.9, 0.3, 0.6]), torch.tensor([0.2, 0.5, 0.1]))
+    a.merge_state(b)
+    assert a.compute().item() == pytest.approx(whole.compute().item())
+    assert sorted(a.per_sample().tolist()) == pytest.approx(sorted(whole.per_sample().tolist()))
+
+
+def test_llm_match_functional_averages_judges_then_samples():
+    nan = float("nan")
+    scores = torch.tensor([[1.0, 0.5, 0.0], [1.0, 1.0, nan], [nan, nan, nan]])
+    # sample 0: 0.5; sample 1: 1.0; sample 2: no judge -> left out; mean 0.75
+    assert llm_match(scores).item() == pytest.approx(0.75)
+    assert math.isnan(llm_match(torch.full((2, 2), nan)).item())
+
+
+def test_llm_match_metric_per_judge_and_failures():
+    metric = LLMMatch(["gpt", "claude", "gemini"])
+    metric.update([[1.0, 0.5, 0.0], [1.0, 1.0, None]])
+    metric.update(torch.tensor([[float("nan")] * 3, [0.0, 0.5, 0.5]]))
+    # samples: 0.5, 1.0, (failed), 1/3 -> mean (0.5 + 1 + 1/3) / 3
+    assert metric.compute().item() == pytest.approx((0.5 + 1.0 + 1 / 3) / 3)
+    assert metric.failures.item() == 1
+    per_judge = metric.per_judge()
+    assert per_judge["gpt"] == pytest.approx(2 / 3)  # 1, 1, 0
+    assert per_judge["claude"] == pytest.approx(2 / 3)  # 0.5, 1, 0.5
+    assert per_judge["gemini"] == pytest.approx(0.25)  # 0, 0.5
+    with pytest.raises(ValueError, match="one column per judge"):
+        metric.update(torch.zeros(2, 2))
+
+
+def test_llm_match_merges_like_one_process():
+    a, b, whole = (LLMMatch(["j1", "j2"]) for _ in range(3))
+    rows = [[1.0, 0.5], [0.0, None], [0.5, 0.5]]
+    a.update(rows[:1])
+    b.update(rows[1:])
+    whole.update(rows)
+    a.merge_state(b)
+    assert a.compute().item() == pytest.approx(whole.compute().item())
+    assert a.per_judge() == pytest.approx(whole.per_judge())
+
+
+def test_llm_match_with_scripted_llm_judges_and_keyword_judge():
+    items = [
+        JudgeItem("The model relied on the red colour of the digit.", "3", "1"),
+        JudgeItem("The digit is rotated by 30 degrees.", "3", "8"),
+    ]
+    # two scripted LLM judges answering in JSON (one in a fenced block, one with prose around it)
+    strict = ScriptedBackend(['{"reasoning": "names colour", "score": 1}', '{"reasoning": "no", "score": 0}'],
+                             model="strict")
+    lenient = ScriptedBackend(['Sure!\n```json\n{"reasoning": "colour", "score": 1}\n```',
+                               'Here it is: {"reasoning": "pose only", "score": 0.5} done'], model="lenient")
+    panel = JudgePanel([LLMJudge(strict, "cmnist"), LLMJudge(lenient, "cmnist"), KeywordJudge("cmnist")])
+    verdicts = panel.judge(items)
+    assert [v.scores for v in verdicts] == [
+        {"llm:strict": 1.0, "llm:lenient": 1.0, panel.names[2]: 1.0},
+        {"llm:strict": 0.0, "llm:lenient": 0.5, panel.names[2]: 0.0},
+    ]
+    metric = LLMMatch(panel.names)
+    metric.update([[v.scores[name] for name in panel.names] for v in verdicts])
+    # sample 0: 1.0; sample 1: 0.5/3 -> mean (1 + 1/6) / 2
+    assert metric.compute().item() == pytest.approx((1 + 1 / 6) / 2)
+    assert verdicts[1].mean == pytest.approx(1 / 6)
+    assert metric.per_judge()["llm:lenient"] == pytest.approx(0.75)
