@@ -14,6 +14,7 @@ import httpx
 from nemo_train.errors import UserInputError
 from nemo_train.nemo.backends.base import BackendError, ChatBackend
 from nemo_train.nemo.backends.messages import Message, to_openai_messages
+from nemo_train.secrets import REDACTED, scrub_secrets
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,10 @@ class OpenAICompatibleBackend(ChatBackend):
             replies += self._post(self._body(messages, 1, temperature, max_tokens, None if seed is None else seed + i), 1)
         return replies
 
+    def _scrub(self, text: str) -> str:
+        key = os.environ.get(self.api_key_env) if self.api_key_env else None
+        return scrub_secrets(text.replace(key, REDACTED) if key else text)
+
     def _delay(self, attempt: int, response: httpx.Response | None) -> float:
         delay = min(self.max_backoff, self.backoff * 2**attempt) * (1 + 0.1 * random.random())
         if response is not None and "retry-after" in response.headers:
@@ -130,9 +135,8 @@ class OpenAICompatibleBackend(ChatBackend):
                 problem = f"HTTP {response.status_code}"
                 if response.status_code not in RETRY_STATUS:
                     hint = f"; is ${self.api_key_env} set?" if response.status_code in (401, 403) and self.api_key_env else ""
-                    raise BackendError(
-                        f"{self.model} at {url}: {problem}: {response.text[:200]!r}{hint}"
-                    )
+                    # the body is the server's words: scrub any echoed secret before it reaches a log
+                    raise BackendError(self._scrub(f"{self.model} at {url}: {problem}: {response.text[:200]!r}{hint}"))
             if attempt == self.max_retries:
                 break
             delay = self._delay(attempt, response)
@@ -146,7 +150,9 @@ class OpenAICompatibleBackend(ChatBackend):
             choices = sorted(response.json()["choices"], key=lambda c: c.get("index", 0))
             replies = [c["message"].get("content") or "" for c in choices]
         except (ValueError, KeyError, TypeError, AttributeError) as err:
-            raise BackendError(f"{self.model}: unexpected response body ({type(err).__name__}): {response.text[:200]!r}") from None
+            raise BackendError(
+                self._scrub(f"{self.model}: unexpected response body ({type(err).__name__}): {response.text[:200]!r}")
+            ) from None
         if len(replies) != n:
             raise BackendError(f"{self.model}: {len(replies)} choices for n={n}; set native_n=False for this endpoint")
         return replies
