@@ -1,0 +1,59 @@
+"""What every explanation method returns, and the MLLM call shared by the generating methods."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
+from nemo_train.nemo.interventions import Trial
+
+
+@dataclass
+class Explanation:
+    """A method's explanation of one error.
+
+    ``text`` is the final explanation; ``candidates`` the hypotheses it was chosen from (with their
+    counterfactual trials when the method scored them, so ``trial`` is the selected one); ``details``
+    holds method-specific evidence (retrieved captions, the Grad-CAM overlay, the reference image id).
+    """
+
+    text: str
+    candidates: list[str] = field(default_factory=list)
+    trials: list[Trial] = field(default_factory=list, repr=False)
+    trial: Trial | None = None
+    details: dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+class Method(Protocol):
+    """An explanation generator ``g(x, y, y_hat, f)``."""
+
+    name: str
+
+    def explain(self, sample: ErrorSample, benchmark: NemoBenchmark) -> Explanation: ...
+
+
+def ask_causes(backend, messages: list[dict], n: int = 1, temperature: float = 0.0, key: str = "cause_of_error") -> list[str]:
+    """``n`` replies to ``messages`` as JSON, keeping the non-empty ``key`` strings (duplicates dropped)."""
+    replies = backend.chat_json(messages, n=n, temperature=temperature)
+    out: list[str] = []
+    for reply in replies:
+        text = (reply or {}).get(key)
+        if isinstance(text, str) and text.strip() and text.strip() not in out:
+            out.append(text.strip())
+    return out
+
+
+def select_by_cei(scorer, sample: ErrorSample, candidates: Sequence[str], class_names: Sequence[str]) -> tuple[Trial | None, list[Trial]]:
+    """Score every candidate with ``scorer`` (one batch) and return the argmax-CEI trial and all trials.
+
+    Ties go to the earlier candidate (``argmax`` returns the first maximum), as in Alg. 1 (strict ``>``).
+    """
+    trials = scorer.score(sample, list(candidates), class_names)
+    if not trials:
+        return None, []
+    best = int(torch.tensor([t.cei for t in trials]).argmax())
+    return trials[best], trials

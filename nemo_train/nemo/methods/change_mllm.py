@@ -1,0 +1,72 @@
+"""ChangeMLLM baseline: the error image next to a correctly classified reference; an MLLM describes the
+difference and infers the cause (paper 000, Sec. 4.1.3, App. A.2, after change captioning)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from nemo_train.nemo import prompts
+from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
+from nemo_train.nemo.methods.base import Explanation, ask_causes
+from nemo_train.nemo.methods.scitx import retrieve_observations
+
+
+class ChangeMLLM:
+    """Compare the error with its nearest correctly classified reference of the true class.
+
+    With ``backend=None`` (offline, generated data only) the comparison is rule-based: it lists the
+    generator attributes in which the two images differ ("its colour is green where the reference is
+    red"), without any language model.
+    """
+
+    name = "ChangeMLLM"
+
+    def __init__(self, target, backend=None, temperature: float = 0.7, reference_class: str = "true") -> None:
+        self.target, self.backend, self.temperature = target, backend, temperature
+        self.reference_class = reference_class
+
+    def reference(self, sample: ErrorSample, benchmark: NemoBenchmark) -> int | None:
+        """Index of the nearest correctly classified reference of class ``y`` (or ``y_hat``)."""
+        ref = benchmark.reference
+        query = self.target.features(sample.image[None])[0].cpu()
+        cls = sample.label if self.reference_class == "true" else sample.prediction
+        keep = ref.correct & (ref.labels == cls)
+        pool = torch.nonzero(keep).flatten()
+        if len(pool) == 0:
+            return None
+        sims = F.normalize(ref.features[pool].float(), dim=-1) @ F.normalize(query.float(), dim=0)
+        return int(pool[int(sims.argmax())])
+
+    def _offline(self, sample: ErrorSample, benchmark: NemoBenchmark, index: int) -> str:
+        ref_attrs, vocab = benchmark.reference.attrs[index], benchmark.vocabulary or {}
+        diffs = []
+        for name in ("color", "angle", "material", "shape", "size"):
+            if name not in sample.attrs or name not in ref_attrs or sample.attrs[name] == ref_attrs[name]:
+                continue
+            values = vocab.get(name, [])
+            named = (lambda v: values[int(v)]) if values and isinstance(values[0], str) else (lambda v: f"{int(v)} degrees" if name == "angle" else str(v))
+            label = "rotation" if name == "angle" else name.replace("color", "colour")
+            diffs.append(f"its {label} is {named(sample.attrs[name])} where the reference is {named(ref_attrs[name])}")
+        true = benchmark.class_names[sample.label]
+        if not diffs:
+            return f"The image matches a correctly classified {true} in every listed attribute; the difference lies in the handwriting."
+        return f"Compared with a correctly classified {true}, " + " and ".join(diffs) + "."
+
+    def candidates(self, sample: ErrorSample, benchmark: NemoBenchmark, m: int) -> list[str]:
+        index = self.reference(sample, benchmark)
+        if index is None:
+            return []
+        if self.backend is None:
+            return [self._offline(sample, benchmark, index)]
+        from nemo_train.nemo.backends.messages import user_message
+
+        names = benchmark.class_names
+        text = prompts.CHANGE_MLLM.format(true_name=names[sample.label], pred_name=names[sample.prediction],
+                                          ref_name=names[int(benchmark.reference.labels[index])])
+        message = user_message(text, images=[sample.image, benchmark.reference.image(index)])
+        return ask_causes(self.backend, [message], n=m, temperature=self.temperature if m > 1 else 0.0)
+
+    def explain(self, sample: ErrorSample, benchmark: NemoBenchmark) -> Explanation:
+        found = self.candidates(sample, benchmark, 1)
+        return Explanation(found[0] if found else "", found, details={"reference": self.reference(sample, benchmark)})

@@ -1,0 +1,214 @@
+"""SciTX: observation, hypothesis, experiment, conclusion (paper 000, Sec. 3.2 and Alg. 1).
+
+1. **Observation** — the ``k`` reference images nearest to ``x`` in the target's feature space among
+   those the target classifies correctly and whose label is ``y`` or ``y_hat`` (exact top-k by cosine
+   on a chunked matmul), passed on as captions, not images (cross-image leakage, Sec. 3.2).
+2. **Hypothesis** — ``m`` candidate failure causes from a hypothesizer: an MLLM in a failure-analyst
+   role (:class:`MLLMHypothesizer`), or offline, for generated data, :class:`AttributeContrastHypothesizer`.
+3. **Experiment** — every hypothesis becomes an intervention; the original and all ``m`` counterfactuals
+   are classified in one batch (:class:`~nemo_train.nemo.interventions.CounterfactualScorer`).
+4. **Conclusion** — the hypothesis with the largest CEI is the explanation.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+import torch.nn.functional as F
+
+from nemo_train.errors import UserInputError
+from nemo_train.nemo import prompts
+from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark, ReferenceSet
+from nemo_train.nemo.methods.base import Explanation, ask_causes, select_by_cei
+
+
+@dataclass
+class Observation:
+    """A retrieved reference image: its index in the reference set, label, caption and similarity."""
+
+    index: int
+    label: int
+    caption: str
+    similarity: float
+    attrs: dict[str, Any] | None = None
+
+
+def topk_cosine(query: torch.Tensor, keys: torch.Tensor, k: int, chunk: int = 65536) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact top-``k`` rows of ``keys [N, D]`` by cosine with ``query [D]``; the matmul runs ``chunk`` rows at a time."""
+    query = F.normalize(query.float().flatten(), dim=0)
+    best_v = torch.empty(0)
+    best_i = torch.empty(0, dtype=torch.long)
+    for start in range(0, len(keys), chunk):
+        sims = F.normalize(keys[start : start + chunk].float(), dim=-1) @ query
+        v, i = sims.topk(min(k, len(sims)))
+        best_v, order = torch.cat([best_v, v]).topk(min(k, len(best_v) + len(v)))
+        best_i = torch.cat([best_i, i + start])[order]
+    return best_v, best_i
+
+
+def retrieve_observations(
+    sample: ErrorSample, query: torch.Tensor, reference: ReferenceSet, k: int, class_relevance: bool = True,
+    balanced: bool = True,
+) -> list[int]:
+    """Indices of the ``k`` nearest correctly classified references, nearest first.
+
+    With ``class_relevance`` only references of class ``y`` or ``y_hat`` count; ``balanced`` then takes
+    ``ceil(k/2)`` from each class, so the prompt always has both evidence sets A (``y``) and B (``y_hat``)
+    even when the error sits deep inside ``y_hat``'s region of feature space. Without class relevance
+    (Table 5 ablation) it is plain top-``k`` over all correct references.
+    """
+    keep = reference.correct
+    if not class_relevance:
+        groups = [keep]
+    elif balanced:
+        groups = [keep & (reference.labels == sample.label), keep & (reference.labels == sample.prediction)]
+        k = -(-k // 2)
+    else:
+        groups = [keep & ((reference.labels == sample.label) | (reference.labels == sample.prediction))]
+    out = []
+    for group in groups:
+        pool = torch.nonzero(group).flatten()
+        if len(pool):
+            _, idx = topk_cosine(query, reference.features[pool], k)
+            out += pool[idx].tolist()
+    return out
+
+
+class Hypothesizer(Protocol):
+    """Proposes up to ``m`` failure causes for one error given its observations."""
+
+    def hypothesize(self, sample: ErrorSample, observations: list[Observation], class_names: Sequence[str], m: int) -> list[str]: ...
+
+
+class MLLMHypothesizer:
+    """An MLLM in a failure-analyst role writes ``m`` hypotheses (``n=m`` samples at ``temperature``)."""
+
+    def __init__(self, backend, temperature: float = 0.7, template: str = prompts.SCITX_HYPOTHESIS) -> None:
+        self.backend, self.temperature, self.template = backend, temperature, template
+
+    def prompt(self, sample: ErrorSample, observations: list[Observation], class_names: Sequence[str]) -> str:
+        set_a = [o.caption for o in observations if o.label == sample.label]
+        set_b = [o.caption for o in observations if o.label == sample.prediction]
+        set_c = [o.caption for o in observations if o.label not in (sample.label, sample.prediction)]
+        return self.template.format(
+            true_name=class_names[sample.label], pred_name=class_names[sample.prediction],
+            set_a=prompts.bullet_list(set_a), set_b=prompts.bullet_list(set_b), set_c=prompts.bullet_list(set_c),
+        )
+
+    def hypothesize(self, sample, observations, class_names, m):
+        from nemo_train.nemo.backends.messages import user_message
+
+        message = user_message(self.prompt(sample, observations, class_names), images=[sample.image])
+        return ask_causes(self.backend, [message], n=m, temperature=self.temperature if m > 1 else 0.0)
+
+
+class AttributeContrastHypothesizer:
+    """Offline hypothesizer for generated data (NOT a language model).
+
+    For each editable attribute it compares the error's value with the values of the retrieved
+    correctly classified images of the true class and, where they differ, writes a template hypothesis
+    naming both values ("The digit is drawn in green, while the correctly classified 3s it resembles are
+    mostly red ..."). It reads the generator attributes of the error and the observations, so it only
+    suits synthetic benchmarks with known attributes; it stands in for the fine-tuned explainer when
+    none is configured.
+    """
+
+    TEMPLATES = {
+        "color": "The {obj} is drawn in {value}, while the correctly classified {true}s it resembles are mostly {other}; "
+                 "the classifier seems to tie {value} strokes to classes such as {pred}.",
+        "angle": "The {obj} is {value_pose}, whereas the correctly classified {true}s it resembles are mostly {other_pose}; "
+                 "this tilt may make it look like a {pred}.",
+    }
+
+    def __init__(self, vocabulary: dict[str, list], attributes: Sequence[str] = ("color", "angle"), obj: str = "digit") -> None:
+        self.vocabulary, self.attributes, self.obj = vocabulary, list(attributes), obj
+
+    def _name(self, attribute: str, value: Any) -> str:
+        values = self.vocabulary[attribute]
+        return values[int(value)] if values and isinstance(values[0], str) else str(value)
+
+    @staticmethod
+    def _pose(angle: Any) -> str:
+        return "upright (0 degrees)" if int(angle) == 0 else f"rotated {int(angle)} degrees"
+
+    def hypothesize(self, sample, observations, class_names, m):
+        if sample.attrs is None:
+            raise UserInputError(f"sample {sample.sample_id!r} has no generator attributes; the offline hypothesizer needs them")
+        same_class = [o.attrs for o in observations if o.label == sample.label and o.attrs]
+        out = []
+        for attribute in self.attributes:
+            current = sample.attrs[attribute]
+            counts = Counter(a[attribute] for a in same_class if a[attribute] != current)
+            if not counts:
+                continue
+            other = counts.most_common(1)[0][0]
+            text = self.TEMPLATES.get(attribute, "The {obj}'s {attribute} is {value}, whereas correctly classified {true}s are mostly {other}.")
+            out.append(text.format(
+                obj=self.obj, attribute=attribute, true=class_names[sample.label], pred=class_names[sample.prediction],
+                value=self._name(attribute, current), other=self._name(attribute, other),
+                value_pose=self._pose(current) if attribute == "angle" else "", other_pose=self._pose(other) if attribute == "angle" else "",
+            ))
+        return out[:m]
+
+
+class SciTX:
+    """SciTX explanation method (Alg. 1).
+
+    Args:
+        target: the classifier ``f`` (features for retrieval).
+        hypothesizer: proposes the ``m`` candidate causes.
+        scorer: the counterfactual test (derivation, intervention, batched classification).
+        k: number of observations; m: number of hypotheses.
+        captioner: ``image -> caption`` for references without a stored caption (an MLLM captioner).
+        class_relevance: keep only references of class ``y`` or ``y_hat`` (Table 5 ablation when False).
+    """
+
+    name = "SciTX"
+
+    def __init__(self, target, hypothesizer: Hypothesizer, scorer, k: int = 8, m: int = 3, captioner=None, class_relevance: bool = True) -> None:
+        if k < 1 or m < 1:
+            raise UserInputError(f"SciTX needs k >= 1 and m >= 1; got k={k}, m={m}")
+        self.target, self.hypothesizer, self.scorer = target, hypothesizer, scorer
+        self.k, self.m, self.captioner, self.class_relevance = k, m, captioner, class_relevance
+
+    def observe(self, sample: ErrorSample, benchmark: NemoBenchmark) -> list[Observation]:
+        """Stage 1: retrieve and caption the ``k`` observations."""
+        ref = benchmark.reference
+        query = self.target.features(sample.image[None])[0].cpu()
+        indices = retrieve_observations(sample, query, ref, self.k, self.class_relevance)
+        sims = F.normalize(ref.features[indices].float(), dim=-1) @ F.normalize(query.float(), dim=0) if indices else torch.empty(0)
+        out = []
+        for i, s in zip(indices, sims.tolist()):
+            if ref.captions is not None:
+                caption = ref.captions[i]
+            elif self.captioner is not None:
+                caption = self.captioner(ref.image(i))
+            else:
+                raise UserInputError("the reference set has no captions; configure an MLLM captioner for SciTX")
+            out.append(Observation(i, int(ref.labels[i]), caption, float(s), ref.attrs[i] if ref.attrs else None))
+        return out
+
+    def explain(self, sample: ErrorSample, benchmark: NemoBenchmark) -> Explanation:
+        observations = self.observe(sample, benchmark)
+        hypotheses = self.hypothesizer.hypothesize(sample, observations, benchmark.class_names, self.m)
+        best, trials = select_by_cei(self.scorer, sample, hypotheses, benchmark.class_names)
+        text = best.hypothesis if best is not None else ""
+        return Explanation(text, list(hypotheses), trials, best, {"observations": [o.caption for o in observations]})
+
+
+class MLLMCaptioner:
+    """Caption one image with an MLLM (cached by the backend), for references without a caption."""
+
+    PROMPT = "Describe this image in one short sentence: the main object, its appearance and its surroundings."
+
+    def __init__(self, backend) -> None:
+        self.backend = backend
+
+    def __call__(self, image: torch.Tensor) -> str:
+        from nemo_train.nemo.backends.messages import user_message
+
+        return self.backend.chat([user_message(self.PROMPT, images=[image])], temperature=0.0)[0].strip()

@@ -1,0 +1,383 @@
+"""Target classifiers of a NEMO evaluation behind one interface: ``P(.|x)`` and features.
+
+A :class:`Target` takes images ``float[B, 3, H, W]`` in ``[0, 1]`` (any size; it resizes and normalises
+inside) and gives class probabilities over *its benchmark's* classes and pooled features for retrieval.
+Three kinds:
+
+* :class:`ClassifierTarget` — a module with ``forward -> logits`` and ``features`` (our trained
+  :class:`~nemo_train.models.ClassifierModule` checkpoints, :func:`load_checkpoint_target`);
+* :class:`TimmTarget` — any timm ImageNet model by name (``vit_base_patch16_224.augreg2_in21k_ft_in1k``);
+* :class:`ZeroShotTarget` — CLIP / SigLIP through transformers, one text prompt per class
+  (``"a photo of a {}"``), which also supports *prompt intervention*: the prompt of one class is
+  replaced by a counterfactual prompt and ``P(y)`` is read off the new softmax.
+
+ImageNet-trained targets evaluated on ImageNet-R / ObjectNet / ImageNet-D see a :class:`ClassMapping`
+from the 1,000 ImageNet outputs to the benchmark's classes: a class is a *set* of ImageNet ids, its
+probability is the sum over the set (after renormalising over the union of all sets, which for
+ImageNet-R's 200 singletons equals masking the logits), and a prediction counts as class ``k`` when the
+top-1 ImageNet id lies in ``k``'s set ("any mapped id counts").
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from nemo_train.errors import UserInputError
+
+
+class ClassMapping:
+    """Map ImageNet-1k outputs onto a benchmark's classes (each class = a set of ImageNet ids).
+
+    Args:
+        class_names: benchmark class names, in order.
+        ids: for each class, the ImageNet indices that count as that class.
+        num_source_classes: size of the source output (1000 for ImageNet).
+    """
+
+    def __init__(self, class_names: Sequence[str], ids: Sequence[Sequence[int]], num_source_classes: int = 1000) -> None:
+        if len(class_names) != len(ids):
+            raise UserInputError(f"class mapping has {len(class_names)} names but {len(ids)} id sets")
+        member = torch.zeros(len(class_names), num_source_classes)
+        for k, (name, group) in enumerate(zip(class_names, ids)):
+            if not group:
+                raise UserInputError(f"class {name!r} maps to no ImageNet id; expected at least one id")
+            for i in group:
+                if not 0 <= int(i) < num_source_classes:
+                    raise UserInputError(f"class {name!r} maps to id {i}; expected 0-{num_source_classes - 1}")
+                member[k, int(i)] = 1.0
+        self.class_names = list(class_names)
+        self.ids = [sorted(int(i) for i in group) for group in ids]
+        self.member = member  # float[K, S]
+        self.owner = torch.full((num_source_classes,), -1, dtype=torch.long)  # source id -> class (last wins)
+        for k, group in enumerate(self.ids):
+            self.owner[group] = k
+
+    @property
+    def mask(self) -> torch.Tensor:
+        """``bool[S]``: source ids that belong to some class."""
+        return self.member.sum(0) > 0
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """Class probabilities ``[B, K]`` from source logits ``[B, S]`` (softmax over the mapped ids)."""
+        masked = logits.masked_fill(~self.mask.to(logits.device), float("-inf"))
+        return masked.softmax(-1) @ self.member.to(logits).T
+
+    def predict(self, logits: torch.Tensor) -> torch.Tensor:
+        """Class of the top-1 mapped source id ``[B]``."""
+        masked = logits.masked_fill(~self.mask.to(logits.device), float("-inf"))
+        return self.owner.to(logits.device)[masked.argmax(-1)]
+
+    @classmethod
+    def from_json(cls, path: str | Path, num_source_classes: int = 1000) -> ClassMapping:
+        """Read ``{"class name": [imagenet ids...], ...}`` (ObjectNet / ImageNet-D mapping files in this form)."""
+        path = Path(path)
+        if not path.is_file():
+            raise UserInputError(f"class mapping file {str(path)!r} does not exist")
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict):
+            raise UserInputError(f"class mapping file {str(path)!r} must hold a JSON object name -> list of ImageNet ids")
+        ids = [[v] if isinstance(v, int) else list(v) for v in data.values()]
+        return cls(list(data), ids, num_source_classes)
+
+    @classmethod
+    def from_wnids(cls, wnids: Sequence[str]) -> ClassMapping:
+        """One ImageNet id per WordNet id (ImageNet-R's 200 folders ``n01443537`` ...), named by timm's labels."""
+        from timm.data import ImageNetInfo
+
+        info = ImageNetInfo()
+        order = {w: i for i, w in enumerate(info.label_names())}
+        unknown = [w for w in wnids if w not in order]
+        if unknown:
+            raise UserInputError(f"unknown ImageNet WordNet id(s) {unknown[:5]}; expected folder names like 'n01443537'")
+        names = [info.index_to_description(order[w]).split(",")[0] for w in wnids]
+        return cls(names, [[order[w]] for w in wnids])
+
+
+class Target(nn.Module):
+    """A classifier under evaluation: ``predict_proba`` over ``class_names`` and ``features`` for retrieval."""
+
+    class_names: list[str]
+
+    def logits(self, images: torch.Tensor) -> torch.Tensor:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """Logits (differentiable; Grad-CAM calls this)."""
+        return self.logits(images)
+
+    @torch.no_grad()
+    def predict_proba(self, images: torch.Tensor) -> torch.Tensor:
+        """``P(.|x)`` ``[B, K]`` for images in ``[0, 1]``."""
+        return self.logits(images).float().softmax(-1)
+
+    @torch.no_grad()
+    def predict(self, images: torch.Tensor) -> torch.Tensor:
+        """Predicted class ``[B]``."""
+        return self.predict_proba(images).argmax(-1)
+
+    def features(self, images: torch.Tensor) -> torch.Tensor:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+
+def _check_images(images: torch.Tensor) -> torch.Tensor:
+    if images.ndim != 4 or images.shape[1] != 3:
+        raise UserInputError(f"expected images of shape [B, 3, H, W] in [0, 1], got {list(images.shape)}")
+    return images
+
+
+class ClassifierTarget(Target):
+    """Wrap a module with ``forward(images) -> logits`` and ``features(images)`` (e.g. a ``ClassifierModule``).
+
+    ``gradcam_layer`` names the module used by Grad-CAM (default: the last ``Conv2d``).
+    """
+
+    def __init__(self, module: nn.Module, class_names: Sequence[str], image_size: int | None = None) -> None:
+        super().__init__()
+        self.module = module.eval()
+        self.class_names = list(class_names)
+        self.image_size = image_size
+
+    def _resize(self, images: torch.Tensor) -> torch.Tensor:
+        images = _check_images(images).to(self.device)
+        if self.image_size and images.shape[-1] != self.image_size:
+            images = F.interpolate(images, size=(self.image_size, self.image_size), mode="bilinear", antialias=True, align_corners=False)
+        return images
+
+    def logits(self, images: torch.Tensor) -> torch.Tensor:
+        return self.module(self._resize(images))
+
+    @torch.no_grad()
+    def features(self, images: torch.Tensor) -> torch.Tensor:
+        return self.module.features(self._resize(images))
+
+    def gradcam_layer(self) -> nn.Module:
+        """The last convolution of the wrapped model (Grad-CAM's default target layer)."""
+        convs = [m for m in self.module.modules() if isinstance(m, nn.Conv2d)]
+        if not convs:
+            raise UserInputError("the target has no Conv2d layer for Grad-CAM; pass cam_layer explicitly")
+        return convs[-1]
+
+
+def load_checkpoint_target(path: str | Path, class_names: Sequence[str] | None = None) -> ClassifierTarget:
+    """A :class:`ClassifierTarget` from a ``ClassifierModule`` Lightning checkpoint (loaded with ``weights_only``)."""
+    from nemo_train.models.classifier import ClassifierModule
+
+    path = Path(path)
+    if not path.is_file():
+        raise UserInputError(f"classifier checkpoint {str(path)!r} does not exist")
+    module = ClassifierModule.load_from_checkpoint(str(path), map_location="cpu", weights_only=True)
+    names = list(class_names) if class_names is not None else [str(i) for i in range(module.hparams.num_classes)]
+    return ClassifierTarget(module, names)
+
+
+class TimmTarget(Target):
+    """A timm model by name (ImageNet-1k head), optionally mapped onto a benchmark's classes.
+
+    Args:
+        model_name: timm name, e.g. ``vit_base_patch16_224.augreg2_in21k_ft_in1k``.
+        mapping: benchmark classes as ImageNet id sets; ``None`` keeps the model's own classes.
+        pretrained: load hub weights (``False`` gives a random model of the same architecture, for tests).
+        model_kwargs: extra ``timm.create_model`` arguments (tiny test configs).
+    """
+
+    def __init__(
+        self,
+        model_name: str,
+        mapping: ClassMapping | None = None,
+        pretrained: bool = True,
+        model_kwargs: Mapping | None = None,
+    ) -> None:
+        super().__init__()
+        import timm
+
+        if model_name.split(".")[0] not in timm.list_models():
+            raise UserInputError(f"unknown timm model {model_name!r}; expected a name from timm.list_models()")
+        self.model = timm.create_model(model_name, pretrained=pretrained, **dict(model_kwargs or {})).eval()
+        cfg = timm.data.resolve_data_config({}, model=self.model)
+        self.input_size = tuple(cfg["input_size"][1:])
+        self.register_buffer("mean", torch.tensor(cfg["mean"]).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(cfg["std"]).view(1, 3, 1, 1), persistent=False)
+        self.mapping = mapping
+        n = self.model.num_classes
+        if mapping is not None and mapping.member.shape[1] != n:
+            raise UserInputError(f"class mapping covers {mapping.member.shape[1]} outputs but {model_name!r} has {n}")
+        self.class_names = mapping.class_names if mapping is not None else _imagenet_names(n)
+
+    def _prepare(self, images: torch.Tensor) -> torch.Tensor:
+        images = _check_images(images).to(self.device)
+        if tuple(images.shape[-2:]) != self.input_size:
+            images = F.interpolate(images, size=self.input_size, mode="bilinear", antialias=True, align_corners=False)
+        return (images - self.mean) / self.std
+
+    def raw_logits(self, images: torch.Tensor) -> torch.Tensor:
+        """Logits over the model's own (ImageNet) classes."""
+        return self.model(self._prepare(images))
+
+    def logits(self, images: torch.Tensor) -> torch.Tensor:
+        raw = self.raw_logits(images)
+        return raw if self.mapping is None else self.mapping.probs(raw).clamp_min(1e-12).log()
+
+    @torch.no_grad()
+    def predict(self, images: torch.Tensor) -> torch.Tensor:
+        raw = self.raw_logits(images)
+        return raw.argmax(-1) if self.mapping is None else self.mapping.predict(raw)
+
+    @torch.no_grad()
+    def features(self, images: torch.Tensor) -> torch.Tensor:
+        return self.model.forward_head(self.model.forward_features(self._prepare(images)), pre_logits=True)
+
+
+def _imagenet_names(n: int) -> list[str]:
+    if n != 1000:
+        return [str(i) for i in range(n)]
+    from timm.data import ImageNetInfo
+
+    info = ImageNetInfo()
+    return [info.index_to_description(i).split(",")[0] for i in range(n)]
+
+
+class ZeroShotTarget(Target):
+    """CLIP or SigLIP zero-shot classifier through transformers: one prompt per class.
+
+    ``P(.|x)`` is the softmax over image-text logits (``logit_scale * cos``; SigLIP's bias cancels in
+    the softmax). :meth:`proba_with_prompts` evaluates the same image with other class prompts, which
+    is how a counterfactual *prompt* intervention is scored.
+
+    Args:
+        model: a transformers ``CLIPModel`` / ``SiglipModel`` (or a hub id / local path to load one).
+        tokenizer: its tokenizer (loaded with ``AutoTokenizer`` when ``model`` is a string and this is None).
+        class_names: benchmark classes; ``template`` is filled with each (``"a photo of a {}"``).
+        image_size, mean, std: pixel preprocessing (read from the hub image processor when loading by id).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module | str,
+        class_names: Sequence[str],
+        tokenizer=None,
+        template: str = "a photo of a {}",
+        image_size: int | None = None,
+        mean: Sequence[float] = (0.48145466, 0.4578275, 0.40821073),
+        std: Sequence[float] = (0.26862954, 0.26130258, 0.27577711),
+    ) -> None:
+        super().__init__()
+        if "{}" not in template:
+            raise UserInputError(f"prompt template {template!r} must contain '{{}}' where the class name goes")
+        if isinstance(model, str):
+            from transformers import AutoImageProcessor, AutoModel, AutoTokenizer
+
+            processor = AutoImageProcessor.from_pretrained(model)
+            tokenizer = tokenizer or AutoTokenizer.from_pretrained(model)
+            size = processor.size
+            image_size = image_size or size.get("shortest_edge") or size.get("height")
+            mean, std = processor.image_mean, processor.image_std
+            model = AutoModel.from_pretrained(model)
+        if tokenizer is None:
+            raise UserInputError("ZeroShotTarget needs a tokenizer when the model is passed as a module")
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.template = template
+        self.class_names = list(class_names)
+        self.image_size = image_size or self.model.config.vision_config.image_size
+        self.is_siglip = "siglip" in type(self.model).__name__.lower()
+        self.register_buffer("mean", torch.tensor(mean).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(std).view(1, 3, 1, 1), persistent=False)
+        self._class_text: torch.Tensor | None = None
+
+    @property
+    def prompts(self) -> list[str]:
+        """The original prompt ``s_o`` of each class."""
+        return [self.template.format(name) for name in self.class_names]
+
+    def prompt_for(self, class_index: int) -> str:
+        return self.template.format(self.class_names[class_index])
+
+    @staticmethod
+    def _pooled(out) -> torch.Tensor:
+        return out if isinstance(out, torch.Tensor) else out.pooler_output
+
+    @torch.no_grad()
+    def encode_text(self, texts: Sequence[str]) -> torch.Tensor:
+        """L2-normalised text embeddings ``[T, D]``."""
+        padding = "max_length" if self.is_siglip else True
+        tok = self.tokenizer(list(texts), padding=padding, truncation=True, return_tensors="pt")
+        tok = {k: v.to(self.device) for k, v in tok.items() if k in ("input_ids", "attention_mask")}
+        if self.is_siglip:
+            tok.pop("attention_mask", None)
+        return F.normalize(self._pooled(self.model.get_text_features(**tok)).float(), dim=-1)
+
+    @torch.no_grad()
+    def encode_image(self, images: torch.Tensor) -> torch.Tensor:
+        """L2-normalised image embeddings ``[B, D]``."""
+        images = _check_images(images).to(self.device)
+        images = F.interpolate(images, size=(self.image_size, self.image_size), mode="bicubic", antialias=True, align_corners=False).clamp(0, 1)
+        pixels = (images - self.mean) / self.std
+        return F.normalize(self._pooled(self.model.get_image_features(pixel_values=pixels)).float(), dim=-1)
+
+    def class_text(self) -> torch.Tensor:
+        if self._class_text is None or self._class_text.device != self.device:
+            self._class_text = self.encode_text(self.prompts)
+        return self._class_text
+
+    def _scale(self) -> torch.Tensor:
+        return self.model.logit_scale.exp().float()
+
+    def logits(self, images: torch.Tensor) -> torch.Tensor:
+        return self._scale() * self.encode_image(images) @ self.class_text().T
+
+    @torch.no_grad()
+    def features(self, images: torch.Tensor) -> torch.Tensor:
+        return self.encode_image(images)
+
+    @torch.no_grad()
+    def proba_with_prompts(self, images: torch.Tensor, class_index: int, prompts: Sequence[str]) -> torch.Tensor:
+        """``P(class_index | x)`` ``[B, P]`` when that class's prompt is replaced by each of ``prompts``."""
+        image = self.encode_image(images)  # [B, D]
+        base = self._scale() * image @ self.class_text().T  # [B, K]
+        new = self._scale() * image @ self.encode_text(prompts).T  # [B, P]
+        out = []
+        for p in range(new.shape[1]):
+            logits = base.clone()
+            logits[:, class_index] = new[:, p]
+            out.append(logits.softmax(-1)[:, class_index])
+        return torch.stack(out, -1)
+
+
+def tiny_random_clip(class_names: Sequence[str], seed: int = 0, image_size: int = 32) -> ZeroShotTarget:
+    """A randomly initialised two-layer CLIP with a character-level tokenizer, built offline.
+
+    Its similarities carry no meaning: it exercises the zero-shot / ErrorRetrieval code paths in tests
+    and on machines without hub access. Use a real hub id (``openai/clip-vit-base-patch32``) for results.
+    """
+    import tempfile
+
+    from transformers import CLIPConfig, CLIPModel, CLIPTokenizer
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    chars = list(bytes_to_unicode().values())
+    vocab = {c: i for i, c in enumerate(chars)}
+    vocab.update({c + "</w>": len(chars) + i for i, c in enumerate(chars)})
+    bos, eos = len(vocab), len(vocab) + 1
+    vocab.update({"<|startoftext|>": bos, "<|endoftext|>": eos})
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "vocab.json").write_text(json.dumps(vocab))
+        (Path(folder) / "merges.txt").write_text("#version: 0.2\n")
+        tokenizer = CLIPTokenizer(str(Path(folder) / "vocab.json"), str(Path(folder) / "merges.txt"))
+    torch.manual_seed(seed)
+    layers = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2)
+    config = CLIPConfig(
+        text_config=dict(vocab_size=len(vocab), max_position_embeddings=128, bos_token_id=bos, eos_token_id=eos, pad_token_id=eos, **layers),
+        vision_config=dict(image_size=image_size, patch_size=8, **layers),
+        projection_dim=16,
+    )
+    return ZeroShotTarget(CLIPModel(config), class_names, tokenizer=tokenizer, image_size=image_size)
