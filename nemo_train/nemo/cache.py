@@ -45,13 +45,22 @@ class ResponseCache:
     SQLite makes each write a transaction: a process killed mid-write leaves the previous state, and
     several processes or threads may write at once (WAL journal, a busy timeout). Each thread gets its
     own connection. Only replies are stored: no headers, no keys.
+
+    ``path`` is the SQLite file, or a folder (an existing one, or a path without a suffix) that gets
+    :attr:`FILE_NAME` inside it; several backends may share one file (the model is in every key).
     """
 
+    FILE_NAME = "llm_replies.sqlite"
+
     def __init__(self, path: str | Path, timeout: float = 60.0) -> None:
-        self.path = Path(path)
-        if self.path.exists() and self.path.is_dir():
-            raise UserInputError(f"cache path {str(self.path)!r} is a folder; expected a file path such as cache.sqlite")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        path = Path(path)
+        if path.is_dir() or (not path.exists() and not path.suffix):
+            path = path / self.FILE_NAME
+        self.path = path
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise UserInputError(f"cache folder {str(self.path.parent)!r} is a file; expected a folder or a .sqlite path") from None
         self.timeout = timeout
         self._local = threading.local()
         with self._connection() as conn:
