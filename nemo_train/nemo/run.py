@@ -309,6 +309,7 @@ def nemo_eval(
     out_dir: str = "checkpoints/nemo_eval",
     wandb: bool = False,
     batched: bool = True,
+    global_explanation: bool = False,
 ) -> dict:
     """Run explanation methods on a NEMO benchmark and print LLM Match and CEI per method and target.
 
@@ -329,6 +330,8 @@ def nemo_eval(
         out_dir: results (``results.jsonl``), LLM cache and per-sample images; reruns resume here.
         wandb: log the table and a per-sample table to Weights & Biases.
         batched: classify all counterfactuals of an error in one batch.
+        global_explanation: summarise SciTX's explanations into one global explanation and score it on
+            every error (row ``Global``, paper 000 Sec. 4.2.7).
     """
     if benchmark not in BENCHMARKS:
         raise UserInputError(f"unknown benchmark {benchmark!r}; expected one of {list(BENCHMARKS)}")
@@ -378,6 +381,8 @@ def nemo_eval(
                         images[key] = (sample.image, trial.edited_image if trial is not None else None)
                 bar.update(1)
         bar.close()
+        if global_explanation:
+            keys += _run_global(store, bench, target_name, backend, scorer, panel)
 
     records = [store.records[k] for k in keys]
     summary = summarize(records)
@@ -389,6 +394,31 @@ def nemo_eval(
         _log_wandb(records, summary, benchmark, images)
     return {"summary": {f"{m}|{t}": v for (m, t), v in summary.items()}, "computed": done, "resumed": skipped,
             "results": str(store.path)}
+
+
+def _run_global(store: ResultStore, bench, target_name: str, backend, scorer, panel) -> list[str]:
+    """Summarise the finished SciTX explanations of this target and score the summary on every error."""
+    from nemo_train.nemo.methods.global_explanation import GlobalExplanation, summarize_attribute_explanations, summarize_explanations
+
+    texts = [store.records[k]["explanation"] for k in (ResultStore.key(target_name, "SciTX", s.sample_id) for s in bench.errors) if k in store]
+    if not texts:
+        raise UserInputError("global_explanation needs SciTX in methods")
+    keys = [ResultStore.key(target_name, "Global", s.sample_id) for s in bench.errors]
+    if all(k in store for k in keys):
+        return keys
+    if backend is not None:
+        text = summarize_explanations(backend, texts)
+    else:
+        text = summarize_attribute_explanations(texts, bench.vocabulary or {})
+    if not text:
+        print("global explanation: the summary came back empty; skipped")
+        return []
+    print(f"global explanation ({target_name}): {text}")
+    method = GlobalExplanation(text)
+    for sample, key in zip(bench.errors, keys):
+        if key not in store:
+            store.append(evaluate_sample(method, sample, bench, scorer, panel, target_name)[0])
+    return keys
 
 
 def known_cause_win_rate(records: Iterable[dict], target: str | None = None) -> tuple[float, int]:

@@ -4,12 +4,10 @@ difference and infers the cause (paper 000, Sec. 4.1.3, App. A.2, after change c
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from nemo_train.nemo import prompts
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
 from nemo_train.nemo.methods.base import Explanation, ask_causes
-from nemo_train.nemo.methods.scitx import retrieve_observations
 
 
 class ChangeMLLM:
@@ -28,15 +26,12 @@ class ChangeMLLM:
 
     def reference(self, sample: ErrorSample, benchmark: NemoBenchmark) -> int | None:
         """Index of the nearest correctly classified reference of class ``y`` (or ``y_hat``)."""
-        ref = benchmark.reference
-        query = self.target.features(sample.image[None])[0].cpu()
+        from nemo_train.nemo.methods.scitx import reference_index
+
+        query = self.target.features(sample.image[None]).cpu()
         cls = sample.label if self.reference_class == "true" else sample.prediction
-        keep = ref.correct & (ref.labels == cls)
-        pool = torch.nonzero(keep).flatten()
-        if len(pool) == 0:
-            return None
-        sims = F.normalize(ref.features[pool].float(), dim=-1) @ F.normalize(query.float(), dim=0)
-        return int(pool[int(sims.argmax())])
+        found = reference_index(benchmark.reference).search(query, 1, torch.tensor([[cls]])).as_lists()[0]
+        return found[0] if found else None
 
     def _offline(self, sample: ErrorSample, benchmark: NemoBenchmark, index: int) -> str:
         ref_attrs, vocab = benchmark.reference.attrs[index], benchmark.vocabulary or {}

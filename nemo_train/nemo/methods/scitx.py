@@ -24,6 +24,7 @@ from nemo_train.errors import UserInputError
 from nemo_train.nemo import prompts
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark, ReferenceSet
 from nemo_train.nemo.methods.base import Explanation, ask_causes, select_by_cei
+from nemo_train.nemo.retrieval import ReferenceIndex
 
 
 @dataclass
@@ -37,17 +38,14 @@ class Observation:
     attrs: dict[str, Any] | None = None
 
 
-def topk_cosine(query: torch.Tensor, keys: torch.Tensor, k: int, chunk: int = 65536) -> tuple[torch.Tensor, torch.Tensor]:
-    """Exact top-``k`` rows of ``keys [N, D]`` by cosine with ``query [D]``; the matmul runs ``chunk`` rows at a time."""
-    query = F.normalize(query.float().flatten(), dim=0)
-    best_v = torch.empty(0)
-    best_i = torch.empty(0, dtype=torch.long)
-    for start in range(0, len(keys), chunk):
-        sims = F.normalize(keys[start : start + chunk].float(), dim=-1) @ query
-        v, i = sims.topk(min(k, len(sims)))
-        best_v, order = torch.cat([best_v, v]).topk(min(k, len(best_v) + len(v)))
-        best_i = torch.cat([best_i, i + start])[order]
-    return best_v, best_i
+def reference_index(reference: ReferenceSet) -> ReferenceIndex:
+    """The reference set's :class:`~nemo_train.nemo.retrieval.ReferenceIndex` of correctly classified
+    images (built once, then kept on the reference set)."""
+    index = getattr(reference, "_index", None)
+    if index is None:
+        index = ReferenceIndex(reference.features, reference.labels, reference.correct)
+        reference._index = index
+    return index
 
 
 def retrieve_observations(
@@ -61,21 +59,14 @@ def retrieve_observations(
     even when the error sits deep inside ``y_hat``'s region of feature space. Without class relevance
     (Table 5 ablation) it is plain top-``k`` over all correct references.
     """
-    keep = reference.correct
+    index = reference_index(reference)
+    query = query.reshape(1, -1)
     if not class_relevance:
-        groups = [keep]
-    elif balanced:
-        groups = [keep & (reference.labels == sample.label), keep & (reference.labels == sample.prediction)]
-        k = -(-k // 2)
-    else:
-        groups = [keep & ((reference.labels == sample.label) | (reference.labels == sample.prediction))]
-    out = []
-    for group in groups:
-        pool = torch.nonzero(group).flatten()
-        if len(pool):
-            _, idx = topk_cosine(query, reference.features[pool], k)
-            out += pool[idx].tolist()
-    return out
+        return index.search(query, k).as_lists()[0]
+    if balanced:
+        half = -(-k // 2)
+        return [i for c in (sample.label, sample.prediction) for i in index.search(query, half, torch.tensor([[c]])).as_lists()[0]]
+    return index.search(query, k, torch.tensor([[sample.label, sample.prediction]])).as_lists()[0]
 
 
 class Hypothesizer(Protocol):

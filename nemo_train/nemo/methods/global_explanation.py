@@ -1,0 +1,54 @@
+"""Global explanation (paper 000, Sec. 4.2.7): aggregate per-sample explanations into one statement of
+the model's dominant failure mode, which can be scored like any explanation (Table 6)."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+from nemo_train.errors import UserInputError
+from nemo_train.nemo import prompts
+from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
+from nemo_train.nemo.methods.base import Explanation
+
+
+def summarize_explanations(backend, explanations: Sequence[str], max_items: int = 200) -> str:
+    """An MLLM's summary of the explanations (``global_explanation`` key of its JSON reply)."""
+    from nemo_train.nemo.backends.messages import user_message
+
+    items = [e for e in explanations if e][:max_items]
+    if not items:
+        raise UserInputError("no explanations to summarise into a global explanation")
+    text = prompts.GLOBAL_EXPLANATION.format(explanations=prompts.bullet_list(items))
+    reply = backend.chat_json([user_message(text)], temperature=0.0)[0] or {}
+    summary = reply.get("global_explanation")
+    return summary.strip() if isinstance(summary, str) else ""
+
+
+def summarize_attribute_explanations(explanations: Sequence[str], vocabulary: Mapping[str, Sequence], obj: str = "digit") -> str:
+    """Offline summary for generated data (not a language model): the most often named colour
+    contrast (``"... mostly red"``) becomes the global cause. Suits only the attribute-contrast wording."""
+    colors = [c for c in vocabulary.get("color", []) if isinstance(c, str)]
+    named = Counter()
+    for text in explanations:
+        found = re.findall(r"mostly (\w+)", text.lower())
+        named.update(v for v in found if v in colors)
+    if not named:
+        return ""
+    value, count = named.most_common(1)[0]
+    return (f"Across {len(explanations)} errors the classifier is misled by the {obj}'s colour: {count} explanations "
+            f"say the misread {obj}s would be recognised if they were {value}.")
+
+
+class GlobalExplanation:
+    """Scores one fixed global explanation on every error (the "+ Global" row of Table 6)."""
+
+    def __init__(self, text: str) -> None:
+        if not text:
+            raise UserInputError("the global explanation is empty")
+        self.text = text
+        self.name = "Global"
+
+    def explain(self, sample: ErrorSample, benchmark: NemoBenchmark) -> Explanation:
+        return Explanation(self.text, [self.text])

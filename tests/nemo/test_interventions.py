@@ -1,0 +1,203 @@
+"""Interventions: keyword deriver, exact editor, CEI by hand, batched == one-at-a-time, prompt swap."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+from nemo_train.errors import UserInputError  # noqa: E402
+from nemo_train.nemo.backends import ScriptedBackend  # noqa: E402
+from nemo_train.nemo.benchmark import ErrorSample  # noqa: E402
+from nemo_train.nemo.interventions import (  # noqa: E402
+    CounterfactualScorer,
+    ExactAttributeEditor,
+    KeywordAttributeDeriver,
+    LLMAttributeDeriver,
+    LLMInstructionDeriver,
+)
+from nemo_train.nemo.targets import Target, tiny_random_clip  # noqa: E402
+
+COLORS = ["red", "green", "blue"]
+VOCAB = {"digit": list(range(10)), "color": COLORS, "angle": list(range(-30, 31, 5))}
+PALETTE = torch.tensor([[1.0, 0, 0], [0, 1.0, 0], [0, 0, 1.0]])
+
+
+class SolidRenderer:
+    """Toy generator: a 4x4 image filled with the colour (angle and digit ignored)."""
+
+    attributes = VOCAB
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def render_batch(self, digit, color, angle, style=None):
+        self.calls += 1
+        return PALETTE[color.long()][:, :, None, None].expand(-1, 3, 4, 4).clone()
+
+
+class RedGreenTarget(Target):
+    """Toy classifier over 2 classes: logits = 3 * (mean red, mean green)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.class_names = ["reddish", "greenish"]
+        self.dummy = torch.nn.Parameter(torch.zeros(1))
+        self.batch_sizes: list[int] = []
+
+    def logits(self, images):
+        self.batch_sizes.append(len(images))
+        return 3.0 * images.mean((2, 3))[:, :2]
+
+    def features(self, images):
+        return images.mean((2, 3))
+
+
+def green_sample(angle: int = 10) -> ErrorSample:
+    image = PALETTE[1][:, None, None].expand(3, 4, 4).clone()
+    return ErrorSample("s0", image, label=0, prediction=1, attrs={"digit": 3, "color": 1, "angle": angle, "style": 0})
+
+
+def softmax2(a: float, b: float) -> float:
+    """P(class 0) for logits (a, b)."""
+    return math.exp(a) / (math.exp(a) + math.exp(b))
+
+
+# ------------------------------------------------------------------ keyword deriver
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("The digit is drawn in green, while correct 3s are mostly red.", {"attribute": "color", "value": 0}),
+        ("Its colour is green; the model expects blue strokes.", {"attribute": "color", "value": 2}),
+        ("The digit is rotated 10 degrees; upright it would be read correctly.", {"attribute": "angle", "value": 0}),
+        ("The digit is rotated 10 degrees whereas correct 3s sit at -20 degrees.", {"attribute": "angle", "value": -20}),
+        ("The handwriting is unusual.", None),
+        ("The colour is green.", None),  # names the attribute but no other value: no derivable edit
+    ],
+)
+def test_keyword_deriver(text, expected):
+    deriver = KeywordAttributeDeriver(VOCAB)
+    assert deriver.derive_one(text, green_sample().attrs) == expected
+
+
+def test_keyword_deriver_ignores_class_numbers():
+    # "3s" is a class name, not an angle: only "<n> degrees" counts as a rotation value
+    deriver = KeywordAttributeDeriver(VOCAB)
+    assert deriver.derive_one("The tilt of 10 degrees makes it unlike upright 3s", {"color": 1, "angle": 10}) == {"attribute": "angle", "value": 0}
+
+
+def test_keyword_deriver_rejects_unknown_attribute():
+    with pytest.raises(UserInputError, match="shape"):
+        KeywordAttributeDeriver(VOCAB, editable=("shape",))
+
+
+# ------------------------------------------------------------------ exact editor
+def test_exact_editor_changes_only_the_named_attribute():
+    renderer = SolidRenderer()
+    sample = green_sample()
+    edited = ExactAttributeEditor(renderer).edit(sample, [{"attribute": "color", "value": 2}, None, {"attribute": "angle", "value": 0}])
+    assert renderer.calls == 1  # all edits rendered in one call
+    assert torch.equal(edited[0], PALETTE[2][:, None, None].expand(3, 4, 4))
+    assert torch.equal(edited[1], sample.image)  # None leaves the image as is
+    assert torch.equal(edited[2], sample.image)  # angle is ignored by the toy renderer
+
+
+def test_exact_editor_on_cmnist_matches_a_rerender():
+    from datamodules.cmnist import CMNISTRenderer, load_digits
+
+    digits, labels = load_digits(None, "test")
+    renderer = CMNISTRenderer(digits, labels)
+    image = renderer.render(3, "green", 15, 1)
+    sample = ErrorSample("c", image, 3, 8, {"digit": 3, "color": 1, "angle": 15, "style": 1})
+    edited = ExactAttributeEditor(renderer).edit(sample, [{"attribute": "color", "value": 0}, {"attribute": "angle", "value": 0}])
+    assert torch.allclose(edited[0], renderer.render(3, "red", 15, 1))
+    assert torch.allclose(edited[1], renderer.render(3, "green", 0, 1))
+
+
+# ------------------------------------------------------------------ CEI by hand
+def test_cei_by_hand_on_toy_classifier_and_editor():
+    target = RedGreenTarget()
+    scorer = CounterfactualScorer(target, KeywordAttributeDeriver(VOCAB), ExactAttributeEditor(SolidRenderer()))
+    hypotheses = [
+        "The digit is green, but correct ones are red.",  # -> red image
+        "The digit is green, but correct ones are blue.",  # -> blue image
+        "The digit is rotated 10 degrees.",  # -> angle 0, same colour
+        "The handwriting is odd.",  # underivable
+    ]
+    trials = scorer.score(green_sample(), hypotheses, target.class_names)
+    p_green = softmax2(0.0, 3.0)  # green image: logits (0, 3)
+    p_red = softmax2(3.0, 0.0)
+    p_blue = softmax2(0.0, 0.0)
+    assert [t.p_original for t in trials] == pytest.approx([p_green] * 4)
+    assert [t.p_edited for t in trials] == pytest.approx([p_red, p_blue, p_green, p_green])
+    assert [t.cei for t in trials] == pytest.approx([100 * (p_red - p_green), 100 * (p_blue - p_green), 0.0, 0.0])
+    assert trials[3].instruction is None
+    assert target.batch_sizes == [5]  # original + 4 counterfactuals in ONE forward pass
+
+
+def test_cei_agrees_with_metric_function():
+    from nemo_train.metrics.nemo import cei
+
+    target = RedGreenTarget()
+    scorer = CounterfactualScorer(target, KeywordAttributeDeriver(VOCAB), ExactAttributeEditor(SolidRenderer()))
+    (trial,) = scorer.score(green_sample(), ["green where correct ones are red"], target.class_names)
+    assert trial.cei == pytest.approx(float(cei(torch.tensor([trial.p_edited]), torch.tensor([trial.p_original]))[0]))
+
+
+def test_batched_equals_one_at_a_time():
+    hypotheses = ["green, correct ones are red", "green, correct ones are blue", "rotated 10 degrees"]
+    results = []
+    for batched in (True, False):
+        target = RedGreenTarget()
+        scorer = CounterfactualScorer(target, KeywordAttributeDeriver(VOCAB), ExactAttributeEditor(SolidRenderer()), batched=batched)
+        results.append([t.cei for t in scorer.score(green_sample(), hypotheses, target.class_names)])
+        assert target.batch_sizes == ([4] if batched else [1, 1, 1, 1])
+    assert results[0] == pytest.approx(results[1])
+
+
+# ------------------------------------------------------------------ LLM derivers
+def test_llm_attribute_deriver_validates_against_vocabulary():
+    replies = iter(['{"attribute": "color", "value": "red"}', '{"attribute": "color", "value": "mauve"}',
+                    '{"attribute": "angle", "value": 3}', '{"attribute": "digit", "value": 8}'])
+    backend = ScriptedBackend(lambda messages: next(replies))
+    deriver = LLMAttributeDeriver(backend, VOCAB)
+    out = deriver.derive(green_sample(), ["a", "b", "c", "d"], ["0", "1"])
+    assert out == [{"attribute": "color", "value": 0}, None, {"attribute": "angle", "value": 5}, None]
+    prompt = backend.calls[0]["messages"][0]["content"][-1]["text"]
+    assert "color: red, green, blue" in prompt and "Suspected reason for the mistake: a" in prompt
+
+
+def test_llm_instruction_deriver_sees_only_the_explanation():
+    backend = ScriptedBackend(['{"reasoning": "r", "solution": "Make the background a plain wall"}', "no json here", "still none", "nope"])
+    deriver = LLMInstructionDeriver(backend, "image")
+    sample = green_sample()
+    out = deriver.derive(sample, ["sandy background", "second"], ["vase", "confectionery"])
+    assert out == ["Make the background a plain wall", None]  # malformed after re-asks -> None, run goes on
+    first = backend.calls[0]["messages"][0]["content"]
+    assert all(part["type"] == "text" for part in first)  # no image is sent for derivation
+    assert '"vase"' in first[-1]["text"] and "sandy background" in first[-1]["text"]
+
+
+# ------------------------------------------------------------------ prompt intervention
+def test_prompt_intervention_matches_manual_softmax():
+    target = tiny_random_clip(["cat", "dog", "fox"], seed=0)
+    image = torch.rand(3, 32, 32, generator=torch.Generator().manual_seed(0))
+    sample = ErrorSample("p", image, label=1, prediction=0)
+    backend = ScriptedBackend(['{"solution": "a photo of a dog on a sandy beach"}'])
+    scorer = CounterfactualScorer(target, LLMInstructionDeriver(backend, "prompt"), mode="prompt")
+    (trial,) = scorer.score(sample, ["the sandy beach"], target.class_names)
+    img = target.encode_image(image[None])
+    texts = target.encode_text(["a photo of a cat", "a photo of a dog on a sandy beach", "a photo of a fox"])
+    expected = (target.model.logit_scale.exp() * img @ texts.T).softmax(-1)[0, 1].detach()
+    assert trial.p_edited == pytest.approx(float(expected), abs=1e-5)
+    assert trial.p_original == pytest.approx(float(target.predict_proba(image[None])[0, 1]), abs=1e-6)
+    assert "a photo of a dog" in backend.calls[0]["messages"][0]["content"][-1]["text"]
+
+
+def test_prompt_mode_needs_zero_shot_target():
+    with pytest.raises(UserInputError, match="zero-shot"):
+        CounterfactualScorer(RedGreenTarget(), KeywordAttributeDeriver(VOCAB), mode="prompt")

@@ -1,0 +1,180 @@
+"""SciTX and the baselines on a toy classifier whose CEIs are known in closed form."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+from nemo_train.nemo.backends import ScriptedBackend  # noqa: E402
+from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark, ReferenceSet  # noqa: E402
+from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver  # noqa: E402
+from nemo_train.nemo.methods.cam_mllm import CamMLLM, describe_heat, gradcam_overlay  # noqa: E402
+from nemo_train.nemo.methods.change_mllm import ChangeMLLM  # noqa: E402
+from nemo_train.nemo.methods.error_retrieval import ErrorRetrieval  # noqa: E402
+from nemo_train.nemo.methods.global_explanation import summarize_attribute_explanations, summarize_explanations  # noqa: E402
+from nemo_train.nemo.methods.scitx import AttributeContrastHypothesizer, MLLMHypothesizer, SciTX  # noqa: E402
+from nemo_train.nemo.methods.validation import WithValidation  # noqa: E402
+from nemo_train.nemo.targets import ClassifierTarget, Target, tiny_random_clip  # noqa: E402
+
+COLORS = ["red", "green", "blue"]
+VOCAB = {"digit": list(range(10)), "color": COLORS, "angle": list(range(-30, 31, 5))}
+PALETTE = torch.tensor([[1.0, 0, 0], [0, 1.0, 0], [0, 0, 1.0]])
+
+
+def solid(color: int) -> torch.Tensor:
+    return PALETTE[color][:, None, None].expand(3, 8, 8).clone()
+
+
+class SolidRenderer:
+    attributes = VOCAB
+
+    def render_batch(self, digit, color, angle, style=None):
+        return PALETTE[color.long()][:, :, None, None].expand(-1, 3, 8, 8).clone()
+
+
+class RedGreenTarget(Target):
+    """Toy classifier: logits = 3 * (mean red, mean green); counts forward calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.class_names = ["reddish", "greenish"]
+        self.dummy = torch.nn.Parameter(torch.zeros(1))
+        self.batch_sizes: list[int] = []
+
+    def logits(self, images):
+        self.batch_sizes.append(len(images))
+        return 3.0 * images.mean((2, 3))[:, :2]
+
+    def features(self, images):
+        return images.mean((2, 3))
+
+
+def toy_benchmark(target) -> NemoBenchmark:
+    # (colour, label): red->0 and green->1 are correct, green labelled 0 is a reference the target gets wrong
+    rows = [(0, 0, 0), (0, 0, 10), (1, 1, 0), (1, 1, -10), (1, 0, 5), (2, 0, 20)]
+    images = torch.stack([solid(c) for c, _, _ in rows])
+    labels = torch.tensor([y for _, y, _ in rows])
+    attrs = [{"digit": 3, "color": c, "angle": a, "style": 0} for c, _, a in rows]
+    captions = [f"a {COLORS[c]} square at {a} degrees #{i}" for i, (c, _, a) in enumerate(rows)]
+    reference = ReferenceSet(images, labels, target.predict(images), torch.nn.functional.normalize(target.features(images), dim=-1),
+                             captions, attrs, image_size=8)
+    error = ErrorSample("e0", solid(1), label=0, prediction=1, attrs={"digit": 3, "color": 1, "angle": 10, "style": 0})
+    return NemoBenchmark("toy", target.class_names, "cmnist", [error], reference, SolidRenderer(), VOCAB)
+
+
+def scorer_for(target) -> CounterfactualScorer:
+    return CounterfactualScorer(target, KeywordAttributeDeriver(VOCAB), ExactAttributeEditor(SolidRenderer()))
+
+
+def test_scitx_selects_argmax_cei_and_batches_all_interventions():
+    target = RedGreenTarget()
+    bench = toy_benchmark(target)
+    hypotheses = [
+        "The square is green, where correct ones are blue.",  # CEI 100*(0.5 - p)
+        "The square is green, where correct ones are red.",  # best: -> red
+        "The square is rotated 10 degrees.",  # CEI 0
+    ]
+    backend = ScriptedBackend([json.dumps({"cause_of_error": h}) for h in hypotheses])
+    method = SciTX(target, MLLMHypothesizer(backend), scorer_for(target), k=6, m=3)  # 3 per class
+    target.batch_sizes.clear()
+    explanation = method.explain(bench.errors[0], bench)
+    assert explanation.text == hypotheses[1]
+    ceis = [t.cei for t in explanation.trials]
+    assert explanation.trial.cei == max(ceis) and ceis[1] > ceis[0] > ceis[2] == 0.0
+    assert target.batch_sizes[-1] == 4  # the original + all 3 interventions in one batch
+    call = backend.calls[0]
+    assert call["n"] == 3 and call["temperature"] > 0  # M hypotheses sampled in one request
+    prompt = call["messages"][0]["content"][-1]["text"]
+    assert call["messages"][0]["content"][0]["type"] == "image"  # the error image is shown
+    # Set A: correctly classified "reddish" references; Set B: "greenish"; the misclassified one (#4) is left out
+    set_a = prompt.split("Group A")[1].split("Group B")[0]
+    set_b = prompt.split("Group B")[1].split("Group C")[0]
+    assert "#0" in set_a and "#1" in set_a and "#5" in set_a and "#4" not in prompt
+    assert "#2" in set_b and "#3" in set_b
+
+
+def test_scitx_tie_goes_to_first_hypothesis():
+    target = RedGreenTarget()
+    bench = toy_benchmark(target)
+    hypotheses = ["The handwriting is odd.", "The square is rotated 10 degrees."]  # both CEI 0
+    backend = ScriptedBackend([json.dumps({"cause_of_error": h}) for h in hypotheses])
+    explanation = SciTX(target, MLLMHypothesizer(backend), scorer_for(target), k=2, m=2).explain(bench.errors[0], bench)
+    assert explanation.text == hypotheses[0]
+
+
+def test_attribute_contrast_hypothesizer_names_the_contrasting_values():
+    target = RedGreenTarget()
+    bench = toy_benchmark(target)
+    method = SciTX(target, AttributeContrastHypothesizer(VOCAB, obj="square"), scorer_for(target), k=6, m=3)
+    explanation = method.explain(bench.errors[0], bench)
+    colour, angle = explanation.candidates
+    # nearest correct "reddish" references: red (0 and 10 degrees) and blue (20 degrees); modal colour = red
+    assert "drawn in green" in colour and "mostly red" in colour
+    assert "rotated 10 degrees" in angle
+    assert explanation.text == colour and explanation.trial.instruction == {"attribute": "color", "value": 0}
+
+
+def test_change_mllm_uses_nearest_correct_reference():
+    target = RedGreenTarget()
+    bench = toy_benchmark(target)
+    method = ChangeMLLM(target)  # offline, rule-based comparison
+    explanation = method.explain(bench.errors[0], bench)
+    assert explanation.details["reference"] in (0, 1, 5)  # a correct reference of the true class
+    assert "colour is green where the reference is" in explanation.text
+    backend = ScriptedBackend(['{"visual_differences": "d", "cause_of_error": "The green colour misleads the model."}'])
+    explanation = ChangeMLLM(target, backend).explain(bench.errors[0], bench)
+    assert explanation.text == "The green colour misleads the model."
+    images = [p for p in backend.calls[0]["messages"][0]["content"] if p["type"] == "image"]
+    assert len(images) == 2 and torch.equal(images[0]["image"], bench.errors[0].image)
+
+
+def test_cam_mllm_sends_a_gradcam_overlay():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 2))
+    net.features = lambda x: x.mean((2, 3))
+    target = ClassifierTarget(net, ["a", "b"])
+    image = torch.zeros(3, 16, 16)
+    image[:, 2:6, 10:14] = 1.0  # a bright patch in the upper right
+    heat, overlay = gradcam_overlay(target, image, 1)
+    assert heat.shape == (16, 16) and overlay.shape == (3, 16, 16) and 0 <= heat.min() and heat.max() <= 1
+    assert "upper" in describe_heat(torch.where(torch.arange(16)[:, None] < 6, 1.0, 0.0).expand(16, 16), image)
+    backend = ScriptedBackend(['{"cause_of_error": "The model looked at the corner."}'])
+    sample = ErrorSample("c", image, 0, 1)
+    bench = NemoBenchmark("toy", ["a", "b"], "cmnist", [sample], None)
+    explanation = CamMLLM(target, backend).explain(sample, bench)
+    assert explanation.text == "The model looked at the corner."
+    sent = backend.calls[0]["messages"][0]["content"][0]["image"]
+    assert torch.allclose(sent, explanation.details["gradcam"])
+
+
+def test_error_retrieval_ranks_by_clip_similarity_and_validation_picks_argmax():
+    encoder = tiny_random_clip(["reddish", "greenish"], seed=0, image_size=8)
+    corpus = ["The square is green, where correct ones are red.", "The square is rotated 10 degrees.",
+              "The square is green, where correct ones are blue."]
+    method = ErrorRetrieval(encoder, corpus)
+    target = RedGreenTarget()
+    bench = toy_benchmark(target)
+    sample = bench.errors[0]
+    image = torch.nn.functional.normalize(encoder.encode_image(sample.image[None]), dim=-1)
+    text = torch.nn.functional.normalize(encoder.encode_text(corpus), dim=-1)
+    expected = (image @ text.T)[0].argsort(descending=True).tolist()
+    assert method.ranking(sample) == expected
+    assert method.explain(sample, bench).text == corpus[expected[0]]
+    validated = WithValidation(method, scorer_for(target), m=3).explain(sample, bench)
+    assert validated.text == corpus[0]  # highest CEI among all three candidates, whatever the ranking
+
+
+def test_global_explanation_offline_and_llm():
+    texts = ["The digit is drawn in green, while the correctly classified 3s it resembles are mostly red; x",
+             "The digit is drawn in blue, while the correctly classified 1s it resembles are mostly red; x",
+             "The digit is rotated 10 degrees, whereas ... mostly upright (0 degrees)"]
+    summary = summarize_attribute_explanations(texts, VOCAB)
+    assert "colour" in summary and "red" in summary and "2 explanations" in summary
+    backend = ScriptedBackend(['{"global_explanation": "It relies on colour."}'])
+    assert summarize_explanations(backend, texts) == "It relies on colour."
+    assert texts[0] in backend.calls[0]["messages"][0]["content"][-1]["text"]
