@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -13,13 +14,31 @@ from nemo_train.nemo.backends.base import ChatBackend
 from nemo_train.nemo.backends.messages import Message, to_local_messages
 
 
+def _is_explainer_folder(path: str) -> bool:
+    try:
+        from nemo_train.explainer.module import EXPLAINER_META
+    except ImportError:
+        return False
+    return (Path(path) / EXPLAINER_META).is_file()
+
+
+def _resolve_model_path(name_or_path: str) -> str:
+    try:
+        from nemo_train.explainer.tiny import resolve_model_path
+    except ImportError:
+        return name_or_path
+    return resolve_model_path(name_or_path)
+
+
 class HFLocalBackend(ChatBackend):
     """Chat with a local ``AutoModelForImageTextToText`` and its processor.
 
     Give either ``model_name_or_path`` (a hub id or folder; loaded lazily on first use, with the peft
     adapter folder ``adapter`` on top if given) or ready ``model`` and ``processor`` objects (e.g.
-    an explainer being trained). Temperature 0 decodes greedily (``n`` equal replies from one
-    generation); a positive temperature samples ``n`` sequences. Requests run one at a time (a lock
+    an explainer being trained). Where ``nemo_train.explainer`` is installed, its names work too: the
+    embedded tiny model id and saved explainer folders (loaded with its ``load_explainer``). Temperature 0 decodes greedily (``n`` equal replies from one
+    generation); a positive temperature samples ``n`` sequences. ``name`` (default: the path, plus the
+    adapter's folder name) goes into cache keys: give one when passing objects, to reuse a cache. Requests run one at a time (a lock
     guards the model), so a batch gains nothing from ``concurrency``. ``seed`` seeds the sampler.
     """
 
@@ -44,7 +63,8 @@ class HFLocalBackend(ChatBackend):
         self._model, self._processor = model, processor
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.dtype = dtype
-        default_name = self.model_name_or_path or type(model).__name__
+        # an object has no stable name: without ``name`` its cache entries are private to this object
+        default_name = self.model_name_or_path or f"{type(model).__name__}@{id(model):x}"
         self.model = name or (default_name + (f"+{Path(self.adapter).name}" if self.adapter else ""))
         self._lock = threading.Lock()
 
@@ -54,11 +74,21 @@ class HFLocalBackend(ChatBackend):
     def load(self) -> tuple[Any, Any]:
         """Load (once) and return ``(model, processor)``."""
         if self._model is None:
+            explainer_folder = next(
+                (p for p in (self.adapter, self.model_name_or_path) if p is not None and _is_explainer_folder(p)), None
+            )
+            if explainer_folder is not None:
+                from nemo_train.explainer.generation import load_explainer
+
+                module = load_explainer(explainer_folder)
+                self._model, self._processor = module.model.to(self.device).eval(), module.processor
+                return self._model, self._processor
             from transformers import AutoModelForImageTextToText, AutoProcessor
 
-            self._processor = AutoProcessor.from_pretrained(self.model_name_or_path)
+            path = _resolve_model_path(self.model_name_or_path)
+            self._processor = AutoProcessor.from_pretrained(path)
             dtype = self.dtype if self.dtype == "auto" else getattr(torch, self.dtype)
-            model = AutoModelForImageTextToText.from_pretrained(self.model_name_or_path, dtype=dtype)
+            model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype)
             if self.adapter is not None:
                 from peft import PeftModel
 
@@ -74,16 +104,19 @@ class HFLocalBackend(ChatBackend):
         inputs = processor(text=[text], images=images or None, return_tensors="pt")
         device = next(model.parameters()).device
         inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+        tokenizer = getattr(processor, "tokenizer", processor)
         sample = temperature > 0
         kwargs: dict[str, Any] = {"max_new_tokens": max_tokens, "do_sample": sample}
+        if getattr(tokenizer, "pad_token_id", None) is not None:
+            kwargs["pad_token_id"] = tokenizer.pad_token_id
         if sample:
             kwargs.update(temperature=temperature, num_return_sequences=n)
-        with self._lock:
+        rng = nullcontext() if seed is None else torch.random.fork_rng(devices=[] if device.type == "cpu" else [device])
+        with self._lock, rng:
             if seed is not None:
                 torch.manual_seed(seed)
             output = model.generate(**inputs, **kwargs)
         prompt_length = inputs["input_ids"].shape[1]
-        tokenizer = getattr(processor, "tokenizer", processor)
         replies = tokenizer.batch_decode(output[:, prompt_length:], skip_special_tokens=True)
         replies = [r.strip() for r in replies]
         return replies if sample else replies[:1] * n

@@ -1,0 +1,126 @@
+"""Chat backends: message conversion, the scripted backend, JSON re-asks, a local tiny Hugging Face MLLM."""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+import pytest
+import torch
+from PIL import Image
+
+from nemo_train.errors import UserInputError
+from nemo_train.nemo.backends import BackendError, HFLocalBackend, ScriptedBackend, system_message, user_message
+from nemo_train.nemo.backends.base import REASK_TEXT
+from nemo_train.nemo.backends.messages import to_local_messages, to_openai_messages, to_pil
+
+
+def test_tensor_and_pil_images_become_png_data_urls():
+    tensor = torch.zeros(3, 2, 2)
+    tensor[0, 0, 0] = 1.0  # one red pixel
+    pil = Image.new("RGB", (3, 1), (0, 0, 255))
+    messages = [system_message("be brief"), user_message("what?", [tensor, pil])]
+    converted = to_openai_messages(messages)
+    assert converted[0] == {"role": "system", "content": "be brief"}
+    first, second, text = converted[1]["content"]
+    assert text == {"type": "text", "text": "what?"}
+    decoded = [
+        Image.open(io.BytesIO(base64.b64decode(part["image_url"]["url"].split(",", 1)[1])))
+        for part in (first, second)
+    ]
+    assert decoded[0].getpixel((0, 0)) == (255, 0, 0) and decoded[0].getpixel((1, 1)) == (0, 0, 0)
+    assert decoded[1].size == (3, 1) and decoded[1].getpixel((2, 0)) == (0, 0, 255)
+    # the local form keeps placeholders in order and returns the images beside them
+    local, images = to_local_messages(converted)
+    assert local[1]["content"] == [{"type": "image"}, {"type": "image"}, {"type": "text", "text": "what?"}]
+    assert [im.size for im in images] == [(2, 2), (3, 1)]
+
+
+def test_bad_messages_raise_user_input_error():
+    with pytest.raises(UserInputError, match="role"):
+        to_openai_messages([{"role": "robot", "content": "x"}])
+    with pytest.raises(UserInputError, match="part of type 'audio'"):
+        to_openai_messages([{"role": "user", "content": [{"type": "audio"}]}])
+    with pytest.raises(UserInputError, match=r"shape \(4, 2, 2\)"):
+        to_pil(torch.zeros(4, 2, 2))
+
+
+def test_scripted_backend_records_calls_and_runs_out():
+    backend = ScriptedBackend(["a", "b", "c"])
+    assert backend.chat([user_message("x")], n=2, temperature=0.3, seed=1) == ["a", "b"]
+    assert backend.calls[0]["n"] == 2 and backend.calls[0]["seed"] == 1
+    with pytest.raises(BackendError, match="ran out"):
+        backend.chat([user_message("y")], n=2)
+    with pytest.raises(UserInputError, match="n=0"):
+        backend.chat([user_message("y")], n=0)
+
+
+def test_chat_json_reasks_only_the_malformed_samples():
+    backend = ScriptedBackend(['{"h": 1}', "sorry, no", '{"h": 3}', '{"h": 2}'])
+    assert backend.chat_json([user_message("three hypotheses")], n=3, temperature=1.0) == [{"h": 1}, {"h": 2}, {"h": 3}]
+    reask = backend.calls[1]["messages"]
+    assert reask[-2] == {"role": "assistant", "content": "sorry, no"}
+    assert reask[-1]["content"][-1]["text"] == REASK_TEXT
+    assert backend.stats.json_reasks == 1 and backend.stats.json_failures == 0
+
+
+def test_chat_json_with_no_reasks_fails_softly():
+    backend = ScriptedBackend(lambda messages: "never JSON")
+    assert backend.chat_json([user_message("x")], n=2, max_reasks=0) == [None, None]
+    assert len(backend.calls) == 1 and backend.stats.json_failures == 2
+
+
+def test_batches_keep_input_order_with_threads():
+    backend = ScriptedBackend(lambda messages: messages[-1]["content"][-1]["text"][::-1], concurrency=4)
+    questions = [f"q{i}" for i in range(10)]
+    assert backend.chat_batch([[user_message(q)] for q in questions]) == [[q[::-1]] for q in questions]
+
+
+# ----------------------------------------------------------------------------- local Hugging Face model
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    tiny = pytest.importorskip("nemo_train.explainer.tiny")
+    return tiny.materialize_tiny(tmp_path_factory.mktemp("tiny"))
+
+
+def test_hf_local_backend_generates_from_images_and_text(tiny_model_dir, tmp_path):
+    backend = HFLocalBackend(tiny_model_dir, device="cpu", cache=tmp_path / "cache")
+    messages = [user_message("Why was this digit misclassified?", [torch.rand(3, 28, 28)])]
+    greedy = backend.chat(messages, n=2, max_tokens=6)
+    assert len(greedy) == 2 and greedy[0] == greedy[1] and isinstance(greedy[0], str)
+    # a fresh backend on the same folder reads the reply from the cache instead of generating
+    again = HFLocalBackend(tiny_model_dir, device="cpu", cache=tmp_path / "cache")
+    assert again.chat(messages, n=2, max_tokens=6) == greedy and again._model is None
+    sampled = backend.chat(messages, n=3, temperature=1.0, max_tokens=6, seed=7)
+    assert len(sampled) == 3
+    uncached = HFLocalBackend(tiny_model_dir, device="cpu")
+    assert uncached.chat(messages, n=3, temperature=1.0, max_tokens=6, seed=7) == sampled  # seeded sampling repeats
+    # a random model does not write JSON: the failure is recorded, not raised
+    assert uncached.chat_json(messages, max_tokens=4, max_reasks=1) == [None]
+    assert uncached.stats.json_failures == 1
+
+
+def test_hf_local_backend_with_objects_and_a_peft_adapter(tiny_model_dir, tmp_path):
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(tiny_model_dir)
+    base = AutoModelForImageTextToText.from_pretrained(tiny_model_dir)
+    messages = [user_message("Explain.", [torch.rand(3, 28, 28)])]
+    from_objects = HFLocalBackend(model=base, processor=processor, name="tiny").chat(messages, max_tokens=5)
+    assert from_objects == HFLocalBackend(tiny_model_dir, device="cpu").chat(messages, max_tokens=5)
+
+    torch.manual_seed(0)
+    lora = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    lora.save_pretrained(tmp_path / "adapter")
+    backend = HFLocalBackend(tiny_model_dir, adapter=tmp_path / "adapter", device="cpu")
+    assert backend.model.endswith("+adapter") and backend.cache_params() == {"adapter": str(tmp_path / "adapter")}
+    backend.chat(messages, max_tokens=5)
+    assert isinstance(backend._model, PeftModel)
+    with pytest.raises(UserInputError, match="adapter folder"):
+        HFLocalBackend(tiny_model_dir, adapter=tmp_path / "missing")
+    with pytest.raises(UserInputError, match="model_name_or_path"):
+        HFLocalBackend()
