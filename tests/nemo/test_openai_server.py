@@ -196,3 +196,33 @@ def test_bad_settings_raise_user_input_error():
         OpenAICompatibleBackend("localhost:8000", model="m")
     with pytest.raises(UserInputError, match="concurrency"):
         OpenAICompatibleBackend("http://127.0.0.1:1/v1", model="m", concurrency=0)
+
+
+def test_backoff_doubles_and_obeys_retry_after(monkeypatch):
+    import nemo_train.nemo.backends.openai_compat as openai_compat
+
+    slept = []
+    monkeypatch.setattr(openai_compat.time, "sleep", slept.append)
+    script = [error(500), error(502), error(429, retry_after="3"), error(503), completion("done")]
+    with LoopbackOpenAIServer(script) as server:
+        backend = make_backend(server, backoff=0.5, max_backoff=5.0, max_retries=4)
+        assert backend.chat([user_message("hi")]) == ["done"]
+    # 0.5, 1, (2 raised to Retry-After 3), 4 -- each with at most 10 % jitter
+    for got, expected in zip(slept, [0.5, 1.0, 3.0, 4.0]):
+        assert expected <= got <= expected * 1.1
+    assert len(slept) == 4
+
+
+def test_connection_errors_are_retried_then_reported(monkeypatch):
+    import socket
+
+    import nemo_train.nemo.backends.openai_compat as openai_compat
+
+    monkeypatch.setattr(openai_compat.time, "sleep", lambda seconds: None)
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    backend = OpenAICompatibleBackend(f"http://127.0.0.1:{port}/v1", model="m", max_retries=2, timeout=2.0)
+    with pytest.raises(BackendError, match="connection error .* after 2 retries"):
+        backend.chat([user_message("hi")])
+    assert backend.stats.retries == 2
