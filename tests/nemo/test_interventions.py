@@ -201,3 +201,52 @@ def test_prompt_intervention_matches_manual_softmax():
 def test_prompt_mode_needs_zero_shot_target():
     with pytest.raises(UserInputError, match="zero-shot"):
         CounterfactualScorer(RedGreenTarget(), KeywordAttributeDeriver(VOCAB), mode="prompt")
+
+
+# ------------------------------------------------------------------ diffusers editor
+def tiny_instruct_pix2pix():
+    """A randomly initialised InstructPix2Pix pipeline (a few thousand parameters), built offline."""
+    from diffusers import AutoencoderKL, EulerAncestralDiscreteScheduler, StableDiffusionInstructPix2PixPipeline, UNet2DConditionModel
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    tokenizer = tiny_random_clip(["x"]).tokenizer
+    tokenizer.model_max_length = 77
+    torch.manual_seed(0)
+    unet = UNet2DConditionModel(
+        block_out_channels=(8, 16), layers_per_block=1, sample_size=8, in_channels=8, out_channels=4,
+        down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"), up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
+        cross_attention_dim=32, norm_num_groups=4, attention_head_dim=4,
+    )
+    vae = AutoencoderKL(block_out_channels=[8, 16], down_block_types=["DownEncoderBlock2D"] * 2,
+                        up_block_types=["UpDecoderBlock2D"] * 2, latent_channels=4, norm_num_groups=4, sample_size=32)
+    text_encoder = CLIPTextModel(CLIPTextConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+        max_position_embeddings=77, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.eos_token_id,
+    ))
+    return StableDiffusionInstructPix2PixPipeline(vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, unet=unet,
+                                                  scheduler=EulerAncestralDiscreteScheduler(), safety_checker=None,
+                                                  feature_extractor=None, requires_safety_checker=False)
+
+
+def test_diffusers_editor_is_batched_seeded_and_keeps_size():
+    from nemo_train.nemo.editors import DiffusersEditor
+
+    pipeline = tiny_instruct_pix2pix()
+    calls = []
+    original_call = type(pipeline).__call__
+
+    def counting_call(self, *args, **kwargs):
+        calls.append(len(kwargs["prompt"]))
+        return original_call(self, *args, **kwargs)
+
+    editor = DiffusersEditor(pipeline, seed=3, size=32, batch_size=4, call_kwargs={"num_inference_steps": 1})
+    sample = ErrorSample("x", torch.rand(3, 28, 28, generator=torch.Generator().manual_seed(1)), 0, 1)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(type(pipeline), "__call__", counting_call)
+        first = editor.edit(sample, ["make it red", None, "turn it upright"])
+    second = editor.edit(sample, ["make it red", None, "turn it upright"])
+    assert calls == [2]  # the two real instructions in one pipeline call
+    assert first.shape == (3, 3, 28, 28) and 0 <= first.min() and first.max() <= 1
+    assert torch.equal(first, second)  # seeded
+    assert torch.equal(first[1], sample.image)  # no instruction, no edit
+    assert not torch.equal(first[0], sample.image)

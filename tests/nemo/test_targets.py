@@ -1,0 +1,96 @@
+"""Target classifiers: class mappings by hand, timm / zero-shot / checkpoint targets on tiny models."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+from nemo_train.errors import UserInputError  # noqa: E402
+from nemo_train.nemo.targets import ClassifierTarget, ClassMapping, TimmTarget, load_checkpoint_target, tiny_random_clip  # noqa: E402
+
+
+def test_imagenet_r_style_mask_equals_softmax_over_the_subset():
+    logits = torch.randn(4, 10, generator=torch.Generator().manual_seed(0))
+    mapping = ClassMapping(["c", "a", "b"], [[3], [7], [1]], num_source_classes=10)
+    assert torch.allclose(mapping.probs(logits), logits[:, [3, 7, 1]].softmax(-1), atol=1e-6)
+    assert torch.equal(mapping.predict(logits), logits[:, [3, 7, 1]].argmax(-1))
+
+
+def test_objectnet_style_any_mapped_id_counts():
+    mapping = ClassMapping(["bottle", "cup"], [[0, 1], [2]], num_source_classes=5)
+    logits = torch.tensor([[0.0, 2.0, 1.0, 9.0, 0.0], [0.0, 0.0, 3.0, 0.0, 9.0]])
+    # id 3 and 4 are unmapped: they are masked out; row 0's best mapped id is 1 -> "bottle"
+    assert mapping.predict(logits).tolist() == [0, 1]
+    e = torch.tensor([0.0, 2.0, 1.0]).exp()
+    expected = torch.stack([(e[0] + e[1]) / e.sum(), e[2] / e.sum()])
+    assert torch.allclose(mapping.probs(logits)[0], expected, atol=1e-6)
+    assert torch.allclose(mapping.probs(logits).sum(-1), torch.ones(2))
+
+
+def test_mapping_files_and_bad_input(tmp_path):
+    path = tmp_path / "map.json"
+    path.write_text(json.dumps({"bottle": [0, 1], "cup": 2}))
+    mapping = ClassMapping.from_json(path, num_source_classes=5)
+    assert mapping.class_names == ["bottle", "cup"] and mapping.ids == [[0, 1], [2]]
+    with pytest.raises(UserInputError, match="does not exist"):
+        ClassMapping.from_json(tmp_path / "missing.json")
+    with pytest.raises(UserInputError, match="id 7"):
+        ClassMapping(["x"], [[7]], num_source_classes=5)
+    with pytest.raises(UserInputError, match="no ImageNet id"):
+        ClassMapping(["x"], [[]], num_source_classes=5)
+    wnids = ClassMapping.from_wnids(["n01443537", "n01440764"])
+    assert wnids.class_names == ["goldfish", "tench"] and wnids.ids == [[1], [0]]
+    with pytest.raises(UserInputError, match="n99"):
+        ClassMapping.from_wnids(["n99"])
+
+
+def test_timm_target_with_mapping():
+    mapping = ClassMapping(["goldfish", "tench", "shark"], [[1], [0], [2, 3]])
+    target = TimmTarget("resnet10t", mapping=mapping, pretrained=False)
+    images = torch.rand(2, 3, 40, 40, generator=torch.Generator().manual_seed(0))  # resized inside
+    probs = target.predict_proba(images)
+    raw = target.raw_logits(images)
+    assert probs.shape == (2, 3) and torch.allclose(probs, mapping.probs(raw), atol=1e-5)
+    assert torch.equal(target.predict(images), mapping.predict(raw))
+    assert target.features(images).shape == (2, target.model.num_features)
+    with pytest.raises(UserInputError, match="unknown timm model"):
+        TimmTarget("not_a_model_xyz", pretrained=False)
+
+
+def test_zero_shot_target_probabilities():
+    target = tiny_random_clip(["cat", "dog", "fox"], seed=1)
+    images = torch.rand(2, 3, 48, 48, generator=torch.Generator().manual_seed(0))
+    probs = target.predict_proba(images)
+    assert probs.shape == (2, 3) and torch.allclose(probs.sum(-1), torch.ones(2), atol=1e-6)
+    # swapping in the class's own prompt changes nothing
+    same = target.proba_with_prompts(images, 2, ["a photo of a fox", "a fox in the snow"])
+    assert torch.allclose(same[:, 0], probs[:, 2], atol=1e-6)
+    assert target.prompts == ["a photo of a cat", "a photo of a dog", "a photo of a fox"]
+    with pytest.raises(UserInputError, match="template"):
+        type(target)(target.model, ["a"], tokenizer=target.tokenizer, template="a photo")
+
+
+def test_checkpoint_target_round_trip(tmp_path):
+    import lightning
+
+    from nemo_train.models import ClassifierModule
+
+    torch.manual_seed(0)
+    module = ClassifierModule(backbone="bias_cnn", num_classes=10)
+    path = tmp_path / "m.ckpt"
+    torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams),
+                "pytorch-lightning_version": lightning.__version__}, path)
+    target = load_checkpoint_target(path)
+    images = torch.rand(3, 3, 28, 28)
+    assert isinstance(target, ClassifierTarget) and target.class_names == [str(i) for i in range(10)]
+    with torch.no_grad():
+        assert torch.allclose(target.predict_proba(images), module.eval().predict_proba(images), atol=1e-6)
+        assert torch.allclose(target.features(images), module.features(images), atol=1e-6)
+    assert isinstance(target.gradcam_layer(), torch.nn.Conv2d)
+    with pytest.raises(UserInputError, match="does not exist"):
+        load_checkpoint_target(tmp_path / "none.ckpt")
