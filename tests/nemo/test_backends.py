@@ -124,3 +124,17 @@ def test_hf_local_backend_with_objects_and_a_peft_adapter(tiny_model_dir, tmp_pa
         HFLocalBackend(tiny_model_dir, adapter=tmp_path / "missing")
     with pytest.raises(UserInputError, match="model_name_or_path"):
         HFLocalBackend()
+
+
+def test_hf_local_backend_loads_a_saved_explainer_folder(tiny_model_dir, tmp_path):
+    module_lib = pytest.importorskip("nemo_train.explainer.module")
+    module = module_lib.ExplainerModule(model_name_or_path=str(tiny_model_dir), lora_r=2)
+    module.configure_model()
+    folder = module.save_adapter(tmp_path / "explainer")
+    messages = [user_message("Why?", [torch.rand(3, 28, 28)])]
+    backend = HFLocalBackend(folder, device="cpu")
+    reply = backend.chat(messages, max_tokens=5)
+    assert reply == HFLocalBackend(model=module.model.eval(), processor=module.processor).chat(messages, max_tokens=5)
+    from peft import PeftModel
+
+    assert isinstance(backend._model, PeftModel)
