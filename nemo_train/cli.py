@@ -8,9 +8,11 @@
 from __future__ import annotations
 
 import importlib
-import os
+import re
 import sys
 from typing import Any, Callable
+
+from jsonargparse import ArgumentError
 
 from nemo_train.errors import UserInputError
 
@@ -20,6 +22,20 @@ LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test", "predict")
 PIPELINE_COMMANDS: dict[str, str] = {
     "demo": "nemo_train.demo:demo",
 }
+
+
+_NOISE = re.compile(
+    r"^(errors:|expected a |given value|problem with given class_path|subclass types expected|"
+    r"does not validate against any of the union subtypes|subtypes: )",
+    re.IGNORECASE,
+)
+
+
+def summarize_parser_error(message: str) -> str:
+    """Reduce a jsonargparse error (often a nested list of every type it tried) to one line."""
+    lines = [line.strip().lstrip("- ").strip() for line in str(message).splitlines()]
+    kept = [line for line in lines if line and not _NOISE.match(line)]
+    return " ".join(dict.fromkeys(kept)).replace(": ;", ":") or str(message).strip()
 
 
 def _load(target: str) -> Callable[..., Any]:
@@ -40,7 +56,7 @@ def run_lightning_cli(args: list[str]) -> None:
     """Run LightningCLI on ``args`` (the subcommand first)."""
     from nemo_train.lightning_cli import NemoLightningCLI
 
-    NemoLightningCLI(args=args)
+    NemoLightningCLI(args=None if args == sys.argv[1:] else args)
 
 
 def run_pipeline(name: str, args: list[str]) -> Any:
@@ -54,7 +70,6 @@ def run_pipeline(name: str, args: list[str]) -> Any:
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``nemo-train`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    os.environ.setdefault("WANDB_MODE", "offline" if not os.environ.get("WANDB_API_KEY") else "online")
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return
@@ -68,13 +83,29 @@ def main(argv: list[str] | None = None) -> None:
             raise UserInputError(
                 f"unknown command {command!r}; expected one of {', '.join(LIGHTNING_SUBCOMMANDS + tuple(PIPELINE_COMMANDS))}"
             )
-    except UserInputError as err:
-        print(f"nemo-train: error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
-    except FileNotFoundError as err:
-        print(f"nemo-train: error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
+    except ArgumentError as err:
+        _fail(summarize_parser_error(err))
+    except Exception as err:
+        user_error = find_user_error(err)
+        if user_error is None:
+            raise
+        _fail(str(user_error))
 
+
+def find_user_error(err: BaseException) -> BaseException | None:
+    """The ``UserInputError`` / ``FileNotFoundError`` behind ``err`` (libraries like jsonargparse wrap them)."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, (UserInputError, FileNotFoundError)):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def _fail(message: str) -> None:
+    print(f"nemo-train: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 if __name__ == "__main__":
     main()

@@ -35,6 +35,7 @@ class NemoLightningCLI(LightningCLI):
     def __init__(self, args: list[str] | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("save_config_callback", ScrubbedSaveConfigCallback)
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
+        kwargs.setdefault("parser_kwargs", {"exit_on_error": False})  # the nemo-train CLI prints one line
         super().__init__(
             L.LightningModule,
             L.LightningDataModule,
