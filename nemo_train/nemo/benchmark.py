@@ -196,19 +196,30 @@ def build_cmnist_benchmark(
     return NemoBenchmark("cmnist", list(dm.class_names), "cmnist", errors, reference, renderer, vocabulary, cause)
 
 
-def list_image_folder(root: str | Path, class_names: Sequence[str] | None = None) -> tuple[list[str], list[str], torch.Tensor]:
-    """``root/<class>/<image>`` -> (class folder names, image paths, labels); classes sorted by folder name."""
+def list_image_folder(
+    root: str | Path, class_names: Sequence[str] | None = None, subset: bool = False
+) -> tuple[list[str], list[str], torch.Tensor]:
+    """``root/<class>/<image>`` -> (class folder names, image paths, labels); classes sorted by folder name.
+
+    With ``class_names`` the labels follow that order; every class must have a folder unless ``subset``
+    (an ImageNet reference subset may cover only some classes, but no foreign ones).
+    """
     root = Path(root)
     if not root.is_dir():
         raise UserInputError(f"dataset folder {str(root)!r} does not exist")
     folders = sorted(p.name for p in root.iterdir() if p.is_dir())
     if class_names is not None:
         missing = [c for c in class_names if c not in folders]
-        if missing:
+        foreign = [f for f in folders if f not in class_names]
+        if missing and not subset:
             raise UserInputError(f"class folder(s) {missing[:5]} missing under {str(root)!r}")
+        if foreign and subset:
+            raise UserInputError(f"folder(s) {foreign[:5]} under {str(root)!r} are not classes of the benchmark")
         folders = list(class_names)
     paths, labels = [], []
     for k, name in enumerate(folders):
+        if not (root / name).is_dir():
+            continue
         files = sorted(p for p in (root / name).iterdir() if p.suffix in IMAGE_SUFFIXES)
         paths += [str(p) for p in files]
         labels += [k] * len(files)
@@ -250,7 +261,7 @@ def build_folder_benchmark(
     ref_paths = [paths[i] for i in rest.tolist()]
     ref_labels, ref_preds, ref_feats = labels[rest], predictions[rest], features[rest]
     if extra_reference is not None:
-        _, extra_paths, extra_labels = list_image_folder(extra_reference, folders)
+        _, extra_paths, extra_labels = list_image_folder(extra_reference, folders, subset=True)
         extra_preds, extra_feats = classify(target, extra_paths, batch_size, image_size, desc="classifying the reference subset")
         ref_paths += extra_paths
         ref_labels, ref_preds = torch.cat([ref_labels, extra_labels]), torch.cat([ref_preds, extra_preds])

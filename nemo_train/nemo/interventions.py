@@ -201,10 +201,13 @@ class ExactAttributeEditor:
 
     ``renderer`` has ``render_batch(**attrs_as_tensors)`` and ``attributes`` (CMNIST / CLEVR renderers of
     the foundation issue). All ``M`` edits of a sample are rendered in one ``render_batch`` call.
+    ``quantize`` rounds edits to 1/255 steps like the stored ``uint8`` datasets, so an edit that
+    changes nothing reproduces the stored image exactly.
     """
 
-    def __init__(self, renderer) -> None:
+    def __init__(self, renderer, quantize: bool = True) -> None:
         self.renderer = renderer
+        self.quantize = quantize
 
     def edit(self, sample: ErrorSample, instructions: Sequence[dict | None]) -> torch.Tensor:
         if sample.attrs is None:
@@ -219,6 +222,8 @@ class ExactAttributeEditor:
             rows.append(attrs)
         batch = {k: torch.tensor([r[k] for r in rows]) for k in rows[0]}
         edited = self.renderer.render_batch(**batch)
+        if self.quantize:
+            edited = edited.clamp(0, 1).mul(255).round().div(255)
         return torch.where(torch.tensor([i is None for i in instructions]).view(-1, 1, 1, 1), sample.image.expand_as(edited), edited)
 
 
