@@ -1,0 +1,298 @@
+"""``ExplainerModule``: LoRA / QLoRA fine-tuning of a multimodal LLM on image-explanation pairs (paper 004, App. C)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+
+from nemo_train.errors import UserInputError
+from nemo_train.explainer.tiny import TINY_MODEL, resolve_model_path
+
+#: LoRA targets: attention and MLP projections of the language model only (the default).
+LANGUAGE_TARGETS = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
+#: LoRA targets: the above plus the attention / MLP linears of the vision blocks of Qwen2-VL / Qwen2.5-VL
+#: (``visual.blocks.N``) and Llama-3.2-Vision (``vision_model.*.layers.N``), never the patch embedding.
+VISION_LANGUAGE_TARGETS = (
+    r".*(language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
+    r"|visual\.blocks\.\d+\.(attn\.(qkv|proj)|mlp\.(fc1|fc2|gate_proj|up_proj|down_proj))"
+    r"|vision_model\.(transformer|global_transformer)\.layers\.\d+\.(self_attn\.(q_proj|k_proj|v_proj|o_proj)|mlp\.(fc1|fc2)))"
+)
+#: Modules kept in full precision under 4-bit loading: the output head and the vision-language projector.
+DEFAULT_QUANT_SKIP = ["lm_head", r".*visual\.merger", r".*multi_modal_projector", r".*connector"]
+#: File written next to a saved adapter so that it can be reloaded without the training config.
+EXPLAINER_META = "nemo_explainer.json"
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _dtype(name: str, what: str) -> torch.dtype:
+    if name not in _DTYPES:
+        raise UserInputError(f"{what}={name!r}; expected one of {sorted(_DTYPES)}")
+    return _DTYPES[name]
+
+
+def batch_size_of(batch: dict[str, torch.Tensor]) -> int:
+    """Conversations in a batch (``ThroughputMonitor(batch_size_fn=...)``)."""
+    return int(batch["input_ids"].shape[0])
+
+
+def tokens_of(batch: dict[str, torch.Tensor]) -> int:
+    """Non-padding tokens in a batch (``ThroughputMonitor(length_fn=...)``: items/s become tokens/s)."""
+    return int(batch["attention_mask"].sum())
+
+
+class ExplainerModule(L.LightningModule):
+    """A multimodal LLM (anything ``AutoModelForImageTextToText`` loads) fine-tuned with LoRA to explain errors.
+
+    The model is built in :meth:`configure_model` (so FSDP / DeepSpeed can shard it at creation). LoRA
+    (peft) hits the modules whose names fully match ``lora_targets`` (a regex; language-only by default);
+    ``modules_to_save`` trains whole modules too. ``load_in_4bit`` loads the base through transformers'
+    ``BitsAndBytesConfig`` (nf4, double quantization, ``compute_dtype``; ``quant_skip_modules`` stay
+    unquantized). Lightning checkpoints hold only the trainable weights; a peft adapter (safetensors) with
+    the processor is written to ``adapter_dir`` at every checkpoint and at the end of training.
+
+    Args:
+        model_name_or_path: hub id, local folder, or ``embedded:tiny-qwen2-vl`` (built locally, random init).
+        adapter: a saved adapter folder to start from (resume fine-tuning or load for inference).
+        lora_r, lora_alpha, lora_dropout: LoRA rank, scale and dropout (004: 16, 16, 0).
+        lora_targets: regex over module names, e.g. :data:`LANGUAGE_TARGETS` or :data:`VISION_LANGUAGE_TARGETS`.
+        modules_to_save: module names trained in full (e.g. ``["visual", "lm_head"]`` for a random-init model).
+        load_in_4bit: QLoRA; ``quant_storage_dtype`` must equal ``compute_dtype`` under FSDP.
+        gradient_checkpointing: recompute activations (``use_reentrant=False``).
+        lr, weight_decay, warmup_steps: AdamW with linear warm-up then linear decay to zero.
+        torch_dtype: dtype the unquantized weights are loaded in.
+        attn_implementation: passed to ``from_pretrained`` (``sdpa``, ``eager``, ``flash_attention_2``).
+        adapter_dir: where the adapter goes (default ``<default_root_dir>/adapter``).
+    """
+
+    def __init__(
+        self,
+        model_name_or_path: str = TINY_MODEL,
+        adapter: str | None = None,
+        lora_r: int = 16,
+        lora_alpha: int = 16,
+        lora_dropout: float = 0.0,
+        lora_targets: str = LANGUAGE_TARGETS,
+        modules_to_save: list[str] | None = None,
+        load_in_4bit: bool = False,
+        compute_dtype: str = "float32",
+        quant_storage_dtype: str | None = None,
+        quant_skip_modules: list[str] | None = None,
+        gradient_checkpointing: bool = False,
+        lr: float = 2e-4,
+        weight_decay: float = 0.0,
+        warmup_steps: int = 0,
+        torch_dtype: str = "float32",
+        attn_implementation: str | None = "sdpa",
+        adapter_dir: str | None = None,
+    ) -> None:
+        super().__init__()
+        if lora_r < 1:
+            raise UserInputError(f"lora_r={lora_r}; expected a rank of at least 1")
+        if not 0.0 <= lora_dropout < 1.0:
+            raise UserInputError(f"lora_dropout={lora_dropout}; expected a value in [0, 1)")
+        if lr <= 0:
+            raise UserInputError(f"lr={lr}; expected a positive learning rate")
+        for name, value in (("compute_dtype", compute_dtype), ("torch_dtype", torch_dtype), ("quant_storage_dtype", quant_storage_dtype)):
+            if value is not None:
+                _dtype(value, name)
+        self.save_hyperparameters()
+        self.model: torch.nn.Module | None = None
+        self.processor: Any = None
+        self.prompting: dict[str, Any] = {}
+        self.strict_loading = False  # checkpoints hold only the trainable weights
+
+    # ------------------------------------------------------------------------------------------ model
+
+    def quantization_config(self):
+        """The ``BitsAndBytesConfig`` used when ``load_in_4bit`` (nf4, double quantization)."""
+        from transformers import BitsAndBytesConfig
+
+        hp = self.hparams
+        compute = _dtype(hp.compute_dtype, "compute_dtype")
+        return BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=compute,
+            bnb_4bit_quant_storage=_dtype(hp.quant_storage_dtype, "quant_storage_dtype") if hp.quant_storage_dtype else torch.uint8,
+            llm_int8_skip_modules=list(hp.quant_skip_modules or DEFAULT_QUANT_SKIP),
+        )
+
+    def lora_config(self):
+        """The peft ``LoraConfig`` built from the hyper-parameters."""
+        from peft import LoraConfig
+
+        hp = self.hparams
+        return LoraConfig(
+            r=hp.lora_r,
+            lora_alpha=hp.lora_alpha,
+            lora_dropout=hp.lora_dropout,
+            target_modules=hp.lora_targets,
+            modules_to_save=list(hp.modules_to_save) if hp.modules_to_save else None,
+        )
+
+    def _load_base(self) -> torch.nn.Module:
+        from transformers import AutoModelForImageTextToText
+
+        hp = self.hparams
+        kwargs: dict[str, Any] = {"dtype": _dtype(hp.torch_dtype, "torch_dtype")}
+        if hp.attn_implementation:
+            kwargs["attn_implementation"] = hp.attn_implementation
+        if hp.load_in_4bit:
+            kwargs["quantization_config"] = self.quantization_config()
+            device = self.trainer.strategy.root_device if self._trainer is not None else torch.device("cpu")
+            kwargs["device_map"] = {"": str(device)}
+        path = resolve_model_path(hp.model_name_or_path)
+        try:
+            return AutoModelForImageTextToText.from_pretrained(path, **kwargs)
+        except OSError as err:
+            raise UserInputError(f"cannot load model {hp.model_name_or_path!r}: {err}") from None
+
+    def configure_model(self) -> None:
+        """Load the base model, prepare it for k-bit training / checkpointing, and add (or load) the adapter."""
+        if self.model is not None:
+            return
+        from peft import PeftModel, get_peft_model, prepare_model_for_kbit_training
+
+        from datamodules.explanations import load_processor
+
+        hp = self.hparams
+        base = self._load_base().train()  # from_pretrained returns eval mode; Lightning keeps module modes
+        checkpointing = {"use_reentrant": False}
+        if hp.load_in_4bit:
+            base = prepare_model_for_kbit_training(
+                base, use_gradient_checkpointing=hp.gradient_checkpointing, gradient_checkpointing_kwargs=checkpointing
+            )
+        elif hp.gradient_checkpointing:
+            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=checkpointing)
+            base.enable_input_require_grads()
+        if hp.gradient_checkpointing:
+            base.config.use_cache = False
+        if hp.adapter:
+            if not (Path(hp.adapter) / "adapter_config.json").is_file():
+                raise UserInputError(f"adapter={hp.adapter!r} holds no adapter_config.json; expected a folder written by save_adapter")
+            self.model = PeftModel.from_pretrained(base, hp.adapter, is_trainable=True)
+        else:
+            try:
+                self.model = get_peft_model(base, self.lora_config())
+            except ValueError as err:
+                raise UserInputError(f"lora_targets={hp.lora_targets!r} matches no module of {hp.model_name_or_path!r}: {err}") from None
+        self.processor = load_processor(hp.adapter or hp.model_name_or_path)
+
+    def trainable_parameter_names(self) -> list[str]:
+        """Names (in this module's ``state_dict``) of the parameters the optimizer updates."""
+        self.configure_model()
+        return [f"model.{n}" for n, p in self.model.named_parameters() if p.requires_grad]
+
+    # --------------------------------------------------------------------------------------- training
+
+    def forward(self, **inputs: torch.Tensor) -> Any:
+        """The wrapped model's output (``loss`` when ``labels`` are given, ``logits``)."""
+        return self.model(**inputs)
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss = self(**batch).loss
+        self.log("train/loss", loss, prog_bar=True, batch_size=batch_size_of(batch))
+        return loss
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        loss = self(**batch).loss
+        self.log("val/loss", loss, prog_bar=True, batch_size=batch_size_of(batch), sync_dist=True)
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        hp = self.hparams
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=hp.lr, weight_decay=hp.weight_decay)
+        total = max(1, int(self.trainer.estimated_stepping_batches)) if self._trainer is not None else 1
+        warmup = min(hp.warmup_steps, total - 1)
+
+        def scale(step: int) -> float:
+            if step < warmup:
+                return (step + 1) / (warmup + 1)
+            return max(0.0, (total - step) / max(1, total - warmup))
+
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, scale)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def on_fit_start(self) -> None:
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if datamodule is not None and hasattr(datamodule, "prompt_settings"):
+            self.prompting = datamodule.prompt_settings()
+
+    # ------------------------------------------------------------------------------------ checkpoints
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Keep only the trainable weights in the checkpoint, and write the adapter next to it."""
+        trainable = set(self.trainable_parameter_names())
+        state = checkpoint.get("state_dict")
+        if state is not None:
+            checkpoint["state_dict"] = {k: v for k, v in state.items() if k in trainable}
+        checkpoint["explainer_prompting"] = dict(self.prompting)
+        if self._trainer is not None and self.trainer.is_global_zero and not self._sharded():
+            self.save_adapter(self.default_adapter_dir())
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.configure_model()
+        self.prompting = dict(checkpoint.get("explainer_prompting", {}))
+
+    def on_train_end(self) -> None:
+        if self.trainer.is_global_zero and not self._sharded():
+            self.save_adapter(self.default_adapter_dir())
+
+    def _sharded(self) -> bool:
+        name = type(self.trainer.strategy).__name__
+        return "FSDP" in name or "DeepSpeed" in name
+
+    def default_adapter_dir(self) -> Path:
+        """``adapter_dir``, else ``<trainer.default_root_dir>/adapter``."""
+        if self.hparams.adapter_dir:
+            return Path(self.hparams.adapter_dir)
+        root = self.trainer.default_root_dir if self._trainer is not None else "."
+        return Path(root) / "adapter"
+
+    def save_adapter(self, path: str | Path) -> Path:
+        """Write the peft adapter (safetensors), the processor and the base model's name to ``path``."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(path, safe_serialization=True)
+        self.processor.save_pretrained(path)
+        hp = self.hparams
+        meta = {
+            "model_name_or_path": hp.model_name_or_path,
+            "load_in_4bit": hp.load_in_4bit,
+            "compute_dtype": hp.compute_dtype,
+            "torch_dtype": hp.torch_dtype,
+            "prompting": self.prompting,
+        }
+        (path / EXPLAINER_META).write_text(json.dumps(meta, indent=2))
+        return path
+
+    @classmethod
+    def from_adapter(cls, path: str | Path, load_in_4bit: bool | None = None, merge: bool = False) -> ExplainerModule:
+        """Rebuild an explainer from :meth:`save_adapter` output, in eval mode; ``merge`` folds LoRA into the base."""
+        path = Path(path)
+        meta_file = path / EXPLAINER_META
+        if not meta_file.is_file():
+            raise UserInputError(f"{str(path)!r} is not a saved explainer adapter (no {EXPLAINER_META}); expected a folder written by save_adapter")
+        meta = json.loads(meta_file.read_text())
+        module = cls(
+            model_name_or_path=meta["model_name_or_path"],
+            adapter=str(path),
+            load_in_4bit=meta["load_in_4bit"] if load_in_4bit is None else load_in_4bit,
+            compute_dtype=meta.get("compute_dtype", "float32"),
+            torch_dtype=meta.get("torch_dtype", "float32"),
+        )
+        module.configure_model()
+        module.prompting = meta.get("prompting", {})
+        if merge:
+            module.merge()
+        return module.eval()
+
+    def merge(self) -> None:
+        """Fold the LoRA weights into the base model (faster inference; no further adapter training)."""
+        self.model = self.model.merge_and_unload()

@@ -1,0 +1,157 @@
+"""The embedded default explainer: a Qwen2-VL model shrunk to ~0.2 M parameters, random init, no download.
+
+The tokenizer is a byte-level BPE (the scheme of the real Qwen2 tokenizer) trained deterministically on
+our own prompts and reference explanations, with Qwen2-VL's special tokens; it is wrapped with a
+``Qwen2VLImageProcessor`` set up for small images (4-pixel patches, 2x2 merge: a 28x28 image becomes
+16 image tokens) in the real ``Qwen2VLProcessor``. :func:`materialize_tiny` writes model + processor with
+``save_pretrained`` once into a cache folder, so every later load goes through the same
+``from_pretrained`` code path as a hub model (including 4-bit quantization).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from nemo_train.explainer import causes
+
+#: Name that selects the embedded default wherever a model id or path is expected.
+TINY_MODEL = "embedded:tiny-qwen2-vl"
+#: Bump when the recipe below changes, so stale caches are rebuilt.
+TINY_VERSION = 1
+
+SPECIAL_TOKENS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+]
+
+#: A chat template in the Qwen2-VL layout (role headers, vision markers around each image).
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def _corpus() -> list[str]:
+    texts = [causes.SYSTEM_PROMPT, causes.SINGLE_IMAGE_PROMPT, causes.PAIR_PROMPT, causes.BIAS_PROMPT]
+    texts += [e for variants in causes.EXPLANATIONS.values() for e in variants]
+    from datamodules.cmnist import COLOR_NAMES
+
+    texts += [causes.bias_explanation(c, 3, 8, [0, 1, 2, 3, 4]) for c in COLOR_NAMES]
+    texts += ["system\n", "user\n", "assistant\n", "0 1 2 3 4 5 6 7 8 9"]
+    return texts * 4
+
+
+def build_tiny_processor():
+    """The tiny model's ``Qwen2VLProcessor`` (byte-level BPE of 512 tokens, built deterministically)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen2VLImageProcessor, Qwen2VLProcessor, Qwen2VLVideoProcessor
+
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=512,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    backend.train_from_iterator(_corpus(), trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=SPECIAL_TOKENS[1:],
+        model_max_length=1024,
+    )
+    pixels = dict(min_pixels=32 * 32, max_pixels=128 * 128, patch_size=4, merge_size=2, temporal_patch_size=2)
+    return Qwen2VLProcessor(
+        image_processor=Qwen2VLImageProcessor(**pixels),
+        video_processor=Qwen2VLVideoProcessor(**pixels),
+        tokenizer=tokenizer,
+        chat_template=CHAT_TEMPLATE,
+    )
+
+
+def build_tiny_config(tokenizer):
+    """A ``Qwen2VLConfig`` with 2 vision blocks (width 64) and 2 language layers (width 64)."""
+    from transformers import Qwen2VLConfig
+
+    ids = tokenizer.convert_tokens_to_ids
+    return Qwen2VLConfig(
+        text_config=dict(
+            vocab_size=len(tokenizer),
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=1024,
+            rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 10000.0},
+            bos_token_id=ids("<|endoftext|>"),
+            eos_token_id=ids("<|im_end|>"),
+            pad_token_id=ids("<|endoftext|>"),
+        ),
+        vision_config=dict(
+            depth=2, embed_dim=64, hidden_size=64, num_heads=4, mlp_ratio=2, patch_size=4, spatial_merge_size=2, temporal_patch_size=2
+        ),
+        image_token_id=ids("<|image_pad|>"),
+        video_token_id=ids("<|video_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"),
+        vision_end_token_id=ids("<|vision_end|>"),
+        tie_word_embeddings=False,
+    )
+
+
+def cache_root() -> Path:
+    """``$NEMO_TRAIN_CACHE`` or ``~/.cache/nemo-train``."""
+    return Path(os.environ.get("NEMO_TRAIN_CACHE", Path.home() / ".cache" / "nemo-train"))
+
+
+def materialize_tiny(root: str | Path | None = None) -> Path:
+    """Write the tiny model and processor (seed 0) into ``root`` once; return the folder.
+
+    Safe with several processes (DDP ranks): each writes into a private temporary folder and renames it
+    into place; a rank that loses the race keeps the winner's identical copy.
+    """
+    target = Path(root or cache_root()) / f"tiny-qwen2-vl-v{TINY_VERSION}"
+    if (target / "done.json").is_file():
+        return target
+    from transformers import AutoModelForImageTextToText
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".tiny-", dir=target.parent))
+    processor = build_tiny_processor()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = AutoModelForImageTextToText.from_config(build_tiny_config(processor.tokenizer))
+    model.generation_config.pad_token_id = processor.tokenizer.pad_token_id
+    model.generation_config.eos_token_id = processor.tokenizer.eos_token_id
+    model.save_pretrained(scratch)
+    processor.save_pretrained(scratch)
+    (scratch / "done.json").write_text(json.dumps({"version": TINY_VERSION}))
+    try:
+        scratch.rename(target)
+    except OSError:  # another process got there first
+        shutil.rmtree(scratch, ignore_errors=True)
+    return target
+
+
+def resolve_model_path(name_or_path: str) -> str:
+    """Map :data:`TINY_MODEL` to its materialized folder; leave hub ids and local paths unchanged."""
+    return str(materialize_tiny()) if name_or_path == TINY_MODEL else name_or_path
