@@ -143,7 +143,9 @@ class LLMMatch(Metric):
         return self.sample_total / self.sample_count
 
     def per_judge(self) -> dict[str, float]:
-        """Each judge's mean score over the samples it scored (``nan`` for a judge that scored none)."""
-        means = self.judge_total / self.judge_count.clamp(min=1)
-        means = torch.where(self.judge_count > 0, means, torch.full_like(means, float("nan")))
+        """Each judge's mean score over the samples it scored (``nan`` for a judge that scored none),
+        synchronised across processes like :meth:`compute`."""
+        with self.sync_context(should_sync=not self._is_synced):
+            total, count = self.judge_total.clone(), self.judge_count.clone()
+        means = torch.where(count > 0, total / count.clamp(min=1), torch.full_like(total, float("nan")))
         return dict(zip(self.judge_names, means.tolist()))

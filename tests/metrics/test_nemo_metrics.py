@@ -111,3 +111,41 @@ def test_llm_match_with_scripted_llm_judges_and_keyword_judge():
     assert metric.compute().item() == pytest.approx((1 + 1 / 6) / 2)
     assert verdicts[1].mean == pytest.approx(1 / 6)
     assert metric.per_judge()["llm:lenient"] == pytest.approx(0.75)
+
+
+def _ddp_worker(rank: int, world_size: int, port: int, results) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
+    try:
+        cei_metric, match = CEI(), LLMMatch(["a", "b"])
+        if rank == 0:
+            cei_metric.update(torch.tensor([0.9, 0.3]), torch.tensor([0.2, 0.5]))  # 70, -20
+            match.update([[1.0, 0.5], [None, None]])
+        else:
+            cei_metric.update(torch.tensor([0.6]), torch.tensor([0.1]))  # 50
+            match.update([[0.0, None]])
+        results[rank] = (cei_metric.compute().item(), sorted(cei_metric.per_sample().tolist()),
+                         match.compute().item(), match.per_judge(), match.failures.item())
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_metrics_sync_across_two_processes():
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    results = mp.Manager().dict()
+    mp.start_processes(_ddp_worker, args=(2, port, results), nprocs=2, join=True, start_method="fork")
+    for rank in (0, 1):
+        mean, per_sample, match, per_judge, failures = results[rank]
+        assert mean == pytest.approx(100 / 3)
+        assert per_sample == pytest.approx([-20.0, 50.0, 70.0])
+        assert match == pytest.approx((0.75 + 0.0) / 2)
+        assert per_judge == pytest.approx({"a": 0.5, "b": 0.5})
+    assert results[0][4] + results[1][4] == 1  # raw states stay local: rank 0 had the failed sample
