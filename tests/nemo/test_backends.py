@@ -138,3 +138,21 @@ def test_hf_local_backend_loads_a_saved_explainer_folder(tiny_model_dir, tmp_pat
     from peft import PeftModel
 
     assert isinstance(backend._model, PeftModel)
+
+
+def test_hf_local_batched_generation_matches_one_at_a_time(tiny_model_dir, tmp_path):
+    g = torch.Generator().manual_seed(3)
+    conversations = [
+        [user_message("Why?", [torch.rand(3, 28, 28, generator=g)])],
+        [user_message("Why was this digit classified as a seven instead of a one?", [torch.rand(3, 28, 28, generator=g)])],
+        [system_message("Be brief."), user_message("Explain the error.", [torch.rand(3, 28, 28, generator=g)])],
+    ]
+    single = HFLocalBackend(tiny_model_dir, device="cpu")
+    one_by_one = [single.chat(c, n=2, max_tokens=6) for c in conversations]
+    batched = HFLocalBackend(tiny_model_dir, device="cpu", batch_size=2, cache=tmp_path / "c")
+    assert batched.chat_batch(conversations, n=2, max_tokens=6) == one_by_one  # left padding changes nothing
+    assert batched.stats.requests == 3
+    assert batched.chat(conversations[1], n=2, max_tokens=6) == one_by_one[1]  # stored per conversation
+    assert batched.stats.cache_hits == 1
+    sampled = batched.chat_batch(conversations, n=2, temperature=1.0, max_tokens=4, seed=1)
+    assert [len(r) for r in sampled] == [2, 2, 2]

@@ -68,8 +68,8 @@ def test_llm_judge_prompt_and_parsing():
 
 
 def test_llm_judge_failure_is_recorded_and_the_rest_still_scored():
-    # first item: malformed three times (1 + 2 re-asks) -> None; second item scored normally
-    backend = ScriptedBackend(["nope", "still nope", "no", json.dumps({"reasoning": "colour", "score": 1})])
+    # first replies for both items come first, then the first item's two re-asks: all malformed -> None
+    backend = ScriptedBackend(["nope", json.dumps({"reasoning": "colour", "score": 1}), "still nope", "no"])
     verdicts = LLMJudge(backend, "cmnist", name="j").judge([JudgeItem("?"), JudgeItem("red digit")])
     assert [v.score for v in verdicts] == [None, 1.0]
     assert verdicts[0].reason == "no JSON reply"

@@ -84,32 +84,49 @@ class ChatBackend(ABC):
         seed: int | None = None,
     ) -> list[str]:
         """``n`` replies to ``messages``; served from the cache when this exact request was made before."""
+        key = self._cache_key(messages, n=n, temperature=temperature, max_tokens=max_tokens, seed=seed)
+        cached = self._cached(key, n)
+        if cached is not None:
+            return cached
+        self.stats.add("requests")
+        replies = self._generate(messages, n=n, temperature=temperature, max_tokens=max_tokens, seed=seed)
+        self._store(key, replies, n)
+        return replies
+
+    def _cache_key(self, messages: list[Message], *, n: int, temperature: float, max_tokens: int, seed: int | None) -> str | None:
+        """Check the request parameters; the cache key of the request (``None`` without a cache)."""
         if n < 1:
             raise UserInputError(f"n={n}; expected an integer >= 1")
         if temperature < 0:
             raise UserInputError(f"temperature={temperature}; expected a value >= 0")
-        key = None
-        if self.cache is not None:
-            params = {"n": n, "temperature": temperature, "max_tokens": max_tokens, "seed": seed}
-            key = cache_key(self.model, to_openai_messages(messages), {**params, **self.cache_params()})
-            cached = self.cache.get(key)
-            if cached is not None and len(cached) == n:
-                self.stats.add("cache_hits")
-                return list(cached)
-        self.stats.add("requests")
-        replies = self._generate(messages, n=n, temperature=temperature, max_tokens=max_tokens, seed=seed)
+        if self.cache is None:
+            return None
+        params = {"n": n, "temperature": temperature, "max_tokens": max_tokens, "seed": seed}
+        return cache_key(self.model, to_openai_messages(messages), {**params, **self.cache_params()})
+
+    def _cached(self, key: str | None, n: int) -> list[str] | None:
+        cached = self.cache.get(key) if key is not None else None
+        if cached is not None and len(cached) == n:
+            self.stats.add("cache_hits")
+            return list(cached)
+        return None
+
+    def _store(self, key: str | None, replies: list[str], n: int) -> None:
         if len(replies) != n:
             raise BackendError(f"{type(self).__name__} returned {len(replies)} replies; expected n={n}")
         if key is not None:
             self.cache.put(key, replies, model=self.model)
-        return replies
+
+    def _map(self, fn: Any, items: list[Any]) -> list[Any]:
+        """``fn`` over ``items``, ``concurrency`` at a time, results in input order."""
+        if self.concurrency == 1 or len(items) <= 1:
+            return [fn(item) for item in items]
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            return list(pool.map(fn, items))
 
     def chat_batch(self, conversations: list[list[Message]], **kwargs: Any) -> list[list[str]]:
         """:meth:`chat` on each conversation, ``concurrency`` at a time; results in input order."""
-        if self.concurrency == 1 or len(conversations) <= 1:
-            return [self.chat(messages, **kwargs) for messages in conversations]
-        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
-            return list(pool.map(lambda messages: self.chat(messages, **kwargs), conversations))
+        return self._map(lambda messages: self.chat(messages, **kwargs), conversations)
 
     def chat_json(
         self,
@@ -134,12 +151,24 @@ class ChatBackend(ABC):
             for reply in replies
         ]
 
-    def chat_json_batch(self, conversations: list[list[Message]], **kwargs: Any) -> list[list[dict[str, Any] | None]]:
-        """:meth:`chat_json` on each conversation, ``concurrency`` at a time; results in input order."""
-        if self.concurrency == 1 or len(conversations) <= 1:
-            return [self.chat_json(messages, **kwargs) for messages in conversations]
-        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
-            return list(pool.map(lambda messages: self.chat_json(messages, **kwargs), conversations))
+    def chat_json_batch(
+        self,
+        conversations: list[list[Message]],
+        *,
+        n: int = 1,
+        temperature: float = 0.0,
+        max_tokens: int = 512,
+        seed: int | None = None,
+        max_reasks: int = 2,
+    ) -> list[list[dict[str, Any] | None]]:
+        """:meth:`chat_json` on each conversation: first replies through :meth:`chat_batch` (so a
+        backend that batches generation does), then the re-asks, ``concurrency`` at a time."""
+        settings = dict(temperature=temperature, max_tokens=max_tokens, seed=seed)
+        first = self.chat_batch(conversations, n=n, **settings)
+        return self._map(
+            lambda pair: [self._parse_or_reask(pair[0], reply, max_reasks=max_reasks, **settings) for reply in pair[1]],
+            list(zip(conversations, first)),
+        )
 
     def _parse_or_reask(
         self, messages: list[Message], reply: str, *, temperature: float, max_tokens: int, seed: int | None,

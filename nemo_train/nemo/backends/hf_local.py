@@ -34,12 +34,15 @@ class HFLocalBackend(ChatBackend):
     """Chat with a local ``AutoModelForImageTextToText`` and its processor.
 
     Give either ``model_name_or_path`` (a hub id or folder; loaded lazily on first use, with the peft
-    adapter folder ``adapter`` on top if given) or ready ``model`` and ``processor`` objects (e.g.
-    an explainer being trained). Where ``nemo_train.explainer`` is installed, its names work too: the
-    embedded tiny model id and saved explainer folders (loaded with its ``load_explainer``). Temperature 0 decodes greedily (``n`` equal replies from one
-    generation); a positive temperature samples ``n`` sequences. ``name`` (default: the path, plus the
-    adapter's folder name) goes into cache keys: give one when passing objects, to reuse a cache. Requests run one at a time (a lock
-    guards the model), so a batch gains nothing from ``concurrency``. ``seed`` seeds the sampler.
+    adapter folder ``adapter`` on top if given) or ready ``model`` and ``processor`` objects (e.g. an
+    explainer being trained). Where ``nemo_train.explainer`` is installed its names work too: the
+    embedded tiny model id, and saved explainer folders (loaded with its ``load_explainer``).
+
+    Temperature 0 decodes greedily (``n`` equal replies from one generation); a positive temperature
+    samples ``n`` sequences, seeded by ``seed`` without touching the global RNG. :meth:`chat_batch`
+    (and so ``chat_json_batch``) generates up to ``batch_size`` conversations per ``generate`` call;
+    a lock lets one generation run at a time. ``name`` (default: the path, plus the adapter's folder
+    name) is part of every cache key: give one when passing objects, to reuse a cache across runs.
     """
 
     def __init__(
@@ -51,9 +54,13 @@ class HFLocalBackend(ChatBackend):
         device: str | None = None,
         dtype: str = "auto",
         name: str | None = None,
+        batch_size: int = 8,
         cache: Any = None,
     ) -> None:
         super().__init__(cache=cache, concurrency=1)
+        if batch_size < 1:
+            raise UserInputError(f"batch_size={batch_size}; expected an integer >= 1")
+        self.batch_size = batch_size
         if model_name_or_path is None and (model is None or processor is None):
             raise UserInputError("HFLocalBackend needs model_name_or_path, or both model and processor objects")
         if adapter is not None and not Path(adapter).is_dir():
@@ -96,15 +103,45 @@ class HFLocalBackend(ChatBackend):
             self._model = model.to(self.device).eval()
         return self._model, self._processor
 
-    @torch.inference_mode()
     def _generate(self, messages: list[Message], *, n, temperature, max_tokens, seed) -> list[str]:
+        return self._generate_many([messages], n=n, temperature=temperature, max_tokens=max_tokens, seed=seed)[0]
+
+    def chat_batch(
+        self, conversations: list[list[Message]], *, n: int = 1, temperature: float = 0.0, max_tokens: int = 512,
+        seed: int | None = None,
+    ) -> list[list[str]]:
+        """Replies to each conversation; those not in the cache are generated ``batch_size`` at a time
+        in one left-padded ``generate`` call (greedy replies equal :meth:`chat`'s; sampled ones are
+        reproducible for the same batch and seed)."""
+        settings = dict(n=n, temperature=temperature, max_tokens=max_tokens, seed=seed)
+        keys = [self._cache_key(messages, **settings) for messages in conversations]
+        results: list[list[str] | None] = [self._cached(key, n) for key in keys]
+        missing = [i for i, r in enumerate(results) if r is None]
+        for start in range(0, len(missing), self.batch_size):
+            chunk = missing[start : start + self.batch_size]
+            self.stats.add("requests", len(chunk))
+            replies = self._generate_many([conversations[i] for i in chunk], **settings)
+            for i, reply in zip(chunk, replies):
+                self._store(keys[i], reply, n)
+                results[i] = reply
+        return results
+
+    @torch.inference_mode()
+    def _generate_many(self, conversations: list[list[Message]], *, n, temperature, max_tokens, seed) -> list[list[str]]:
         model, processor = self.load()
-        local_messages, images = to_local_messages(messages)
-        text = processor.apply_chat_template(local_messages, add_generation_prompt=True, tokenize=False)
-        inputs = processor(text=[text], images=images or None, return_tensors="pt")
+        tokenizer = getattr(processor, "tokenizer", processor)
+        texts, images = [], []
+        for messages in conversations:
+            local_messages, conversation_images = to_local_messages(messages)
+            texts.append(processor.apply_chat_template(local_messages, add_generation_prompt=True, tokenize=False))
+            images += conversation_images
+        bos = getattr(tokenizer, "bos_token", None)
+        inputs = processor(
+            text=texts, images=images or None, return_tensors="pt", padding=True, padding_side="left",
+            add_special_tokens=not (bos and texts[0].startswith(bos)),
+        )
         device = next(model.parameters()).device
         inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
-        tokenizer = getattr(processor, "tokenizer", processor)
         sample = temperature > 0
         kwargs: dict[str, Any] = {"max_new_tokens": max_tokens, "do_sample": sample}
         if getattr(tokenizer, "pad_token_id", None) is not None:
@@ -116,10 +153,11 @@ class HFLocalBackend(ChatBackend):
             if seed is not None:
                 torch.manual_seed(seed)
             output = model.generate(**inputs, **kwargs)
-        prompt_length = inputs["input_ids"].shape[1]
-        replies = tokenizer.batch_decode(output[:, prompt_length:], skip_special_tokens=True)
-        replies = [r.strip() for r in replies]
-        return replies if sample else replies[:1] * n
+        decoded = tokenizer.batch_decode(output[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+        decoded = [d.strip() for d in decoded]
+        if not sample:
+            return [[reply] * n for reply in decoded]
+        return [decoded[i : i + n] for i in range(0, len(decoded), n)]
 
     def __repr__(self) -> str:
         return f"HFLocalBackend(model={self.model!r}, adapter={self.adapter!r}, device={self.device!r})"
