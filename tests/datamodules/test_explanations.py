@@ -1,0 +1,158 @@
+"""Image-explanation pairs: JSONL format, label mask, batching, bad input, builders."""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+
+import pytest
+import torch
+
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+from datamodules.explanations import (  # noqa: E402
+    ConversationEncoder,
+    ExplanationCollator,
+    ExplanationDataModule,
+    ExplanationPairsDataset,
+    ExplanationRecord,
+    build_messages,
+    build_six_cause_pairs,
+    load_processor,
+    read_records,
+    to_pil,
+    write_records,
+)
+from datamodules.six_causes import CAUSES  # noqa: E402
+from nemo_train.errors import UserInputError  # noqa: E402
+from nemo_train.explainer.causes import EXPLANATIONS, is_correct  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def processor(tmp_path_factory):
+    torch.set_num_threads(1)
+    os.environ["NEMO_TRAIN_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+    return load_processor("embedded:tiny-qwen2-vl")
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory, processor):
+    return build_six_cause_pairs(tmp_path_factory.mktemp("pairs"), per_cause=3, seed=0, val_fraction=0.34)
+
+
+def _image(path, value=0.5):
+    to_pil(torch.full((3, 28, 28), value)).save(path)
+    return str(path)
+
+
+def test_builder_writes_balanced_pairs_with_correct_reference_explanations(pairs):
+    records = read_records(pairs["train"]) + read_records(pairs["val"])
+    assert len(records) == 3 * len(CAUSES)
+    assert sorted(r.cause for r in records) == sorted(list(CAUSES) * 3)
+    assert 0 < len(read_records(pairs["val"])) < len(records)
+    for record in records:
+        assert os.path.isfile(record.image) and os.path.isfile(record.counterfactual)
+        assert record.explanation in EXPLANATIONS[record.cause]
+        assert is_correct(record.explanation, record.cause)
+    # paths are stored relative to the JSONL's folder
+    first = json.loads(pairs["train"].read_text().splitlines()[0])
+    assert not os.path.isabs(first["image"]) and first["image"].startswith("images/")
+
+
+def test_label_mask_covers_exactly_the_assistant_tokens(processor, tmp_path):
+    encoder = ConversationEncoder(processor, max_length=512)
+    image = to_pil(torch.rand(3, 28, 28))
+    answer = "The image is pixelated."
+    sample = encoder.encode(image, "Why?", answer, system="You explain errors.")
+    ids, labels = sample["input_ids"][0], sample["labels"][0]
+    # independent reference: the generation prompt alone is a strict prefix of the conversation
+    prompt = encoder.prompt_inputs(image, "Why?", system="You explain errors.")["input_ids"][0]
+    assert torch.equal(ids[: len(prompt)], prompt)
+    answer_ids = processor.tokenizer(answer, add_special_tokens=False)["input_ids"]
+    end_id = processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    expected = torch.full_like(ids, -100)
+    expected[len(prompt) : len(prompt) + len(answer_ids) + 1] = torch.tensor([*answer_ids, end_id])
+    assert torch.equal(labels, expected)
+    assert processor.tokenizer.decode(labels[labels != -100]) == answer + "<|im_end|>"
+    # the image tokens are all there: one per merged 2x2 patch group
+    image_id = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    assert int((ids == image_id).sum()) == int(sample["image_grid_thw"].prod()) // 4
+
+
+def test_collator_pads_right_and_concatenates_patches(processor):
+    encoder = ConversationEncoder(processor)
+    a = encoder.encode(to_pil(torch.rand(3, 28, 28)), "Why?", "Noise.")
+    b = encoder.encode(to_pil(torch.rand(3, 28, 56)), "Why?", "The image is covered in random noise.")
+    pad = processor.tokenizer.pad_token_id
+    batch = ExplanationCollator(pad)([a, b])
+    length = max(a["input_ids"].shape[1], b["input_ids"].shape[1])
+    assert batch["input_ids"].shape == (2, length)
+    short = 0 if a["input_ids"].shape[1] < length else 1
+    n = [a, b][short]["input_ids"].shape[1]
+    assert (batch["input_ids"][short, n:] == pad).all() and (batch["labels"][short, n:] == -100).all()
+    assert (batch["attention_mask"][short, n:] == 0).all() and (batch["attention_mask"][short, :n] == 1).all()
+    assert batch["pixel_values"].shape[0] == a["pixel_values"].shape[0] + b["pixel_values"].shape[0]
+    assert batch["image_grid_thw"].shape == (2, 3)
+
+
+def test_bad_pairs_are_skipped_and_counted(processor, tmp_path):
+    good = _image(tmp_path / "good.png")
+    (tmp_path / "broken.png").write_bytes(b"not a png at all")
+    records = [
+        ExplanationRecord(image=good, explanation="The image is pixelated."),
+        ExplanationRecord(image=str(tmp_path / "missing.png"), explanation="The image is pixelated."),
+        ExplanationRecord(image=good, explanation="   "),
+        ExplanationRecord(image=str(tmp_path / "broken.png"), explanation="The image is pixelated."),
+        ExplanationRecord(image=good, explanation="noise " * 300),
+    ]
+    with pytest.warns(UserWarning, match=r"skipped 4 of 5 pairs.*1 empty explanation.*1 missing image.*too long.*1 unreadable image"):
+        dataset = ExplanationPairsDataset(records, ConversationEncoder(processor, max_length=128))
+    assert len(dataset) == 1
+    assert dict(dataset.skipped) == {"missing image": 1, "empty explanation": 1, "unreadable image": 1, "too long (> 128 tokens)": 1}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(UserInputError, match="no usable image-explanation pair"):
+            ExplanationPairsDataset(records[1:], ConversationEncoder(processor, max_length=128))
+
+
+def test_jsonl_errors_name_the_line(tmp_path):
+    path = tmp_path / "pairs.jsonl"
+    path.write_text('{"image": "a.png", "explanation": "x"}\n{not json}\n')
+    with pytest.raises(UserInputError, match=r"pairs.jsonl:2 is not valid JSON"):
+        read_records(path)
+    path.write_text('{"explanation": "x"}\n')
+    with pytest.raises(UserInputError, match=r":1 has no 'image'"):
+        read_records(path)
+    path.write_text('{"image": "a.png", "explenation": "x"}\n')
+    with pytest.raises(UserInputError, match="unknown key"):
+        read_records(path)
+    with pytest.raises(UserInputError, match="does not exist"):
+        read_records(tmp_path / "nope.jsonl")
+
+
+def test_records_round_trip(tmp_path):
+    image = _image(tmp_path / "img" / "a.png") if (tmp_path / "img").mkdir() is None else None
+    record = ExplanationRecord(image=image, explanation="Noise.", cause="noise", label=3, prediction=5)
+    path = write_records([record], tmp_path / "pairs.jsonl")
+    assert json.loads(path.read_text())["image"] == "img/a.png"
+    assert read_records(path) == [record]
+
+
+def test_datamodule_batches_and_side_by_side_counterfactual(processor, pairs):
+    dm = ExplanationDataModule(train_jsonl=str(pairs["train"]), val_jsonl=str(pairs["val"]), use_counterfactual=True, batch_size=4)
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["input_ids"].shape[0] == 4 and batch["labels"].shape == batch["input_ids"].shape
+    # 28x56 side-by-side pictures: 8 x 14 patches of 4 pixels each (height resized up to 32)
+    assert batch["image_grid_thw"][0].tolist() == [1, 8, 14]
+    assert len(dm.val_records) == len(read_records(pairs["val"]))
+    assert dm.prompt_settings()["use_counterfactual"] is True
+    with pytest.raises(UserInputError, match="val_jsonl is set without train_jsonl"):
+        ExplanationDataModule(val_jsonl=str(pairs["val"]))
+
+
+def test_messages_layout():
+    messages = build_messages("Why?", "ctx", "Because.")
+    assert [m["role"] for m in messages] == ["system", "user", "assistant"]
+    assert messages[1]["content"][0] == {"type": "image"}
