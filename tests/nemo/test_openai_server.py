@@ -226,3 +226,17 @@ def test_connection_errors_are_retried_then_reported(monkeypatch):
     with pytest.raises(BackendError, match="connection error .* after 2 retries"):
         backend.chat([user_message("hi")])
     assert backend.stats.retries == 2
+
+
+def test_field_names_for_reasoning_models():
+    with LoopbackOpenAIServer([completion("ok")]) as server:
+        backend = make_backend(server, max_tokens_field="max_completion_tokens", drop_params=["temperature"],
+                               extra_body={"reasoning_effort": "low"})
+        backend.chat([user_message("hi")], max_tokens=64, seed=3)
+    body = server.requests[0]["body"]
+    assert body["max_completion_tokens"] == 64 and body["reasoning_effort"] == "low" and body["seed"] == 3
+    assert "max_tokens" not in body and "temperature" not in body
+    from nemo_train.errors import UserInputError
+
+    with pytest.raises(UserInputError, match="drop_params"):
+        OpenAICompatibleBackend("http://127.0.0.1:1/v1", model="m", drop_params=["model"])

@@ -34,6 +34,9 @@ class OpenAICompatibleBackend(ChatBackend):
 
     ``native_n=False`` sends ``n`` separate requests (seeds ``seed``, ``seed+1``, ...) for endpoints
     that ignore the ``n`` field. ``json_mode=True`` asks for ``response_format={"type": "json_object"}``.
+    Some models take other fields: ``max_tokens_field="max_completion_tokens"`` (OpenAI reasoning
+    models), ``drop_params=["temperature", "seed"]`` (fields an endpoint rejects are left out);
+    ``extra_body`` is merged into every request body.
     """
 
     def __init__(
@@ -49,6 +52,8 @@ class OpenAICompatibleBackend(ChatBackend):
         native_n: bool = True,
         json_mode: bool = False,
         extra_body: dict[str, Any] | None = None,
+        max_tokens_field: str = "max_tokens",
+        drop_params: list[str] | None = None,
         cache: Any = None,
     ) -> None:
         super().__init__(cache=cache, concurrency=concurrency)
@@ -68,11 +73,19 @@ class OpenAICompatibleBackend(ChatBackend):
         self.native_n = native_n
         self.json_mode = json_mode
         self.extra_body = dict(extra_body or {})
+        self.max_tokens_field = max_tokens_field
+        self.drop_params = list(drop_params or [])
+        droppable = {"temperature", "seed", "n", "max_tokens", max_tokens_field}
+        if not set(self.drop_params) <= droppable:
+            raise UserInputError(f"drop_params={self.drop_params}; expected names among {sorted(droppable)}")
         self._slots = threading.BoundedSemaphore(concurrency)
         self._client = httpx.Client(timeout=timeout)
 
     def cache_params(self) -> dict[str, Any]:
-        return {"base_url": self.base_url, "json_mode": self.json_mode, "extra_body": self.extra_body}
+        return {
+            "base_url": self.base_url, "json_mode": self.json_mode, "extra_body": self.extra_body,
+            "max_tokens_field": self.max_tokens_field, "drop_params": self.drop_params,
+        }
 
     def _headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json"}
@@ -86,7 +99,7 @@ class OpenAICompatibleBackend(ChatBackend):
             "model": self.model,
             "messages": to_openai_messages(messages),
             "temperature": temperature,
-            "max_tokens": max_tokens,
+            self.max_tokens_field: max_tokens,
         }
         if n != 1:
             body["n"] = n
@@ -94,6 +107,8 @@ class OpenAICompatibleBackend(ChatBackend):
             body["seed"] = seed
         if self.json_mode:
             body["response_format"] = {"type": "json_object"}
+        for name in self.drop_params:
+            body.pop(name, None)
         body.update(self.extra_body)
         return body
 
