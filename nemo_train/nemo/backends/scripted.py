@@ -15,7 +15,8 @@ class ScriptedBackend(ChatBackend):
     """Replies from a script: a list of strings used in order, or a function of the messages.
 
     Every request is appended to :attr:`calls` as ``{"messages", "n", "temperature", "max_tokens",
-    "seed"}``. A list script that runs out raises :class:`BackendError`.
+    "seed"}``. A list script that runs out raises :class:`BackendError`; with ``concurrency > 1`` a
+    list is handed out in the order threads arrive, so use a function of the messages there.
     """
 
     def __init__(self, script: Iterable[str] | Responder, model: str = "scripted", **kwargs: Any) -> None:
