@@ -217,11 +217,11 @@ def make_methods(names: list[str], validation: bool, benchmark, target, backend,
     return out
 
 
-def load_benchmark(benchmark: str, target, n: int, seed: int, data_root: str | None, reference_root: str | None):
+def load_benchmark(benchmark: str, target, n: int, seed: int, data_root: str | None, reference_root: str | None, test_styles: int = 2):
     from nemo_train.nemo.benchmark import build_cmnist_benchmark, build_folder_benchmark
 
     if benchmark == "cmnist":
-        return build_cmnist_benchmark(target=target, n=n, seed=seed)
+        return build_cmnist_benchmark(target=target, n=n, seed=seed, test_styles=test_styles)
     if data_root is None:
         raise UserInputError(f"benchmark {benchmark!r} needs data_root (its image folder)")
     return build_folder_benchmark(benchmark, data_root, target, benchmark, n=n, seed=seed, extra_reference=reference_root)
@@ -310,6 +310,7 @@ def nemo_eval(
     wandb: bool = False,
     batched: bool = True,
     global_explanation: bool = False,
+    test_styles: int = 2,
 ) -> dict:
     """Run explanation methods on a NEMO benchmark and print LLM Match and CEI per method and target.
 
@@ -330,6 +331,7 @@ def nemo_eval(
         out_dir: results (``results.jsonl``), LLM cache and per-sample images; reruns resume here.
         wandb: log the table and a per-sample table to Weights & Biases.
         batched: classify all counterfactuals of an error in one batch.
+        test_styles: CMNIST only: handwriting exemplars per (digit, colour, angle) cell of the test grid.
         global_explanation: summarise SciTX's explanations into one global explanation and score it on
             every error (row ``Global``, paper 000 Sec. 4.2.7).
     """
@@ -363,7 +365,7 @@ def nemo_eval(
     for spec in targets:
         target = make_target(spec, None if mapping is None else mapping.class_names, mapping)
         target_name = Path(spec).stem if spec.endswith(".ckpt") else spec
-        bench = load_benchmark(benchmark, target, n, seed, data_root, reference_root)
+        bench = load_benchmark(benchmark, target, n, seed, data_root, reference_root, test_styles)
         scorer = make_scorer(bench, target, backend, editor, batched, seed)
         chosen = make_methods(methods, validation, bench, target, backend, scorer, k, m, clip_model)
         bar = tqdm(total=len(chosen) * len(bench.errors), desc=f"nemo-eval {target_name}", unit="sample")
