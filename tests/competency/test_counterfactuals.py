@@ -1,0 +1,112 @@
+"""The five counterfactual generators on a toy estimator whose competency rises as images darken."""
+
+import pytest
+import torch
+
+from competency_toys import constant_images
+from nemo_train.competency.counterfactuals import METHODS, LatentNearestNeighbor, build_generator, vector_distance
+from nemo_train.errors import UserInputError
+
+LOW = [0.40, 0.42, 0.45]  # competency 0.83, 0.78, 0.68 under the toy estimator (threshold 0.9)
+HIGH = 0.2  # competency 0.99
+
+
+@pytest.mark.parametrize("name", ["IGD", "FGD"])
+def test_pixel_methods_raise_the_score_and_stop_per_image(toy_estimator, name):
+    images = constant_images(LOW + [HIGH])
+    before = toy_estimator(images).detach()
+    options = {"distance": "l2"} if name == "IGD" else {}
+    result = build_generator(name, toy_estimator, lr=0.01, **options)(images)
+    assert (result.scores[:3] > before[:3]).all() and result.success.all()
+    # the already-competent image is untouched and not counted as processed
+    assert torch.equal(result.images[3], images[3]) and result.iterations[3] == 0 and result.processed == 3
+    # images closer to the threshold finish in fewer steps, and are frozen there (score just above 0.9)
+    steps = result.iterations[:3].tolist()
+    assert steps == sorted(steps) and steps[0] < steps[2]
+    assert (result.scores[:3] < 0.95).all()
+    assert result.seconds_per_image == pytest.approx(result.seconds / 3)
+
+
+def test_batch_wide_stopping_keeps_updating_every_image(toy_estimator):
+    images = constant_images(LOW)
+    per_image = build_generator("IGD", toy_estimator, lr=0.01, distance="l2")(images)
+    batch = build_generator("IGD", toy_estimator, lr=0.01, distance="l2", stopping="batch")(images)
+    assert len(set(batch.iterations.tolist())) == 1 and batch.iterations[0] == per_image.iterations.max()
+    # the easy images overshoot under the batch rule: they kept moving after passing
+    assert (batch.scores[:2] > per_image.scores[:2]).all()
+
+
+def test_pixels_are_clamped_unless_asked_not_to(toy_estimator):
+    images = constant_images([0.45])
+    images[:, :, :, :4] = 0.0
+    images[:, :, :, 4:] = 0.9  # mean 0.45; unclamped, the optimisation leaves [0, 1]
+    clamped = build_generator("IGD", toy_estimator, lr=0.01, distance="l1")(images)
+    free = build_generator("IGD", toy_estimator, lr=0.01, distance="l1", clamp_pixels=False)(images)
+    assert clamped.images.min() >= 0 and clamped.images.max() <= 1
+    assert free.images.min() < 0 or free.images.max() > 1
+
+
+def test_igd_with_the_perceptual_distance_also_succeeds(toy_estimator):
+    with pytest.warns(UserWarning, match="1-ssim"):
+        generator = build_generator("IGD", toy_estimator, lr=0.01)
+    assert generator.distance_name == "1-ssim"
+    result = generator(constant_images(LOW))
+    assert result.success.all()
+
+
+def test_lgd_raises_the_score_of_the_reconstruction_it_starts_from(latent_estimator):
+    images = constant_images([0.5, 0.55, 0.6])  # reconstructions at 0.45-0.54: still low competency
+    reco = build_generator("Reco", latent_estimator)(images)
+    assert not reco.success.any()
+    lgd = build_generator("LGD", latent_estimator, lr=0.05)(images)
+    assert lgd.success.all() and (lgd.scores > reco.scores).all()
+    assert (lgd.iterations > 0).all() and not torch.allclose(lgd.images, reco.images)
+
+
+def test_reco_is_the_autoencoder_output(latent_estimator):
+    images = constant_images(LOW)
+    result = build_generator("Reco", latent_estimator)(images)
+    assert torch.allclose(result.images, 0.9 * images)
+    assert (result.iterations == 0).all()
+
+
+@pytest.mark.parametrize("distance", ["l1", "l2", "cos"])
+def test_lnn_decodes_the_nearest_competent_latent(latent_estimator, distance):
+    toy_estimator = latent_estimator
+    autoencoder = toy_estimator.autoencoder
+    bank_images = constant_images([0.1, 0.2, 0.3, 0.6])  # the last one is not competent and stays out
+    assert (toy_estimator(bank_images) >= 0.9).tolist() == [True, True, True, False]
+    lnn = LatentNearestNeighbor(toy_estimator, distance=distance).fit(bank_images)
+    assert len(lnn.bank) == 3
+    images = constant_images(LOW)
+    result = lnn(images)
+    with torch.no_grad():
+        z, bank = autoencoder.encode(images), autoencoder.encode(bank_images[:3])
+        dist = torch.stack([vector_distance(z, b.expand_as(z), distance) for b in bank], 1)
+        expected = autoencoder.decode(bank[dist.argmin(1)])
+    assert torch.allclose(result.images, expected)
+    if distance != "cos":  # nearest by intensity: the brightest competent image, 0.3 -> 0.27 after decoding
+        assert torch.allclose(result.images, torch.full_like(images, 0.27), atol=1e-4)
+
+
+def test_vector_distances_by_hand():
+    a, b = torch.tensor([[1.0, 0.0], [3.0, 4.0]]), torch.tensor([[0.0, 1.0], [3.0, 0.0]])
+    assert torch.allclose(vector_distance(a, b, "cos"), torch.tensor([0.0, -0.6]))
+    assert torch.allclose(vector_distance(a, b, "l1"), torch.tensor([2.0, 4.0]))
+    assert torch.allclose(vector_distance(a, b, "l2"), torch.tensor([2**0.5, 4.0]))
+
+
+def test_bad_settings_give_clear_errors(toy_estimator):
+    with pytest.raises(UserInputError, match="unknown counterfactual method"):
+        build_generator("XYZ", toy_estimator)
+    with pytest.raises(UserInputError, match="stopping"):
+        build_generator("LGD", toy_estimator, stopping="never")
+    with pytest.raises(UserInputError, match="threshold"):
+        build_generator("Reco", toy_estimator, threshold=1.2)
+    with pytest.raises(UserInputError, match="distance"):
+        build_generator("FGD", toy_estimator, distance="manhattan")
+    with pytest.raises(UserInputError, match="fit"):
+        build_generator("LNN", toy_estimator)(constant_images(LOW))
+    with pytest.raises(UserInputError, match=r"\[B, 3, 8, 8\]"):
+        build_generator("Reco", toy_estimator)(torch.rand(1, 3, 9, 9))
+    assert set(METHODS) == {"IGD", "FGD", "Reco", "LGD", "LNN"}
