@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import re
 import sys
+import warnings
 from typing import Any, Callable
 
 from jsonargparse import ArgumentError
@@ -56,7 +57,9 @@ def run_lightning_cli(args: list[str]) -> None:
     """Run LightningCLI on ``args`` (the subcommand first)."""
     from nemo_train.lightning_cli import NemoLightningCLI
 
-    NemoLightningCLI(args=None if args == sys.argv[1:] else args)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*args parameter is intended to run from within Python.*")
+        NemoLightningCLI(args=args)
 
 
 def run_pipeline(name: str, args: list[str]) -> Any:

@@ -1,0 +1,155 @@
+"""The ``nemo-train`` console script: LightningCLI subcommands, one-line errors, resume, DDP, W&B."""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from nemo_train.cli import main, summarize_parser_error
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def small_config(tmp_path: Path, *, train_size: int = 512, max_epochs: int = 1, logger: str = "csv") -> Path:
+    """configs/cmnist/model_a.yaml shrunk and redirected into ``tmp_path``."""
+    config = yaml.safe_load((ROOT / "configs/cmnist/model_a.yaml").read_text())
+    out = tmp_path / "run"
+    config["trainer"].update(max_epochs=max_epochs, log_every_n_steps=2, default_root_dir=str(out), enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
+    if logger == "csv":
+        config["trainer"]["logger"] = {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": str(out), "name": "csv", "version": 0}}
+    else:
+        config["trainer"]["logger"]["init_args"]["save_dir"] = str(out)
+    config["trainer"]["callbacks"][0]["init_args"]["dirpath"] = str(out)
+    config["data"]["init_args"].update(train_size=train_size, test_styles=1, batch_size=64)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def nemo_train(*args: str, env: dict | None = None, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "nemo_train.cli", *args],
+        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "WANDB_MODE": "disabled", **(env or {})}, **kwargs,
+    )
+
+
+def metric_columns(tmp_path: Path) -> set[str]:
+    with open(tmp_path / "run" / "csv" / "version_0" / "metrics.csv") as handle:
+        return set(next(csv.reader(handle)))
+
+
+def error_line(capsys) -> str:
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("nemo-train: error:")]
+    assert len(lines) == 1
+    return lines[0]
+
+
+def test_fit_then_test_reports_group_accuracy(tmp_path):
+    config = small_config(tmp_path)
+    main(["fit", "--config", str(config)])
+    best = tmp_path / "run" / "best.ckpt"
+    assert best.exists() and (tmp_path / "run" / "last.ckpt").exists()
+    assert {"val/acc", "val/acc_aligned", "train/loss"} <= metric_columns(tmp_path)
+    main(["test", "--config", str(config), "--ckpt_path", str(best)])
+    assert {"test/acc", "test/acc_aligned", "test/acc_conflicting"} <= metric_columns(tmp_path)
+    saved = yaml.safe_load((tmp_path / "run" / "csv" / "version_0" / "config.yaml").read_text())
+    assert saved["data"]["init_args"]["bias"] == "model_a"
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (["--data.init_args.no_such_key", "1"], "Option 'no_such_key' is not accepted"),
+        (["--trainer.no_such_key", "1"], "unrecognized arguments"),
+        (["--data.init_args.bias", "{0: [reed]}"], "unknown colour(s) ['reed']"),
+    ],
+)
+def test_bad_config_is_one_line(tmp_path, capsys, extra, expected):
+    config = small_config(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(config), *extra])
+    assert exit_info.value.code == 2
+    assert expected in error_line(capsys)
+
+
+def test_missing_data_folder_is_one_line(tmp_path, capsys):
+    config = small_config(tmp_path)
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", str(config), "--data.init_args.data_dir", str(tmp_path / "nowhere")])
+    assert "does not exist" in error_line(capsys)
+
+
+def test_unknown_command(capsys):
+    with pytest.raises(SystemExit):
+        main(["fot"])
+    assert "unknown command 'fot'" in error_line(capsys)
+
+
+def test_parser_error_summary_drops_type_noise():
+    message = 'Parser key "data":\n  Does not validate against any of the Union subtypes\n  Subtypes: [A, B]\n  Errors:\n    - Problem with given class_path \'x\':\n        Option \'foo\' is not accepted\n    - Expected a <class \'NoneType\'>\n  Given value type: <class \'X\'>'
+    assert summarize_parser_error(message) == "Parser key \"data\": Option 'foo' is not accepted"
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_from_last(tmp_path):
+    config = small_config(tmp_path, train_size=1500, max_epochs=4)
+    last = tmp_path / "run" / "last.ckpt"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nemo_train.cli", "fit", "--config", str(config)],
+        cwd=ROOT, env={**os.environ, "WANDB_MODE": "disabled"}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 300
+    while not last.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert last.exists(), "no last.ckpt was written"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_at = torch.load(last, map_location="cpu", weights_only=True)
+    assert killed_at["epoch"] < 3, "the run finished before it could be killed"
+    result = nemo_train("fit", "--config", str(config), "--ckpt_path", "last", timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    resumed = torch.load(last, map_location="cpu", weights_only=True)
+    assert resumed["epoch"] == 3  # the last epoch (0-based) of max_epochs=4
+    assert resumed["global_step"] > killed_at["global_step"]
+    assert "Restoring states from the checkpoint" in result.stderr + result.stdout
+
+
+@pytest.mark.slow
+def test_two_process_ddp_on_cpu_gives_same_metric_keys(tmp_path):
+    config = small_config(tmp_path, train_size=256)
+    result = nemo_train("fit", "--config", str(config), "--trainer.devices", "2", "--trainer.strategy", "ddp", "--trainer.accelerator", "cpu", timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert {"train/loss", "val/acc", "val/acc_aligned", "val/loss"} <= metric_columns(tmp_path)
+    assert (tmp_path / "run" / "last.ckpt").exists()
+
+
+def test_wandb_offline_run_holds_metrics_config_and_grid(tmp_path, monkeypatch):
+    secret = "sk-test-0123456789abcdefghij"
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("NEMO_FAKE_API_KEY", secret)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    config = small_config(tmp_path, train_size=256, logger="wandb")
+    main(["fit", "--config", str(config), "--model.init_args.lr", "0.002"])
+    import wandb
+
+    wandb.finish()
+    runs = list((tmp_path / "run" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    run = runs[0]
+    blob = next(run.glob("*.wandb")).read_bytes()
+    for key in (b"val/acc_aligned", b"val/acc_conflicting", b"train/loss", b"seed_everything", b"model_a"):
+        assert key in blob, key
+    assert list(run.glob("files/media/images/samples/train_grid_*.png")), "no sample-image grid"
+    tables = list(run.glob("files/media/table/val/group_accuracy_*.table.json"))
+    assert tables and "aligned" in tables[0].read_text()
+    assert secret.encode() not in blob
+    assert secret not in (tmp_path / "run" / "config.yaml").read_text()
