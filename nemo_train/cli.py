@@ -22,6 +22,9 @@ LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test", "predict")
 #: Pipeline commands: name -> "module:function". The function is run with ``jsonargparse.CLI``.
 PIPELINE_COMMANDS: dict[str, str] = {
     "demo": "nemo_train.demo:demo",
+    "counterfactuals": "nemo_train.competency.pipeline:counterfactuals",
+    "explain": "nemo_train.explainer.generation:explain",
+    "nemo-eval": "nemo_train.nemo.run:nemo_eval",
 }
 
 

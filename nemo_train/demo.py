@@ -65,6 +65,9 @@ def train_cmnist_pair(ctx: DemoContext) -> None:
 #: The demo's steps in order: name -> "module:function" taking a DemoContext.
 DEMO_STEPS: dict[str, str] = {
     "cmnist_pair": "nemo_train.demo:train_cmnist_pair",
+    "counterfactuals": "nemo_train.competency.pipeline:demo_step",
+    "explainer": "nemo_train.explainer.demo:demo_step",
+    "nemo_eval": "nemo_train.nemo.run:demo_step",
 }
 
 
