@@ -119,6 +119,7 @@ def realism_features(classifier: nn.Module, image_shape: tuple[int, int, int], i
     if has_fidelity and path is not None and path.is_file():
         return 2048, "inception", str(path)
     with torch.no_grad():
-        probe = next(classifier.parameters())
-        dim = classifier.features(torch.rand(1, *image_shape, device=probe.device)).shape[-1]
+        probe = next(iter(classifier.parameters()), None)
+        device = probe.device if probe is not None else torch.device("cpu")
+        dim = classifier.features(torch.rand(1, *image_shape, device=device)).shape[-1]
     return ClassifierFeatures(classifier, dim), "classifier", None

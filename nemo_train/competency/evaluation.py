@@ -1,0 +1,152 @@
+"""Run counterfactual generators on a set of low-competency images and score them in the layout of Table 1.
+
+:class:`CounterfactualEvaluator` owns the metrics (success rate, perceptual distance, feature and latent
+similarity of valid counterfactuals, FID / KID against the calibration images, time per image) and is
+used by the ``counterfactuals`` pipeline command, the benchmark and :class:`CounterfactualMetricsCallback`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from nemo_train.competency.counterfactuals import CounterfactualGenerator, CounterfactualResult
+from nemo_train.competency.parce import PaRCE
+from nemo_train.metrics.counterfactual import MeanCosineSimilarity, PerceptualDistance, SuccessRate, TimePerImage, realism_metrics
+
+#: Table-1 columns: (key prefix, header, format). Perceptual / FID / KID keys carry their space in brackets.
+COLUMNS = ("success", "perceptual", "feature_sim", "latent_sim", "fid", "kid", "sec_per_image")
+
+
+class CounterfactualEvaluator:
+    """Scores counterfactuals of one method at a time; ``evaluate(originals, result) -> {metric: value}``.
+
+    Args:
+        estimator: the fitted PaRCE estimator (its classifier gives features, its autoencoder latents).
+        real_images: the reference set for FID / KID (the paper uses the calibration set).
+        perceptual: a distance module with a ``name`` (LPIPS or a named fallback).
+        inception_weights: optional path of torch-fidelity's Inception weights.
+        batch_size: chunk size for feature extraction.
+    """
+
+    def __init__(
+        self,
+        estimator: PaRCE,
+        real_images: torch.Tensor,
+        perceptual: nn.Module,
+        inception_weights: str | None = None,
+        batch_size: int = 256,
+    ) -> None:
+        self.estimator = estimator
+        self.device = estimator.class_means.device
+        self.batch_size = batch_size
+        self.perceptual = PerceptualDistance(perceptual.to(self.device)).to(self.device)
+        self.success = SuccessRate(estimator.threshold).to(self.device)
+        self.feature_sim = MeanCosineSimilarity().to(self.device)
+        self.latent_sim = MeanCosineSimilarity().to(self.device)
+        self.time = TimePerImage()
+        image_shape = tuple(real_images.shape[1:])
+        self.realism = {k: m.to(self.device) for k, m in realism_metrics(estimator.classifier, image_shape, inception_weights).items()}
+        for chunk in real_images.split(batch_size):
+            for metric in self.realism.values():
+                metric.update(chunk.to(self.device), real=True)
+        self.num_real = len(real_images)
+
+    def _metrics(self):
+        return [self.perceptual, self.success, self.feature_sim, self.latent_sim, self.time, *self.realism.values()]
+
+    @torch.no_grad()
+    def update(self, originals: torch.Tensor, result: CounterfactualResult) -> None:
+        """Add one batch of originals and their counterfactuals."""
+        originals = originals.to(self.device)
+        counterfactuals = result.images.to(self.device)
+        valid = result.success.to(self.device)
+        self.success.update(result.scores)
+        self.perceptual.update(originals, counterfactuals)
+        classifier, autoencoder = self.estimator.classifier, self.estimator.autoencoder
+        self.feature_sim.update(classifier.features(originals), classifier.features(counterfactuals), valid)
+        self.latent_sim.update(autoencoder.encode(originals), autoencoder.encode(counterfactuals), valid)
+        self.time.update(result.seconds, result.processed)
+        for metric in self.realism.values():
+            metric.update(counterfactuals, real=False)
+
+    def compute(self) -> dict[str, float]:
+        """``{"success", "<perceptual name>", "feature_sim", "latent_sim", "fid[...]", "kid[...]", "sec_per_image"}``."""
+        out = {
+            "success": float(self.success.compute()),
+            self.perceptual.name: float(self.perceptual.compute()),
+            "feature_sim": _maybe(self.feature_sim),
+            "latent_sim": _maybe(self.latent_sim),
+        }
+        for name, metric in self.realism.items():
+            if name.startswith("kid"):
+                n_fake = len(metric.fake_features) and sum(len(f) for f in metric.fake_features)
+                metric.subset_size = max(2, min(metric.subset_size, n_fake, self.num_real))
+                out[name] = float(metric.compute()[0])
+            else:
+                out[name] = float(metric.compute())
+        out["sec_per_image"] = float(self.time.compute())
+        return out
+
+    def reset(self) -> None:
+        """Forget the counterfactuals seen so far (the real-image statistics are kept)."""
+        for metric in self._metrics():
+            metric.reset()
+
+    def evaluate(self, generator: CounterfactualGenerator | None, images: torch.Tensor, batch_size: int = 64) -> tuple[dict[str, float], torch.Tensor]:
+        """Run ``generator`` over ``images`` in batches and return ``(metrics, counterfactuals)``.
+
+        ``generator=None`` scores the originals themselves (the ``Orig`` row; its time is 0).
+        """
+        self.reset()
+        outputs = []
+        for chunk in images.split(batch_size):
+            chunk = chunk.to(self.device)
+            if generator is None:
+                with torch.no_grad():
+                    scores = self.estimator(chunk)
+                result = CounterfactualResult(chunk, scores, scores >= self.estimator.threshold, torch.zeros(len(chunk)), 0.0, len(chunk))
+            else:
+                result = generator(chunk)
+            self.update(chunk, result)
+            outputs.append(result.images.cpu())
+        return self.compute(), torch.cat(outputs)
+
+
+def _maybe(metric) -> float:
+    return float(metric.compute()) if metric.count > 0 else math.nan
+
+
+def format_table(rows: dict[str, dict[str, float]]) -> str:
+    """The Table-1 layout: one row per method, columns success, perceptual, similarities, FID, KID, time."""
+    if not rows:
+        return ""
+    keys = list(next(iter(rows.values())))
+    headers = ["Method"] + [_header(k) for k in keys]
+    body = [[method] + [_cell(k, values.get(k, math.nan)) for k in keys] for method, values in rows.items()]
+    widths = [max(len(r[i]) for r in [headers, *body]) for i in range(len(headers))]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in body]
+    return "\n".join(lines)
+
+
+def _header(key: str) -> str:
+    names = {"success": "Success Rate ↑", "feature_sim": "Feature Sim ↑", "latent_sim": "Latent Sim ↑", "sec_per_image": "Time/img ↓"}
+    if key in names:
+        return names[key]
+    return f"{key} ↓"
+
+
+def _cell(key: str, value: float) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if key == "success":
+        return f"{100 * value:.2f}%"
+    if key == "sec_per_image":
+        return f"{value:.4f} sec"
+    if key.startswith("kid"):
+        return f"{value:.4f}"
+    return f"{value:.2f}"
