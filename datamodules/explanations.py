@@ -435,13 +435,15 @@ def build_six_cause_pairs(
     source: L.LightningDataModule | None = None,
     competency: Any = None,
     threshold: float = 0.9,
+    severity_range: tuple[float, float] = (0.5, 1.0),
 ) -> dict[str, Path]:
     """Write six-cause pairs (004 App. C) as ``train.jsonl`` / ``val.jsonl`` under ``out_dir``.
 
     Corrupted images come from :class:`datamodules.six_causes.SixCausesDataModule` over ``source``
     (default: the CMNIST test grid), optionally filtered by a ``competency`` function. Each pair's
     counterfactual is the clean original (the ideal high-competency counterfactual); the explanation is
-    one of the reference sentences of its cause, picked at random. Returns ``{"train": ..., "val": ...}``.
+    one of the reference sentences of its cause, picked at random; ``severity_range`` is passed to
+    ``apply_cause`` (see :mod:`datamodules.six_causes`). Returns ``{"train": ..., "val": ...}``.
     """
     from datamodules.cmnist import CMNISTDataModule
     from datamodules.six_causes import CAUSES, SixCausesDataModule
@@ -451,7 +453,9 @@ def build_six_cause_pairs(
     images_dir = out / "images"
     images_dir.mkdir(parents=True, exist_ok=True)
     source = source or CMNISTDataModule(train_size=10, test_styles=1, seed=seed)  # only its test grid is used
-    six = SixCausesDataModule(source, competency=competency, threshold=threshold, per_cause=per_cause, seed=seed)
+    six = SixCausesDataModule(
+        source, competency=competency, threshold=threshold, per_cause=per_cause, severity_range=severity_range, seed=seed
+    )
     six.setup()
     gen = torch.Generator().manual_seed(seed + 1)
     records = []

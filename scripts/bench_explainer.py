@@ -1,0 +1,156 @@
+"""Benchmark: explainer fine-tuning step time, our Lightning path vs TRL's SFTTrainer, and peak memory.
+
+Both paths train the same model (the embedded tiny Qwen2-VL, or any ``--model``) with the same LoRA,
+optimizer (AdamW, same lr), the same encoded pairs and the same collator, so the table compares the
+training loops. Each configuration runs in a fresh subprocess so that its peak memory is its own.
+
+    python scripts/bench_explainer.py                 # tiny model, CPU, fp32 and 4-bit
+    python scripts/bench_explainer.py --steps 50 --batch-size 16 --threads 1
+
+Columns: median step time (ms), samples/s (batch / median step), peak resident memory of the process
+(CPU) or peak allocated CUDA memory (GPU), and the bytes held by the model's weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _weights_bytes(model) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters()) + sum(b.numel() * b.element_size() for b in model.buffers())
+
+
+def _peak_memory_mb(device: str) -> float:
+    import torch
+
+    if device == "cuda":
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
+
+
+def run_one(path: str, args: argparse.Namespace) -> dict:
+    """One configuration in this process: returns step times and memory."""
+    import lightning as L
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from datamodules.explanations import ExplanationDataModule
+    from nemo_train.explainer import ExplainerModule
+
+    four_bit = path.endswith("4bit")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    L.seed_everything(0, verbose=False)
+    dm = ExplanationDataModule(model_name_or_path=args.model, data_dir=args.data_dir, per_cause=args.per_cause, batch_size=args.batch_size)
+    dm.prepare_data()
+    dm.setup("fit")
+    module = ExplainerModule(model_name_or_path=args.model, load_in_4bit=four_bit, lr=args.lr, lora_r=16, lora_alpha=32)
+    total = args.warmup + args.steps
+    times: list[float] = []
+
+    if path.startswith("lightning"):
+
+        class StepTimer(L.Callback):
+            def on_train_batch_start(self, *_):
+                self.start = time.perf_counter()
+
+            def on_train_batch_end(self, *_):
+                times.append(time.perf_counter() - self.start)
+
+        trainer = L.Trainer(
+            max_steps=total, accelerator=device, devices=1, logger=False, enable_checkpointing=False,
+            enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0, callbacks=[StepTimer()],
+            default_root_dir=args.out,
+        )
+        trainer.fit(module, train_dataloaders=dm.train_dataloader())
+        model = module.model
+    else:
+        from transformers import TrainerCallback
+        from trl import SFTConfig, SFTTrainer
+
+        from datamodules.explanations import ExplanationCollator
+
+        module.configure_model()
+        model = module.model
+
+        class StepTimer(TrainerCallback):
+            def on_step_begin(self, *_, **__):
+                self.start = time.perf_counter()
+
+            def on_step_end(self, *_, **__):
+                times.append(time.perf_counter() - self.start)
+
+        config = SFTConfig(
+            output_dir=args.out, max_steps=total, per_device_train_batch_size=args.batch_size, learning_rate=args.lr,
+            lr_scheduler_type="linear", logging_steps=10_000, save_strategy="no", report_to=[], remove_unused_columns=False,
+            dataset_kwargs={"skip_prepare_dataset": True}, max_length=None, use_cpu=device == "cpu",
+            gradient_checkpointing=False, dataloader_num_workers=0, disable_tqdm=True, bf16=False, fp16=False,
+        )
+        trainer = SFTTrainer(
+            model=model, args=config, train_dataset=dm.train_set,
+            data_collator=ExplanationCollator(dm.processor.tokenizer.pad_token_id), processing_class=dm.processor,
+            callbacks=[StepTimer()],
+        )
+        trainer.train()
+    steady = sorted(times[args.warmup :])
+    median = steady[len(steady) // 2]
+    return {
+        "path": path,
+        "steps": len(steady),
+        "median_step_ms": 1000 * median,
+        "samples_per_s": args.batch_size / median,
+        "peak_memory_mb": _peak_memory_mb(device),
+        "weights_mb": _weights_bytes(model) / 2**20,
+        "device": device,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="embedded:tiny-qwen2-vl")
+    parser.add_argument("--steps", type=int, default=40, help="timed steps per configuration")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed first steps")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--per-cause", type=int, default=30)
+    parser.add_argument("--lr", type=float, default=2e-4)
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--data-dir", default="checkpoints/bench_explainer/pairs")
+    parser.add_argument("--out", default="checkpoints/bench_explainer")
+    parser.add_argument("--paths", nargs="+", default=["lightning", "trl", "lightning-4bit", "trl-4bit"])
+    parser.add_argument("--_one", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    os.environ.setdefault("WANDB_MODE", "disabled")
+    if args._one:
+        print("RESULT " + json.dumps(run_one(args._one, args)))
+        return
+    rows = []
+    for path in args.paths:
+        command = [sys.executable, __file__, "--_one", path] + [a for a in sys.argv[1:] if a != "--paths"]
+        env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": str(args.threads)}
+        done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO)
+        lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+        if done.returncode or not lines:
+            print(f"{path}: failed\n{done.stderr[-2000:]}", file=sys.stderr)
+            continue
+        rows.append(json.loads(lines[-1][len("RESULT ") :]))
+    if not rows:
+        raise SystemExit("every configuration failed")
+    by_path = {r["path"]: r for r in rows}
+    print(f"\nexplainer fine-tuning, {args.model}, batch {args.batch_size}, {args.steps} timed steps, device {rows[0]['device']}, {args.threads} thread(s)")
+    print(f"{'path':<16}{'step ms':>10}{'samples/s':>11}{'vs TRL':>8}{'peak MB':>10}{'weights MB':>12}")
+    for r in rows:
+        ref = by_path.get("trl-4bit" if r["path"].endswith("4bit") else "trl")
+        ratio = f"{r['samples_per_s'] / ref['samples_per_s']:.2f}x" if ref else "-"
+        print(f"{r['path']:<16}{r['median_step_ms']:>10.1f}{r['samples_per_s']:>11.1f}{ratio:>8}{r['peak_memory_mb']:>10.0f}{r['weights_mb']:>12.2f}")
+
+
+if __name__ == "__main__":
+    main()

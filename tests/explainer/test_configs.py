@@ -1,0 +1,72 @@
+"""Every explainer config parses; the tiny config matches the demo's recipe."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from nemo_train.lightning_cli import NemoLightningCLI
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "explainer"
+PRESETS = sorted(CONFIGS.glob("*.yaml"))
+STRATEGIES = sorted((CONFIGS / "strategies").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", PRESETS, ids=lambda p: p.name)
+def test_preset_instantiates_without_loading_weights(path, tmp_path, explainer_cache):
+    cli = NemoLightningCLI(
+        args=["--config", str(path), "--trainer.accelerator=cpu", "--trainer.logger=false", f"--trainer.default_root_dir={tmp_path}"],
+        run=False,
+    )
+    from datamodules.explanations import ExplanationDataModule
+    from nemo_train.explainer import ExplainerModule
+
+    assert isinstance(cli.model, ExplainerModule) and cli.model.model is None  # built later, in configure_model
+    assert isinstance(cli.datamodule, ExplanationDataModule)
+    assert cli.model.hparams.model_name_or_path == cli.datamodule.hparams.model_name_or_path
+    if "qlora" in path.name:  # paper 004, App. C
+        hp = cli.model.hparams
+        assert (hp.lora_r, hp.lora_alpha, hp.lora_dropout, hp.lr, hp.load_in_4bit) == (16, 16, 0.0, 2e-4, True)
+        assert cli.datamodule.hparams.batch_size == 4 and cli.trainer.accumulate_grad_batches == 4 and cli.trainer.max_epochs == 10
+
+
+class _ParseOnly(NemoLightningCLI):
+    """Parses and validates a config (class paths, argument names and types) without building anything."""
+
+    def instantiate_classes(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("path", STRATEGIES, ids=lambda p: p.name)
+def test_strategy_snippets_combine_with_a_preset(path, tmp_path):
+    cli = _ParseOnly(
+        args=["--config", str(CONFIGS / "qwen2_5_vl_7b_qlora.yaml"), "--config", str(path), "--trainer.logger=false"],
+        run=False,
+    )
+    strategy = cli.config.trainer.strategy
+    expected = {"ddp.yaml": "DDPStrategy", "fsdp_qlora.yaml": "FSDPStrategy"}
+    if path.name in expected:
+        assert strategy.class_path.endswith(expected[path.name])
+    else:
+        assert strategy in ("deepspeed_stage_2", "deepspeed_stage_3")
+    if "fsdp" in path.name:  # QLoRA under FSDP: storage dtype = compute dtype, set in the model's quantization config
+        from nemo_train.explainer import ExplainerModule
+
+        config = ExplainerModule(**dict(cli.config.model.init_args)).quantization_config()
+        assert config.bnb_4bit_quant_storage == config.bnb_4bit_compute_dtype == torch.bfloat16
+        assert cli.config.trainer.precision == "bf16-true"
+
+
+def test_tiny_config_matches_the_demo_recipe():
+    from nemo_train.explainer.demo import TINY_DATA_ARGS, TINY_MAX_EPOCHS, TINY_MODEL_ARGS
+
+    config = yaml.safe_load((CONFIGS / "tiny.yaml").read_text())
+    assert config["model"]["init_args"] == TINY_MODEL_ARGS
+    data = config["data"]["init_args"]
+    assert {k: data[k] for k in TINY_DATA_ARGS} == TINY_DATA_ARGS
+    assert config["trainer"]["max_epochs"] == TINY_MAX_EPOCHS
