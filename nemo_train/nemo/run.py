@@ -217,14 +217,16 @@ def make_methods(names: list[str], validation: bool, benchmark, target, backend,
     return out
 
 
-def load_benchmark(benchmark: str, target, n: int, seed: int, data_root: str | None, reference_root: str | None, test_styles: int = 2):
+def load_benchmark(benchmark: str, target, n: int, seed: int, data_root: str | None, reference_root: str | None, test_styles: int = 2,
+                   mapping=None):
     from nemo_train.nemo.benchmark import build_cmnist_benchmark, build_folder_benchmark
 
     if benchmark == "cmnist":
         return build_cmnist_benchmark(target=target, n=n, seed=seed, test_styles=test_styles)
     if data_root is None:
         raise UserInputError(f"benchmark {benchmark!r} needs data_root (its image folder)")
-    return build_folder_benchmark(benchmark, data_root, target, benchmark, n=n, seed=seed, extra_reference=reference_root)
+    folders = mapping.folders if mapping is not None else None
+    return build_folder_benchmark(benchmark, data_root, target, benchmark, n=n, seed=seed, class_folders=folders, extra_reference=reference_root)
 
 
 def _jsonable(value: Any) -> Any:
@@ -353,19 +355,25 @@ def nemo_eval(
               + (" hypotheses from the attribute-contrast template and edits from the keyword deriver" if backend is None else "")
               + (" and judging by the keyword judge" if not judges else "")
               + "; these suit only closed-vocabulary synthetic benchmarks.")
-    mapping = None
-    if mapping_file is not None:
+    mapping, class_names = None, None
+    if benchmark != "cmnist":
         from nemo_train.nemo.targets import ClassMapping
 
-        mapping = ClassMapping.from_json(mapping_file)
+        if data_root is None or not Path(data_root).is_dir():
+            raise UserInputError(f"benchmark {benchmark!r} needs data_root, an existing image folder; got {data_root!r}")
+        if mapping_file is not None:
+            mapping = ClassMapping.from_json(mapping_file)
+        elif benchmark == "imagenet_r":
+            mapping = ClassMapping.from_wnids(sorted(p.name for p in Path(data_root).iterdir() if p.is_dir()))
+        class_names = mapping.class_names if mapping is not None else sorted(p.name for p in Path(data_root).iterdir() if p.is_dir())
 
     started, skipped, done = time.perf_counter(), 0, 0
     keys: list[str] = []
     images: dict[str, tuple] = {}
     for spec in targets:
-        target = make_target(spec, None if mapping is None else mapping.class_names, mapping)
+        target = make_target(spec, class_names, mapping)
         target_name = Path(spec).stem if spec.endswith(".ckpt") else spec
-        bench = load_benchmark(benchmark, target, n, seed, data_root, reference_root, test_styles)
+        bench = load_benchmark(benchmark, target, n, seed, data_root, reference_root, test_styles, mapping)
         scorer = make_scorer(bench, target, backend, editor, batched, seed)
         chosen = make_methods(methods, validation, bench, target, backend, scorer, k, m, clip_model)
         bar = tqdm(total=len(chosen) * len(bench.errors), desc=f"nemo-eval {target_name}", unit="sample")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
@@ -40,7 +41,9 @@ class ClassMapping:
         num_source_classes: size of the source output (1000 for ImageNet).
     """
 
-    def __init__(self, class_names: Sequence[str], ids: Sequence[Sequence[int]], num_source_classes: int = 1000) -> None:
+    def __init__(
+        self, class_names: Sequence[str], ids: Sequence[Sequence[int]], num_source_classes: int = 1000, folders: Sequence[str] | None = None
+    ) -> None:
         if len(class_names) != len(ids):
             raise UserInputError(f"class mapping has {len(class_names)} names but {len(ids)} id sets")
         member = torch.zeros(len(class_names), num_source_classes)
@@ -52,6 +55,8 @@ class ClassMapping:
                     raise UserInputError(f"class {name!r} maps to id {i}; expected 0-{num_source_classes - 1}")
                 member[k, int(i)] = 1.0
         self.class_names = list(class_names)
+        #: the dataset folder of each class (the class name unless the folders are e.g. WordNet ids)
+        self.folders = list(folders) if folders is not None else list(class_names)
         self.ids = [sorted(int(i) for i in group) for group in ids]
         self.member = member  # float[K, S]
         self.owner = torch.full((num_source_classes,), -1, dtype=torch.long)  # source id -> class (last wins)
@@ -96,7 +101,7 @@ class ClassMapping:
         if unknown:
             raise UserInputError(f"unknown ImageNet WordNet id(s) {unknown[:5]}; expected folder names like 'n01443537'")
         names = [info.index_to_description(order[w]).split(",")[0] for w in wnids]
-        return cls(names, [[order[w]] for w in wnids])
+        return cls(names, [[order[w]] for w in wnids], folders=wnids)
 
 
 class Target(nn.Module):
@@ -205,6 +210,9 @@ class TimmTarget(Target):
         self.model = timm.create_model(model_name, pretrained=pretrained, **dict(model_kwargs or {})).eval()
         cfg = timm.data.resolve_data_config({}, model=self.model)
         self.input_size = tuple(cfg["input_size"][1:])
+        patch_embed_size = getattr(getattr(self.model, "patch_embed", None), "img_size", None)
+        if patch_embed_size is not None:  # a ViT built with another img_size than its pretrained config
+            self.input_size = tuple(patch_embed_size)
         self.register_buffer("mean", torch.tensor(cfg["mean"]).view(1, 3, 1, 1), persistent=False)
         self.register_buffer("std", torch.tensor(cfg["std"]).view(1, 3, 1, 1), persistent=False)
         self.mapping = mapping
@@ -235,6 +243,28 @@ class TimmTarget(Target):
     @torch.no_grad()
     def features(self, images: torch.Tensor) -> torch.Tensor:
         return self.model.forward_head(self.model.forward_features(self._prepare(images)), pre_logits=True)
+
+    def gradcam_layer(self) -> nn.Module:
+        """Grad-CAM layer: the last block's first norm for ViTs, else the last convolution."""
+        if hasattr(self.model, "blocks") and hasattr(self.model.blocks[-1], "norm1"):
+            return self.model.blocks[-1].norm1
+        return ClassifierTarget.gradcam_layer(SimpleNamespace(module=self.model))
+
+    def gradcam_reshape(self):
+        """Token -> map reshape for ViTs (prefix tokens dropped), ``None`` for CNNs."""
+        if not hasattr(self.model, "blocks"):
+            return None
+        prefix = getattr(self.model, "num_prefix_tokens", 1)
+        return _tokens_to_map(prefix)
+
+
+def _tokens_to_map(prefix: int):
+    def reshape(tokens: torch.Tensor) -> torch.Tensor:
+        tokens = tokens[:, prefix:]
+        side = int(round(tokens.shape[1] ** 0.5))
+        return tokens.reshape(tokens.shape[0], side, side, tokens.shape[2]).permute(0, 3, 1, 2)
+
+    return reshape
 
 
 def _imagenet_names(n: int) -> list[str]:
@@ -319,6 +349,9 @@ class ZeroShotTarget(Target):
     @torch.no_grad()
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
         """L2-normalised image embeddings ``[B, D]``."""
+        return self._embed_image(images)
+
+    def _embed_image(self, images: torch.Tensor) -> torch.Tensor:
         images = _check_images(images).to(self.device)
         images = F.interpolate(images, size=(self.image_size, self.image_size), mode="bicubic", antialias=True, align_corners=False).clamp(0, 1)
         pixels = (images - self.mean) / self.std
@@ -333,7 +366,14 @@ class ZeroShotTarget(Target):
         return self.model.logit_scale.exp().float()
 
     def logits(self, images: torch.Tensor) -> torch.Tensor:
-        return self._scale() * self.encode_image(images) @ self.class_text().T
+        return self._scale() * self._embed_image(images) @ self.class_text().T
+
+    def gradcam_layer(self) -> nn.Module:
+        """Grad-CAM layer: the first norm of the vision tower's last layer."""
+        return self.model.vision_model.encoder.layers[-1].layer_norm1
+
+    def gradcam_reshape(self):
+        return _tokens_to_map(0 if self.is_siglip else 1)
 
     @torch.no_grad()
     def features(self, images: torch.Tensor) -> torch.Tensor:

@@ -94,3 +94,17 @@ def test_checkpoint_target_round_trip(tmp_path):
     assert isinstance(target.gradcam_layer(), torch.nn.Conv2d)
     with pytest.raises(UserInputError, match="does not exist"):
         load_checkpoint_target(tmp_path / "none.ckpt")
+
+
+@pytest.mark.parametrize("kind", ["vit", "clip"])
+def test_gradcam_on_transformer_targets(kind):
+    from nemo_train.nemo.methods.cam_mllm import gradcam_overlay
+
+    if kind == "vit":
+        target = TimmTarget("vit_tiny_patch16_224", pretrained=False, model_kwargs={"img_size": 32, "patch_size": 8, "depth": 2})
+    else:
+        target = tiny_random_clip(["cat", "dog"], seed=0)
+    image = torch.rand(3, 32, 32, generator=torch.Generator().manual_seed(0))
+    heat, overlay = gradcam_overlay(target, image, 1, target.gradcam_layer(), target.gradcam_reshape())
+    assert heat.shape == (32, 32) and overlay.shape == (3, 32, 32)
+    assert torch.isfinite(heat).all() and heat.max() <= 1

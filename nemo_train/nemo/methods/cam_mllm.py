@@ -60,7 +60,8 @@ class CamMLLM:
         self.target, self.backend, self.temperature, self.cam_layer = target, backend, temperature, cam_layer
 
     def candidates(self, sample: ErrorSample, benchmark: NemoBenchmark, m: int) -> list[str]:
-        heat, overlay = gradcam_overlay(self.target, sample.image, sample.prediction, self.cam_layer)
+        reshape = self.target.gradcam_reshape() if hasattr(self.target, "gradcam_reshape") else None
+        heat, overlay = gradcam_overlay(self.target, sample.image, sample.prediction, self.cam_layer, reshape)
         self._last_overlay = overlay
         if self.backend is None:
             return [describe_heat(heat, sample.image)]
