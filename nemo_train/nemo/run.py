@@ -157,12 +157,14 @@ def make_panel(judges: list[dict] | None, criterion: str, cache_dir: Path):
     return JudgePanel([LLMJudge(make_backend(spec, cache_dir), criterion) for spec in judges])
 
 
-def make_scorer(benchmark, target, backend, editor: str | None, batched: bool = True, seed: int = 0):
+def make_scorer(benchmark, target, backend, editor: str | None, batched: bool = True, seed: int = 0, deriver: str = "auto"):
     """The counterfactual test: exact editor on generated data, a diffusers editor or prompt swap otherwise."""
     from nemo_train.nemo import interventions as iv
 
+    if deriver not in ("auto", "keyword", "llm"):
+        raise UserInputError(f"deriver {deriver!r}; expected 'auto', 'keyword' or 'llm'")
     if benchmark.renderer is not None and editor in (None, "exact"):
-        if backend is None:
+        if backend is None or deriver == "keyword":
             deriver = iv.KeywordAttributeDeriver(benchmark.vocabulary)
         else:
             deriver = iv.LLMAttributeDeriver(backend, benchmark.vocabulary)
@@ -178,7 +180,8 @@ def make_scorer(benchmark, target, backend, editor: str | None, batched: bool = 
     return iv.CounterfactualScorer(target, iv.LLMInstructionDeriver(backend, "image"), DiffusersEditor(editor, seed=seed), batched=batched)
 
 
-def make_methods(names: list[str], validation: bool, benchmark, target, backend, scorer, k: int, m: int, clip_model: str | None):
+def make_methods(names: list[str], validation: bool, benchmark, target, backend, scorer, k: int, m: int, clip_model: str | None,
+                 hypotheses: str = "auto"):
     """Method objects in table order; ``validation`` adds each baseline's "+validation" variant."""
     from nemo_train.nemo.methods import cam_mllm, change_mllm, error_retrieval, reference, scitx, validation as val
     from nemo_train.nemo.targets import ZeroShotTarget, tiny_random_clip
@@ -189,10 +192,16 @@ def make_methods(names: list[str], validation: bool, benchmark, target, backend,
     out = []
     for name in names:
         if name == "scitx":
-            if backend is None:
+            if hypotheses not in ("auto", "json", "plain", "attributes"):
+                raise UserInputError(f"hypotheses {hypotheses!r}; expected 'auto', 'json', 'plain' or 'attributes'")
+            if hypotheses == "attributes" or (hypotheses == "auto" and backend is None):
                 if benchmark.vocabulary is None:
                     raise UserInputError("SciTX without an explainer endpoint works only on generated benchmarks")
                 hyp = scitx.AttributeContrastHypothesizer(benchmark.vocabulary)
+            elif backend is None:
+                raise UserInputError(f"hypotheses {hypotheses!r} needs an explainer backend")
+            elif hypotheses == "plain":
+                hyp = scitx.PlainTextHypothesizer(backend)
             else:
                 hyp = scitx.MLLMHypothesizer(backend)
             captioner = scitx.MLLMCaptioner(backend) if backend is not None else None
@@ -313,6 +322,8 @@ def nemo_eval(
     batched: bool = True,
     global_explanation: bool = False,
     test_styles: int = 2,
+    hypotheses: str = "auto",
+    deriver: str = "auto",
 ) -> dict:
     """Run explanation methods on a NEMO benchmark and print LLM Match and CEI per method and target.
 
@@ -333,6 +344,10 @@ def nemo_eval(
         out_dir: results (``results.jsonl``), LLM cache and per-sample images; reruns resume here.
         wandb: log the table and a per-sample table to Weights & Biases.
         batched: classify all counterfactuals of an error in one batch.
+        hypotheses: SciTX's hypothesis source: ``auto`` (the explainer's JSON replies, or offline the
+            attribute-contrast template), ``json``, ``plain`` (one sentence per reply, for the fine-tuned
+            tiny explainer) or ``attributes``.
+        deriver: ``auto`` (the explainer derives edits, or offline the keyword deriver), ``keyword`` or ``llm``.
         test_styles: CMNIST only: handwriting exemplars per (digit, colour, angle) cell of the test grid.
         global_explanation: summarise SciTX's explanations into one global explanation and score it on
             every error (row ``Global``, paper 000 Sec. 4.2.7).
@@ -374,8 +389,8 @@ def nemo_eval(
         target = make_target(spec, class_names, mapping)
         target_name = Path(spec).stem if spec.endswith(".ckpt") else spec
         bench = load_benchmark(benchmark, target, n, seed, data_root, reference_root, test_styles, mapping)
-        scorer = make_scorer(bench, target, backend, editor, batched, seed)
-        chosen = make_methods(methods, validation, bench, target, backend, scorer, k, m, clip_model)
+        scorer = make_scorer(bench, target, backend, editor, batched, seed, deriver)
+        chosen = make_methods(methods, validation, bench, target, backend, scorer, k, m, clip_model, hypotheses)
         bar = tqdm(total=len(chosen) * len(bench.errors), desc=f"nemo-eval {target_name}", unit="sample")
         for method in chosen:
             for sample in bench.errors:
@@ -445,7 +460,12 @@ def known_cause_win_rate(records: Iterable[dict], target: str | None = None) -> 
 
 
 def demo_step(ctx) -> None:
-    """Demo: nemo-eval of SciTX, the three baselines and the reference explainers on Model A's CMNIST errors."""
+    """Demo: nemo-eval of SciTX, the three baselines and the reference explainers on Model A's CMNIST errors.
+
+    Offline parts throughout (attribute-contrast hypotheses, keyword deriver, exact editor, keyword judge).
+    When the explainer step has run (``ctx.artifacts["explainer"]``), a second, small run takes SciTX's
+    hypotheses from that fine-tuned tiny explainer instead.
+    """
     checkpoint = ctx.checkpoints.get("cmnist_model_a")
     if checkpoint is None:
         raise UserInputError("the nemo-eval demo step needs the cmnist_model_a checkpoint; run the cmnist_pair step first")
@@ -455,10 +475,22 @@ def demo_step(ctx) -> None:
         targets=[str(checkpoint)],
         methods=["scitx", "error_retrieval", "cam_mllm", "change_mllm", "known_cause", "distractor"],
         validation=not ctx.fast,
-        n=20 if ctx.fast else 60,
+        n=15 if ctx.fast else 25,
+        test_styles=1 if ctx.fast else 2,
+        global_explanation=True,
         out_dir=str(out_dir),
     )
     store = ResultStore(result["results"])
     rate, count = known_cause_win_rate(store.records.values())
     print(f"known cause (colour) beats the rotation distractor on CEI for {rate:.0%} of {count} errors")
     ctx.artifacts["nemo_eval_results"] = Path(result["results"])
+    ctx.results["nemo_eval"] = {"known_cause_win_rate": rate, "errors": count, **result["summary"]}
+    adapter = ctx.artifacts.get("explainer")
+    if adapter is not None and Path(adapter).is_dir():
+        print("\nSciTX with hypotheses from the fine-tuned tiny explainer (plain-sentence replies, keyword deriver):")
+        explained = nemo_eval(
+            benchmark="cmnist", targets=[str(checkpoint)], methods=["scitx"], n=4 if ctx.fast else 10, m=2,
+            test_styles=1 if ctx.fast else 2, explainer={"kind": "hf_local", "model_name_or_path": str(adapter)},
+            hypotheses="plain", deriver="keyword", out_dir=str(out_dir / "tiny_explainer"),
+        )
+        ctx.artifacts["nemo_eval_explainer_results"] = Path(explained["results"])

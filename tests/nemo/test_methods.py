@@ -178,3 +178,18 @@ def test_global_explanation_offline_and_llm():
     backend = ScriptedBackend(['{"global_explanation": "It relies on colour."}'])
     assert summarize_explanations(backend, texts) == "It relies on colour."
     assert texts[0] in backend.calls[0]["messages"][0]["content"][-1]["text"]
+
+
+def test_plain_text_hypothesizer_for_the_fine_tuned_explainer():
+    from nemo_train.nemo.methods.scitx import PlainTextHypothesizer
+
+    target = RedGreenTarget()
+    bench = toy_benchmark(target)
+    backend = ScriptedBackend(["The green colour misled it; correct ones are red.", "The square is rotated 10 degrees."])
+    method = SciTX(target, PlainTextHypothesizer(backend, question="Why?"), scorer_for(target), k=2, m=2)
+    explanation = method.explain(bench.errors[0], bench)
+    assert explanation.text == "The green colour misled it; correct ones are red."
+    call = backend.calls[0]
+    assert call["n"] == 2 and call["max_tokens"] == 48
+    assert [p["type"] for p in call["messages"][0]["content"]] == ["image", "text"]
+    assert call["messages"][0]["content"][1]["text"] == "Why?"

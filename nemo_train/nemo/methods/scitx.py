@@ -97,6 +97,24 @@ class MLLMHypothesizer:
         return ask_causes(self.backend, [message], n=m, temperature=self.temperature if m > 1 else 0.0)
 
 
+class PlainTextHypothesizer:
+    """A fine-tuned explainer that answers in plain sentences (the tiny explainer of the explainer issue):
+    it sees the error image and its own one-sentence question, each of ``m`` sampled replies is a
+    hypothesis. It gets no observations (its closed training vocabulary has no place for captions)."""
+
+    def __init__(self, backend, question: str | None = None, temperature: float = 0.7, max_tokens: int = 48) -> None:
+        from nemo_train.explainer.causes import BIAS_PROMPT
+
+        self.backend, self.question, self.temperature, self.max_tokens = backend, question or BIAS_PROMPT, temperature, max_tokens
+
+    def hypothesize(self, sample, observations, class_names, m):
+        from nemo_train.nemo.backends.messages import user_message
+
+        replies = self.backend.chat([user_message(self.question, images=[sample.image])], n=m,
+                                    temperature=self.temperature if m > 1 else 0.0, max_tokens=self.max_tokens)
+        return list(dict.fromkeys(r.strip() for r in replies if r and r.strip()))
+
+
 class AttributeContrastHypothesizer:
     """Offline hypothesizer for generated data (NOT a language model).
 
