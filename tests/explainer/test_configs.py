@@ -70,3 +70,22 @@ def test_tiny_config_matches_the_demo_recipe():
     data = config["data"]["init_args"]
     assert {k: data[k] for k in TINY_DATA_ARGS} == TINY_DATA_ARGS
     assert config["trainer"]["max_epochs"] == TINY_MAX_EPOCHS
+
+
+def test_tiny_config_fits_through_the_cli(six_cause_pairs, tmp_path, explainer_cache, monkeypatch):
+    from nemo_train.cli import run_lightning_cli
+
+    monkeypatch.chdir(tmp_path)  # the config writes under checkpoints/explainer_tiny/
+
+    run_lightning_cli(
+        [
+            "fit", "--config", str(CONFIGS / "tiny.yaml"), "--trainer.accelerator=cpu", "--trainer.logger=false",
+            "--trainer.max_epochs=1", "--trainer.check_val_every_n_epoch=1", "--trainer.enable_progress_bar=false",
+            f"--data.init_args.train_jsonl={six_cause_pairs['train']}", f"--data.init_args.val_jsonl={six_cause_pairs['val']}",
+        ]
+    )
+    run = tmp_path / "checkpoints" / "explainer_tiny"
+    assert (run / "last.ckpt").is_file() and (run / "best.ckpt").is_file()
+    assert (run / "adapter" / "adapter_model.safetensors").is_file()
+    # best.ckpt monitors val/explanation_acc, so the accuracy callback ran and logged it
+    assert torch.load(run / "best.ckpt", weights_only=True)["state_dict"]
