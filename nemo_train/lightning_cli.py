@@ -22,7 +22,10 @@ class ScrubbedSaveConfigCallback(SaveConfigCallback):
 
     def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         config = scrub_secrets(yaml.safe_load(self.parser.dump(self.config, skip_none=False, skip_check=True)))
-        log_dir = trainer.log_dir or trainer.default_root_dir
+        # only rank 0 gets here, so no ``trainer.log_dir`` (it broadcasts and would wait for the other ranks)
+        logger = trainer.loggers[0] if trainer.loggers else None
+        log_dir = (getattr(logger, "log_dir", None) or getattr(logger, "save_dir", None)) if logger else None
+        log_dir = log_dir or trainer.default_root_dir
         Path(log_dir).mkdir(parents=True, exist_ok=True)
         (Path(log_dir) / self.config_filename).write_text(yaml.safe_dump(config, sort_keys=False))
         for logger in trainer.loggers:
