@@ -1,13 +1,14 @@
-"""Pieces shared by our generated datasets: an in-memory attribute dataset and a rotation helper."""
+"""Pieces shared by our datasets: an in-memory attribute dataset, a split datamodule base, a rotation helper."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
 
+import lightning as L
 import torch
 import torch.nn.functional as F
-from torch.utils.data import Dataset
+from torch.utils.data import DataLoader, Dataset
 
 
 class AttributeImageDataset(Dataset):
@@ -61,3 +62,37 @@ def rotate_batch(images: torch.Tensor, degrees: torch.Tensor) -> torch.Tensor:
     matrix = torch.stack([torch.stack([cos, sin, zeros], -1), torch.stack([-sin, cos, zeros], -1)], 1)
     grid = F.affine_grid(matrix, list(images.shape), align_corners=False)
     return F.grid_sample(images, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+
+
+class SplitDataModule(L.LightningDataModule):
+    """A datamodule whose ``setup`` fills ``train_set`` / ``val_set`` / ``test_set``; this base serves the loaders.
+
+    Subclasses save ``batch_size`` and ``num_workers`` as hyper-parameters. ``predict`` uses the test split.
+    """
+
+    train_set: Dataset | None = None
+    val_set: Dataset | None = None
+    test_set: Dataset | None = None
+
+    def _loader(self, dataset: Dataset | None, shuffle: bool) -> DataLoader:
+        if dataset is None:
+            raise RuntimeError(f"{type(self).__name__}.setup() has not been called")
+        return DataLoader(
+            dataset,
+            batch_size=self.hparams.batch_size,
+            shuffle=shuffle,
+            num_workers=self.hparams.num_workers,
+            persistent_workers=self.hparams.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self.train_set, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self.val_set, shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader(self.test_set, shuffle=False)
+
+    def predict_dataloader(self) -> DataLoader:
+        return self._loader(self.test_set, shuffle=False)

@@ -17,12 +17,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import lightning as L
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader
 
-from datamodules.base import AttributeImageDataset, rotate_batch, to_uint8
+from datamodules.base import AttributeImageDataset, SplitDataModule, rotate_batch, to_uint8
 from nemo_train.errors import UserInputError
 
 #: Stroke colours (RGB in [0, 1]), in the order of paper 002, App. A.3.
@@ -179,7 +177,7 @@ class CMNISTRenderer:
         return (gray * self.palette[color][:, :, None, None]).clamp(0, 1)
 
 
-class CMNISTDataModule(L.LightningDataModule):
+class CMNISTDataModule(SplitDataModule):
     """Biased coloured-MNIST data for one classifier of a model pair (paper 002, Sec. 5.1).
 
     Args:
@@ -212,7 +210,6 @@ class CMNISTDataModule(L.LightningDataModule):
         self.eval_groupings: dict[str, list[str]] = {}
         self.renderer: CMNISTRenderer | None = None
         self.test_renderer: CMNISTRenderer | None = None
-        self.train_set = self.val_set = self.test_set = None
 
     def setup(self, stage: str | None = None) -> None:
         """Generate the splits once (idempotent)."""
@@ -254,24 +251,3 @@ class CMNISTDataModule(L.LightningDataModule):
     def group_of(self, digit: int, color: int | str) -> str:
         """``"aligned"`` or ``"conflicting"`` for a (digit, colour) pair under this module's bias."""
         return self.group_names[0 if self.bias.allowed_matrix()[int(digit), CMNISTRenderer.color_index(color)] else 1]
-
-    def _loader(self, dataset, shuffle: bool) -> DataLoader:
-        return DataLoader(
-            dataset,
-            batch_size=self.hparams.batch_size,
-            shuffle=shuffle,
-            num_workers=self.hparams.num_workers,
-            persistent_workers=self.hparams.num_workers > 0,
-        )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, shuffle=False)
-
-    def predict_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, shuffle=False)
