@@ -148,3 +148,19 @@ def test_table_layout():
     assert summary[("SciTX", "vit")]["llm_match"] == 0.75 and summary[("SciTX", "vit")]["cei"] == 15.0
     table = format_table(summary, "toy")
     assert "0.750" in table and "15.00" in table and "-2.00" in table
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "configs" / "nemo").glob("*.yaml")), ids=lambda p: p.name)
+def test_nemo_configs_parse(path):
+    from jsonargparse import ArgumentParser
+
+    from nemo_train.nemo.run import BENCHMARKS, METHODS
+
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_function_arguments(nemo_eval)
+    config = parser.parse_path(str(path))
+    assert config.benchmark in BENCHMARKS and config.targets
+    assert set(config.methods) <= set(METHODS)
+    for spec in [config.explainer, *(config.judges or [])]:
+        if spec:
+            assert spec["kind"] in ("openai", "hf_local") and "api_key" not in spec  # keys only via api_key_env
