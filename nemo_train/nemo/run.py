@@ -365,11 +365,13 @@ def nemo_eval(
     backend = make_backend(explainer, cache_dir)
     criterion = "cmnist" if benchmark == "cmnist" else benchmark
     panel = make_panel(judges, criterion, cache_dir)
-    if backend is None or not judges:
-        print("note: offline parts in use —"
-              + (" hypotheses from the attribute-contrast template and edits from the keyword deriver" if backend is None else "")
-              + (" and judging by the keyword judge" if not judges else "")
-              + "; these suit only closed-vocabulary synthetic benchmarks.")
+    offline = []
+    if backend is None:
+        offline.append("hypotheses from the attribute-contrast template and edits derived by the keyword parser")
+    if not judges:
+        offline.append("judging by the keyword judge")
+    if offline:
+        print(f"note: offline parts in use ({'; '.join(offline)}); they suit only closed-vocabulary synthetic benchmarks.")
     mapping, class_names = None, None
     if benchmark != "cmnist":
         from nemo_train.nemo.targets import ClassMapping

@@ -164,3 +164,18 @@ def test_nemo_configs_parse(path):
     for spec in [config.explainer, *(config.judges or [])]:
         if spec:
             assert spec["kind"] in ("openai", "hf_local") and "api_key" not in spec  # keys only via api_key_env
+
+
+def test_wandb_table_per_sample(checkpoint, tmp_path, monkeypatch):
+    import wandb
+
+    logged = []
+    fake_run = type("FakeRun", (), {"log": lambda self, data: logged.append(data)})()
+    monkeypatch.setattr(wandb, "run", None)
+    monkeypatch.setattr(wandb, "init", lambda **kwargs: fake_run)
+    nemo_eval(targets=[checkpoint], methods=["known_cause"], n=3, test_styles=1, out_dir=str(tmp_path), wandb=True)
+    ((data,),) = [logged]
+    table, samples = data["nemo/cmnist/table"], data["nemo/cmnist/samples"]
+    assert table.data[0][:2] == ["KnownCause", "model_a"]
+    assert len(samples.data) == 3 and samples.columns[:8] == ["image", "y", "y_hat", "method", "target", "explanation", "edit", "edited image"]
+    assert all(row[0] is not None and row[7] is not None for row in samples.data)  # original and edited image
