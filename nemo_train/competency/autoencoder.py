@@ -22,7 +22,9 @@ class CompetencyAutoencoder(L.LightningModule):
 
     Each encoder stage is a stride-2 ``conv -> ReLU``; a linear layer maps the last feature map to the
     latent vector. The decoder mirrors it: linear, then per stage an upsampling to the encoder's size at
-    that stage and a ``conv -> ReLU`` (a sigmoid at the end, so outputs stay in ``[0, 1]``).
+    that stage and a ``conv -> ReLU`` (the last conv is linear). The loss is taken on that linear output;
+    ``decode`` / ``forward`` clamp it to ``[0, 1]``. (A sigmoid output saturates on sparse images such as
+    CMNIST, where most pixels are black, and the model collapses to an all-black reconstruction.)
 
     Args:
         image_size: side of the (square) input images.
@@ -77,23 +79,27 @@ class CompetencyAutoencoder(L.LightningModule):
         self.check_images(images)
         return self.to_latent(self.encoder_conv(images).flatten(1))
 
-    def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        """Images ``[B, C, H, W]`` in ``[0, 1]`` from latent vectors."""
+    def decode_linear(self, latents: torch.Tensor) -> torch.Tensor:
+        """The decoder's unclamped output ``[B, C, H, W]``."""
         widths = self.hparams.widths
         x = self.from_latent(latents).view(len(latents), widths[-1], self.sizes[-1], self.sizes[-1])
         for i, conv in enumerate(self.decoder_convs):
-            x = F.interpolate(x, size=self.sizes[-2 - i], mode="nearest")
-            x = conv(x)
-            x = torch.sigmoid(x) if i == len(self.decoder_convs) - 1 else F.relu(x)
+            x = conv(F.interpolate(x, size=self.sizes[-2 - i], mode="nearest"))
+            if i < len(self.decoder_convs) - 1:
+                x = F.relu(x)
         return x
 
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """Images ``[B, C, H, W]`` in ``[0, 1]`` from latent vectors."""
+        return self.decode_linear(latents).clamp(0.0, 1.0)
+
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        """Reconstruction ``decode(encode(images))``."""
+        """Reconstruction ``decode(encode(images))`` in ``[0, 1]``."""
         return self.decode(self.encode(images))
 
     def reconstruction_loss(self, images: torch.Tensor) -> torch.Tensor:
-        """Per-image mean squared reconstruction error ``[B]`` (differentiable)."""
-        return (self(images) - images).pow(2).flatten(1).mean(1)
+        """Per-image mean squared error ``[B]`` of the unclamped reconstruction (differentiable)."""
+        return (self.decode_linear(self.encode(images)) - images).pow(2).flatten(1).mean(1)
 
     # ----------------------------------------------------------------- training
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:

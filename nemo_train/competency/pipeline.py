@@ -48,16 +48,25 @@ def _accelerator(device: str) -> tuple[str, torch.device]:
     return ("gpu" if device == "cuda" else "cpu"), torch.device(device)
 
 
-def load_or_train_classifier(datamodule: L.LightningDataModule, checkpoint: str | None, epochs: int, accelerator: str):
-    """A :class:`ClassifierModule` from ``checkpoint``, or a ``bias_cnn`` trained for ``epochs`` on ``datamodule``."""
+def load_or_train_classifier(
+    datamodule: L.LightningDataModule, checkpoint: str | None, epochs: int, accelerator: str, save_to: Path | None = None
+):
+    """A :class:`ClassifierModule` from ``checkpoint``; without one, the one saved at ``save_to`` by an earlier
+    run, else a ``bias_cnn`` trained for ``epochs`` on ``datamodule`` (and saved to ``save_to``)."""
     from nemo_train.models import ClassifierModule
 
+    if not checkpoint and save_to is not None and save_to.is_file():
+        checkpoint = str(save_to)
     if checkpoint:
         if not Path(checkpoint).is_file():
             raise UserInputError(f"classifier checkpoint {checkpoint!r} does not exist")
         return ClassifierModule.load_from_checkpoint(checkpoint, map_location="cpu", weights_only=True).eval()
     module = ClassifierModule(backbone="bias_cnn", num_classes=datamodule.num_classes, lr=3e-3)
-    _trainer(epochs, accelerator).fit(module, datamodule)
+    trainer = _trainer(epochs, accelerator)
+    trainer.fit(module, datamodule)
+    if save_to is not None:
+        save_to.parent.mkdir(parents=True, exist_ok=True)
+        trainer.save_checkpoint(str(save_to), weights_only=True)
     return module.eval()
 
 
@@ -193,7 +202,8 @@ def counterfactuals(
 
     Args:
         datamodule: the classifier's data (default: embedded CMNIST, Model-A bias).
-        classifier_checkpoint: a ClassifierModule checkpoint; without one a small ``bias_cnn`` is trained.
+        classifier_checkpoint: a ClassifierModule checkpoint; without one a small ``bias_cnn`` is trained
+            and saved as ``<out_dir>/classifier.ckpt`` (reused by later runs with the same out_dir).
         autoencoder: the competency autoencoder to train (default: one sized for the data's images).
         estimator_dir: folder of a saved PaRCE estimator; loaded if present, else written there
             (default: ``<out_dir>/parce``).
@@ -234,7 +244,7 @@ def counterfactuals(
     if autoencoder.hparams.image_size != image_size:
         raise UserInputError(f"autoencoder.image_size={autoencoder.hparams.image_size} but the datamodule's images are {image_size} px")
     out = Path(out_dir)
-    classifier = load_or_train_classifier(datamodule, classifier_checkpoint, classifier_epochs, accelerator)
+    classifier = load_or_train_classifier(datamodule, classifier_checkpoint, classifier_epochs, accelerator, out / "classifier.ckpt")
     estimator = prepare_estimator(
         classifier, datamodule, autoencoder, autoencoder_epochs, threshold, accelerator, Path(estimator_dir) if estimator_dir else out / "parce"
     )

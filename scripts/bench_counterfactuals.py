@@ -1,0 +1,98 @@
+"""Benchmark: time per image of the five counterfactual methods at batch 1 and batch 64.
+
+    .venv/bin/python scripts/bench_counterfactuals.py --run_dir checkpoints/counterfactuals [--images 64]
+
+Uses the classifier (``classifier.ckpt``) and PaRCE estimator (``parce/``) written by an earlier
+``nemo-train counterfactuals`` run in ``--run_dir`` (run one with the defaults first), builds the CMNIST
+six-cause set, and prints per method: seconds per image at batch 1 (each image alone) and at batch 64
+(``--images`` images in one batch), the speed-up, and for the gradient methods the same batch under the
+reference's batch-wide stopping rule (no per-image freezing), with success rates and mean iterations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import torch
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run_dir", default="checkpoints/counterfactuals", help="out_dir of a counterfactuals run")
+    parser.add_argument("--images", type=int, default=64, help="images in the large batch (and in the batch-1 loop)")
+    parser.add_argument("--single", type=int, default=16, help="images timed one by one at batch 1")
+    parser.add_argument("--max_iter", type=int, default=100)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: leave as is)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    from datamodules.cmnist import CMNISTDataModule
+    from datamodules.six_causes import SixCausesDataModule
+    from nemo_train.competency.counterfactuals import METHODS, build_generator
+    from nemo_train.competency.parce import PaRCE
+    from nemo_train.models import ClassifierModule
+
+    run = Path(args.run_dir)
+    classifier = ClassifierModule.load_from_checkpoint(str(run / "classifier.ckpt"), map_location="cpu", weights_only=True).eval()
+    estimator = PaRCE.load(run / "parce", classifier).to(args.device).eval()
+    datamodule = CMNISTDataModule(bias="model_a", train_size=3000, test_styles=1, batch_size=64)
+    datamodule.setup("fit")
+    six = SixCausesDataModule(datamodule, competency=estimator, per_cause=max(1, -(-args.images // 6)))
+    six.setup()
+    images = six.dataset.images[torch.randperm(len(six.dataset), generator=torch.Generator().manual_seed(0))][: args.images]
+    holdout = torch.cat([b["image"] for b in datamodule.val_dataloader()])
+    print(f"device {args.device}, torch threads {torch.get_num_threads()}, {len(images)} six-cause images, max_iter {args.max_iter}")
+
+    def make(name: str, stopping: str = "per_image"):
+        options = {"max_iter": args.max_iter, "stopping": stopping} if name in ("IGD", "FGD", "LGD") else {}
+        if name == "IGD":
+            options["distance"] = "lpips"
+        generator = build_generator(name, estimator, **options)
+        if name == "LNN":
+            generator.fit(holdout)
+        return generator
+
+    def timed(generator, batch: torch.Tensor):
+        start = time.perf_counter()
+        result = generator(batch)
+        return result, time.perf_counter() - start
+
+    rows = []
+    for name in METHODS:
+        generator = make(name)
+        generator(images[:2])  # warm-up
+        single = [generator(images[i : i + 1]) for i in range(min(args.single, len(images)))]
+        per_image_1 = sum(r.seconds for r in single) / max(sum(r.processed for r in single), 1)
+        big = generator(images)
+        row = {
+            "method": name,
+            "batch1": per_image_1,
+            "batch64": big.seconds_per_image,
+            "speedup": per_image_1 / max(big.seconds_per_image, 1e-12),
+            "success": float(big.success.float().mean()),
+            "iters": float(big.iterations.float().mean()),
+        }
+        if name in ("IGD", "FGD", "LGD"):
+            ref = make(name, "batch")(images)
+            row.update(ref64=ref.seconds_per_image, ref_success=float(ref.success.float().mean()), ref_iters=float(ref.iterations.float().mean()))
+        rows.append(row)
+        print(f"  done {name}", flush=True)
+
+    header = f"{'method':<6} {'s/img b=1':>10} {'s/img b=64':>11} {'speed-up':>9} {'success':>8} {'iters':>6} | {'ref rule s/img b=64':>19} {'ref success':>11} {'ref iters':>9}"
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        ref = f"{r['ref64']:>19.4f} {r['ref_success']:>11.2%} {r['ref_iters']:>9.1f}" if "ref64" in r else f"{'-':>19} {'-':>11} {'-':>9}"
+        print(f"{r['method']:<6} {r['batch1']:>10.4f} {r['batch64']:>11.4f} {r['speedup']:>8.1f}x {r['success']:>8.2%} {r['iters']:>6.1f} | {ref}")
+    lgd = next(r for r in rows if r["method"] == "LGD")["batch64"]
+    for name in ("Reco", "LNN"):
+        fast = next(r for r in rows if r["method"] == name)["batch64"]
+        print(f"LGD / {name} time per image at batch 64: {lgd / max(fast, 1e-12):.1f}x")
+
+
+if __name__ == "__main__":
+    main()
