@@ -40,7 +40,7 @@ class CompetencyAutoencoder(L.LightningModule):
         in_chans: int = 3,
         widths: Sequence[int] = (32, 64, 64),
         latent_dim: int = 64,
-        lr: float = 2e-3,
+        lr: float = 1e-3,
         weight_decay: float = 0.0,
     ) -> None:
         super().__init__()
