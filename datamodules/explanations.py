@@ -318,7 +318,8 @@ class ExplanationDataModule(L.LightningDataModule):
         train_jsonl, val_jsonl: pair files. Without ``train_jsonl`` the embedded six-cause pairs are built
             into ``data_dir`` (CMNIST images with one of six corruptions, ``per_cause`` each).
         data_dir: where the embedded pairs go.
-        per_cause, seed: size and seed of the embedded pairs.
+        per_cause, seed, severity_range: size, seed and corruption strength of the embedded pairs (rebuilt
+            when these change).
         use_counterfactual: show the counterfactual beside the image when a pair has one.
         system_prompt, prompt: context turn and question (default: per record, else 004-style questions).
         max_length: token limit; longer conversations are dropped with a counted warning.
@@ -333,6 +334,7 @@ class ExplanationDataModule(L.LightningDataModule):
         data_dir: str = "checkpoints/explainer_tiny/pairs",
         per_cause: int = 100,
         seed: int = 0,
+        severity_range: tuple[float, float] = (0.75, 1.0),
         use_counterfactual: bool = False,
         system_prompt: str | None = None,
         prompt: str | None = None,
@@ -360,11 +362,21 @@ class ExplanationDataModule(L.LightningDataModule):
             return root / "train.jsonl", root / "val.jsonl"
         return Path(hp.train_jsonl), Path(hp.val_jsonl) if hp.val_jsonl else None
 
-    def prepare_data(self) -> None:
-        """Build the embedded pairs (once, on one process) and the tiny model's cache."""
+    def _embedded_recipe(self) -> dict[str, Any]:
         hp = self.hparams
-        if hp.train_jsonl is None and not (Path(hp.data_dir) / "val.jsonl").is_file():
-            build_six_cause_pairs(hp.data_dir, per_cause=hp.per_cause, seed=hp.seed)
+        return {"per_cause": hp.per_cause, "seed": hp.seed, "severity_range": list(hp.severity_range)}
+
+    def _embedded_ready(self) -> bool:
+        manifest = Path(self.hparams.data_dir) / "recipe.json"
+        return manifest.is_file() and json.loads(manifest.read_text()) == self._embedded_recipe()
+
+    def prepare_data(self) -> None:
+        """Build the embedded pairs (once, on one process; again if the recipe changed) and the tiny model's cache."""
+        hp = self.hparams
+        if hp.train_jsonl is None and not self._embedded_ready():
+            recipe = self._embedded_recipe()
+            build_six_cause_pairs(hp.data_dir, per_cause=hp.per_cause, seed=hp.seed, severity_range=tuple(hp.severity_range))
+            (Path(hp.data_dir) / "recipe.json").write_text(json.dumps(recipe))
         load_processor(hp.model_name_or_path)
 
     def prompt_settings(self) -> dict[str, Any]:
@@ -377,7 +389,7 @@ class ExplanationDataModule(L.LightningDataModule):
         if self.train_set is not None:
             return
         hp = self.hparams
-        if hp.train_jsonl is None and not (Path(hp.data_dir) / "val.jsonl").is_file():
+        if hp.train_jsonl is None and not self._embedded_ready():
             self.prepare_data()
         self.processor = load_processor(hp.model_name_or_path)
         encoder = ConversationEncoder(self.processor, hp.max_length)

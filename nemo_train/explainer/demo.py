@@ -12,17 +12,18 @@ TINY_MODEL_ARGS: dict[str, Any] = {
     "lora_alpha": 32,
     "lora_dropout": 0.0,
     "modules_to_save": ["visual", "lm_head"],
-    "lr": 0.003,
+    "lr": 0.002,
     "warmup_steps": 10,
 }
 TINY_DATA_ARGS: dict[str, Any] = {
     "model_name_or_path": "embedded:tiny-qwen2-vl",
     "per_cause": 100,
+    "severity_range": [0.75, 1.0],
     "use_counterfactual": False,
     "max_length": 256,
     "batch_size": 16,
 }
-TINY_MAX_EPOCHS = 20
+TINY_MAX_EPOCHS = 24
 
 
 def demo_step(ctx) -> None:
@@ -42,7 +43,7 @@ def demo_step(ctx) -> None:
     from nemo_train.loggers import WandbLogger
 
     run_dir = ctx.out_dir / "explainer_tiny"
-    epochs = TINY_MAX_EPOCHS // 2 if ctx.fast else TINY_MAX_EPOCHS
+    epochs = 2 if ctx.fast else TINY_MAX_EPOCHS
     L.seed_everything(0, verbose=False)
     data_args = {**TINY_DATA_ARGS, "per_cause": 30 if ctx.fast else TINY_DATA_ARGS["per_cause"]}
     datamodule = ExplanationDataModule(data_dir=str(run_dir / "pairs"), **data_args)

@@ -105,6 +105,7 @@ class ExplainerModule(L.LightningModule):
         self.processor: Any = None
         self.prompting: dict[str, Any] = {}
         self.strict_loading = False  # checkpoints hold only the trainable weights
+        self.flops_per_batch = None  # ThroughputMonitor: samples/s and tokens/s only (batches vary in length)
 
     # ------------------------------------------------------------------------------------------ model
 

@@ -23,7 +23,7 @@ from nemo_train.explainer import causes
 #: Name that selects the embedded default wherever a model id or path is expected.
 TINY_MODEL = "embedded:tiny-qwen2-vl"
 #: Bump when the recipe below changes, so stale caches are rebuilt.
-TINY_VERSION = 1
+TINY_VERSION = 2
 
 SPECIAL_TOKENS = [
     "<|endoftext|>",
@@ -89,7 +89,7 @@ def build_tiny_processor():
 
 
 def build_tiny_config(tokenizer):
-    """A ``Qwen2VLConfig`` with 2 vision blocks (width 64) and 2 language layers (width 64)."""
+    """A ``Qwen2VLConfig`` with 2 vision blocks (width 128) and 2 language layers (width 64)."""
     from transformers import Qwen2VLConfig
 
     ids = tokenizer.convert_tokens_to_ids
@@ -108,7 +108,7 @@ def build_tiny_config(tokenizer):
             pad_token_id=ids("<|endoftext|>"),
         ),
         vision_config=dict(
-            depth=2, embed_dim=64, hidden_size=64, num_heads=4, mlp_ratio=2, patch_size=4, spatial_merge_size=2, temporal_patch_size=2
+            depth=2, embed_dim=128, hidden_size=64, num_heads=4, mlp_ratio=2, patch_size=4, spatial_merge_size=2, temporal_patch_size=2
         ),
         image_token_id=ids("<|image_pad|>"),
         video_token_id=ids("<|video_pad|>"),
