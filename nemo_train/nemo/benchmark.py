@@ -5,9 +5,10 @@
 target's predictions and features), the dataset's judge criterion and, for generated data, the renderer
 the exact editor re-renders with. Builders:
 
-* :func:`build_cmnist_benchmark` — the embedded default: bias-conflicting errors of a CMNIST classifier
-  on the full digit x colour x angle test grid, whose true cause (colour) is known; the rest of the grid
-  is the reference database.
+* :func:`build_synthetic_benchmark` / :func:`build_cmnist_benchmark` — the embedded default:
+  bias-conflicting errors of a CMNIST (cause: colour) or CLEVR (cause: material) classifier on the full
+  attribute grid of the test split, whose true cause is known; the rest of the grid is the reference
+  database.
 * :func:`build_folder_benchmark` — ImageNet-R / ObjectNet / ImageNet-D style ``root/<class>/<image>``
   folders: the images the target gets wrong are sampled (``n`` per dataset, seeded), the rest plus an
   optional ImageNet subset folder form the reference database (paper 000, Sec. 4.1.1 and App. B.1).
@@ -83,7 +84,8 @@ class NemoBenchmark:
     reference: ReferenceSet
     renderer: Any | None = None
     vocabulary: dict[str, list] | None = None
-    #: the known cause on generated data, e.g. ``{"attribute": "color", "values": {digit: [colour names]}}``
+    #: the known cause on generated data: ``{"attribute": "color", "values": {class: [bias-aligned values]},
+    #: "editable": [...], "distractor": "angle", "object": "digit"}``
     cause: dict[str, Any] | None = None
 
 
@@ -138,48 +140,82 @@ def cmnist_caption(attrs: dict[str, Any], vocabulary: dict[str, list]) -> str:
     return f"a {color} digit {int(attrs['digit'])}, {pose}"
 
 
-def build_cmnist_benchmark(
+def clevr_caption(attrs: dict[str, Any], vocabulary: dict[str, list]) -> str:
+    """A caption of a CLEVR image from its attributes (``"a small red metal cube"``)."""
+    return " ".join(["a"] + [vocabulary[k][int(attrs[k])] for k in ("size", "color", "material", "shape")])
+
+
+#: The generated datasets with a planted bias: datamodule, class attribute, cause, editable attributes.
+SYNTHETIC: dict[str, dict[str, Any]] = {
+    "cmnist": {"datamodule": "datamodules.cmnist:CMNISTDataModule", "bias": "model_a", "class_attribute": "digit",
+               "cause": "color", "editable": ("color", "angle"), "distractor": "angle", "object": "digit", "caption": cmnist_caption},
+    "clevr": {"datamodule": "datamodules.clevr:CLEVRDataModule", "bias": "rubber", "class_attribute": "shape",
+              "cause": "material", "editable": ("material", "color", "size"), "distractor": "size", "object": "object",
+              "caption": clevr_caption},
+}
+
+
+def _bias_values(name: str, dm) -> dict[int, list[str]]:
+    """Per class, the values of the cause attribute the class had in training (the bias-aligned ones)."""
+    if name == "cmnist":
+        return {d: list(dm.bias.colors_for(d)) for d in range(10)}
+    favoured = dm.bias.favoured_material
+    return {k: [favoured] if favoured else [] for k in range(dm.num_classes)}
+
+
+def build_synthetic_benchmark(
+    dataset: str = "cmnist",
     checkpoint: str | Path | None = None,
     target=None,
     n: int = 100,
     seed: int = 0,
-    bias: str = "model_a",
+    bias: str | None = None,
     test_styles: int = 2,
     data_dir: str | None = None,
     only_conflicting: bool = True,
+    datamodule_kwargs: dict[str, Any] | None = None,
 ) -> NemoBenchmark:
-    """The embedded default: bias-conflicting errors of a CMNIST classifier (cause: colour).
+    """Bias-conflicting errors of a classifier on a generated dataset whose true cause is known.
 
-    ``checkpoint`` is a ``ClassifierModule`` checkpoint (or pass a ready ``target``). The test grid of
-    :class:`~datamodules.cmnist.CMNISTDataModule` (every digit x colour x angle, ``test_styles`` exemplars
-    each) is classified; ``n`` misclassified bias-conflicting samples are drawn with ``seed``; every other
-    grid image is the reference database, captioned from its attributes.
+    ``dataset`` is ``cmnist`` (cause: colour) or ``clevr`` (cause: material). ``checkpoint`` is a
+    ``ClassifierModule`` checkpoint (or pass a ready ``target``). The full attribute grid of the test split
+    (``test_styles`` exemplars / views per cell) is classified; ``n`` misclassified bias-conflicting
+    samples are drawn with ``seed``; every other grid image is the reference database, captioned from its
+    attributes. The benchmark keeps the renderer, so edits are exact re-renders.
     """
-    from datamodules.cmnist import CMNISTDataModule
+    import importlib
+
     from nemo_train.nemo.targets import load_checkpoint_target
 
+    if dataset not in SYNTHETIC:
+        raise UserInputError(f"unknown generated dataset {dataset!r}; expected one of {sorted(SYNTHETIC)}")
+    spec = SYNTHETIC[dataset]
     if n < 1:
         raise UserInputError(f"n={n}; expected at least one error to sample")
     if target is None:
         if checkpoint is None:
-            raise UserInputError("build_cmnist_benchmark needs a classifier checkpoint or a target")
+            raise UserInputError(f"the {dataset} benchmark needs a classifier checkpoint or a target")
         target = load_checkpoint_target(checkpoint)
-    dm = CMNISTDataModule(data_dir=data_dir, bias=bias, test_styles=test_styles, train_size=10)
+    module_name, class_name = spec["datamodule"].split(":")
+    datamodule_cls = getattr(importlib.import_module(module_name), class_name)
+    dm = datamodule_cls(data_dir=data_dir, bias=bias or spec["bias"], test_styles=test_styles, train_size=12, **(datamodule_kwargs or {}))
     dm.setup("test")
     data = dm.test_set
-    renderer = dm.test_renderer
+    renderer = getattr(dm, "test_renderer", None) or dm.renderer
+    if renderer is None:
+        raise UserInputError(f"the {dataset} data in {data_dir!r} are not generated; the exact editor needs the embedded renderer")
     vocabulary = dict(renderer.attributes)
-    predictions, features = classify(target, data.images, desc="classifying the CMNIST grid")
+    predictions, features = classify(target, data.images, desc=f"classifying the {dataset} grid")
     eligible = data.groups == 1 if only_conflicting else torch.ones_like(data.groups, dtype=torch.bool)
     chosen, rest = _split_errors(data.labels, predictions, eligible, n, seed)
     if len(chosen) == 0:
-        raise UserInputError("the classifier makes no bias-conflicting errors on the CMNIST grid; nothing to explain")
+        raise UserInputError(f"the classifier makes no bias-conflicting errors on the {dataset} grid; nothing to explain")
 
     def attrs_of(i: int) -> dict[str, int]:
         return {k: int(v[i]) for k, v in data.attrs.items()}
 
     errors = [
-        ErrorSample(f"cmnist-{int(i):05d}", data.images[i].float() / 255.0, int(data.labels[i]), int(predictions[i]), attrs_of(int(i)))
+        ErrorSample(f"{dataset}-{int(i):05d}", data.images[i].float() / 255.0, int(data.labels[i]), int(predictions[i]), attrs_of(int(i)))
         for i in chosen
     ]
     ref_attrs = [attrs_of(int(i)) for i in rest]
@@ -188,12 +224,20 @@ def build_cmnist_benchmark(
         labels=data.labels[rest],
         predictions=predictions[rest],
         features=features[rest],
-        captions=[cmnist_caption(a, vocabulary) for a in ref_attrs],
+        captions=[spec["caption"](a, vocabulary) for a in ref_attrs],
         attrs=ref_attrs,
         image_size=data.images.shape[-1],
     )
-    cause = {"attribute": "color", "values": {d: list(dm.bias.colors_for(d)) for d in range(10)}}
-    return NemoBenchmark("cmnist", list(dm.class_names), "cmnist", errors, reference, renderer, vocabulary, cause)
+    cause = {"attribute": spec["cause"], "values": _bias_values(dataset, dm), "editable": list(spec["editable"]),
+             "distractor": spec["distractor"], "object": spec["object"]}
+    return NemoBenchmark(dataset, list(dm.class_names), dataset, errors, reference, renderer, vocabulary, cause)
+
+
+def build_cmnist_benchmark(checkpoint: str | Path | None = None, target=None, n: int = 100, seed: int = 0, bias: str = "model_a",
+                           test_styles: int = 2, data_dir: str | None = None, only_conflicting: bool = True) -> NemoBenchmark:
+    """The embedded default: bias-conflicting errors of a CMNIST classifier (cause: colour); see
+    :func:`build_synthetic_benchmark`."""
+    return build_synthetic_benchmark("cmnist", checkpoint, target, n, seed, bias, test_styles, data_dir, only_conflicting)
 
 
 def list_image_folder(

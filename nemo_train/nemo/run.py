@@ -32,7 +32,8 @@ from nemo_train.errors import UserInputError
 
 METHODS = ("scitx", "error_retrieval", "cam_mllm", "change_mllm", "known_cause", "distractor")
 BASELINES = ("error_retrieval", "cam_mllm", "change_mllm")
-BENCHMARKS = ("cmnist", "imagenet_r", "objectnet", "imagenet_d")
+BENCHMARKS = ("cmnist", "clevr", "imagenet_r", "objectnet", "imagenet_d")
+SYNTHETIC_BENCHMARKS = ("cmnist", "clevr")
 
 
 # --------------------------------------------------------------------------- result file
@@ -164,10 +165,11 @@ def make_scorer(benchmark, target, backend, editor: str | None, batched: bool = 
     if deriver not in ("auto", "keyword", "llm"):
         raise UserInputError(f"deriver {deriver!r}; expected 'auto', 'keyword' or 'llm'")
     if benchmark.renderer is not None and editor in (None, "exact"):
+        editable = (benchmark.cause or {}).get("editable", ("color", "angle"))
         if backend is None or deriver == "keyword":
-            deriver = iv.KeywordAttributeDeriver(benchmark.vocabulary)
+            deriver = iv.KeywordAttributeDeriver(benchmark.vocabulary, editable=editable)
         else:
-            deriver = iv.LLMAttributeDeriver(backend, benchmark.vocabulary)
+            deriver = iv.LLMAttributeDeriver(backend, benchmark.vocabulary, editable=editable)
         return iv.CounterfactualScorer(target, deriver, iv.ExactAttributeEditor(benchmark.renderer), batched=batched)
     if backend is None:
         raise UserInputError(f"benchmark {benchmark.name!r} needs an explainer endpoint to derive interventions")
@@ -197,7 +199,8 @@ def make_methods(names: list[str], validation: bool, benchmark, target, backend,
             if hypotheses == "attributes" or (hypotheses == "auto" and backend is None):
                 if benchmark.vocabulary is None:
                     raise UserInputError("SciTX without an explainer endpoint works only on generated benchmarks")
-                hyp = scitx.AttributeContrastHypothesizer(benchmark.vocabulary)
+                cause = benchmark.cause or {}
+                hyp = scitx.AttributeContrastHypothesizer(benchmark.vocabulary, cause.get("editable", ("color", "angle")), cause.get("object", "digit"))
             elif backend is None:
                 raise UserInputError(f"hypotheses {hypotheses!r} needs an explainer backend")
             elif hypotheses == "plain":
@@ -219,7 +222,7 @@ def make_methods(names: list[str], validation: bool, benchmark, target, backend,
         elif name == "known_cause":
             method = reference.KnownCauseExplainer()
         else:
-            method = reference.DistractorExplainer()
+            method = reference.DistractorExplainer((benchmark.cause or {}).get("distractor", "angle"))
         out.append(method)
         if validation and name in BASELINES:
             out.append(val.WithValidation(method, scorer, m))
@@ -227,11 +230,11 @@ def make_methods(names: list[str], validation: bool, benchmark, target, backend,
 
 
 def load_benchmark(benchmark: str, target, n: int, seed: int, data_root: str | None, reference_root: str | None, test_styles: int = 2,
-                   mapping=None):
-    from nemo_train.nemo.benchmark import build_cmnist_benchmark, build_folder_benchmark
+                   mapping=None, data_kwargs: dict | None = None):
+    from nemo_train.nemo.benchmark import build_folder_benchmark, build_synthetic_benchmark
 
-    if benchmark == "cmnist":
-        return build_cmnist_benchmark(target=target, n=n, seed=seed, test_styles=test_styles)
+    if benchmark in SYNTHETIC_BENCHMARKS:
+        return build_synthetic_benchmark(benchmark, target=target, n=n, seed=seed, test_styles=test_styles, datamodule_kwargs=data_kwargs)
     if data_root is None:
         raise UserInputError(f"benchmark {benchmark!r} needs data_root (its image folder)")
     folders = mapping.folders if mapping is not None else None
@@ -324,11 +327,13 @@ def nemo_eval(
     test_styles: int = 2,
     hypotheses: str = "auto",
     deriver: str = "auto",
+    data_kwargs: dict | None = None,
 ) -> dict:
     """Run explanation methods on a NEMO benchmark and print LLM Match and CEI per method and target.
 
     Args:
-        benchmark: ``cmnist`` (embedded default) or ``imagenet_r`` / ``objectnet`` / ``imagenet_d`` folders.
+        benchmark: ``cmnist`` (embedded default), ``clevr`` (generated), or ``imagenet_r`` / ``objectnet`` /
+            ``imagenet_d`` image folders.
         targets: classifiers: checkpoint paths (CMNIST), ``timm:<name>``, ``clip:<hub id>``, ``siglip:<hub id>``.
         methods: some of scitx, error_retrieval, cam_mllm, change_mllm, known_cause, distractor.
         validation: also run each baseline's "+validation" variant (Table 2).
@@ -348,7 +353,8 @@ def nemo_eval(
             attribute-contrast template), ``json``, ``plain`` (one sentence per reply, for the fine-tuned
             tiny explainer) or ``attributes``.
         deriver: ``auto`` (the explainer derives edits, or offline the keyword deriver), ``keyword`` or ``llm``.
-        test_styles: CMNIST only: handwriting exemplars per (digit, colour, angle) cell of the test grid.
+        test_styles: generated data only: exemplars / views per cell of the test attribute grid.
+        data_kwargs: generated data only: extra datamodule arguments (e.g. ``{image_size: 32}`` for CLEVR).
         global_explanation: summarise SciTX's explanations into one global explanation and score it on
             every error (row ``Global``, paper 000 Sec. 4.2.7).
     """
@@ -363,7 +369,7 @@ def nemo_eval(
     store = ResultStore(out / "results.jsonl")
     cache_dir = out / "llm_cache"
     backend = make_backend(explainer, cache_dir)
-    criterion = "cmnist" if benchmark == "cmnist" else benchmark
+    criterion = benchmark
     panel = make_panel(judges, criterion, cache_dir)
     offline = []
     if backend is None:
@@ -373,7 +379,7 @@ def nemo_eval(
     if offline:
         print(f"note: offline parts in use ({'; '.join(offline)}); they suit only closed-vocabulary synthetic benchmarks.")
     mapping, class_names = None, None
-    if benchmark != "cmnist":
+    if benchmark not in SYNTHETIC_BENCHMARKS:
         from nemo_train.nemo.targets import ClassMapping
 
         if data_root is None or not Path(data_root).is_dir():
@@ -390,7 +396,7 @@ def nemo_eval(
     for spec in targets:
         target = make_target(spec, class_names, mapping)
         target_name = Path(spec).stem if spec.endswith(".ckpt") else spec
-        bench = load_benchmark(benchmark, target, n, seed, data_root, reference_root, test_styles, mapping)
+        bench = load_benchmark(benchmark, target, n, seed, data_root, reference_root, test_styles, mapping, data_kwargs)
         scorer = make_scorer(bench, target, backend, editor, batched, seed, deriver)
         chosen = make_methods(methods, validation, bench, target, backend, scorer, k, m, clip_model, hypotheses)
         bar = tqdm(total=len(chosen) * len(bench.errors), desc=f"nemo-eval {target_name}", unit="sample")
@@ -436,7 +442,8 @@ def _run_global(store: ResultStore, bench, target_name: str, backend, scorer, pa
     if backend is not None:
         text = summarize_explanations(backend, texts)
     else:
-        text = summarize_attribute_explanations(texts, bench.vocabulary or {})
+        cause = bench.cause or {}
+        text = summarize_attribute_explanations(texts, bench.vocabulary or {}, cause.get("object", "digit"), cause.get("attribute", "color"))
     if not text:
         print("global explanation: the summary came back empty; skipped")
         return []
@@ -453,11 +460,12 @@ def known_cause_win_rate(records: Iterable[dict], target: str | None = None) -> 
     by_sample: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
     for r in records:
         if target is None or r["target"] == target:
-            by_sample[(r["target"], r["sample_id"])][r["method"]] = r["cei"]
-    pairs = [v for v in by_sample.values() if "KnownCause" in v and "Distractor(rotation)" in v]
+            method = "Distractor" if r["method"].startswith("Distractor(") else r["method"]
+            by_sample[(r["target"], r["sample_id"])][method] = r["cei"]
+    pairs = [v for v in by_sample.values() if "KnownCause" in v and "Distractor" in v]
     if not pairs:
         return math.nan, 0
-    wins = sum(v["KnownCause"] > v["Distractor(rotation)"] for v in pairs)
+    wins = sum(v["KnownCause"] > v["Distractor"] for v in pairs)
     return wins / len(pairs), len(pairs)
 
 

@@ -102,3 +102,21 @@ def test_folder_benchmark_keeps_misclassified_and_builds_reference(tmp_path):
         _write(tmp_path / "three" / "a" / "a.png", (0, 0, 0))
         _write(tmp_path / "three" / "b" / "a.png", (0, 0, 0))
         build_folder_benchmark("x", tmp_path / "three", BrightnessTarget(), "imagenet_d")
+
+
+def test_clevr_benchmark_and_exact_material_edit():
+    from nemo_train.models import ClassifierModule
+    from nemo_train.nemo.benchmark import build_synthetic_benchmark
+
+    torch.manual_seed(0)
+    target = ClassifierTarget(ClassifierModule(backbone="bias_cnn", num_classes=3), ["cube", "cylinder", "sphere"])
+    bench = build_synthetic_benchmark("clevr", target=target, n=4, seed=0, test_styles=1, datamodule_kwargs={"image_size": 32})
+    assert bench.criterion == "clevr" and bench.cause["attribute"] == "material" and bench.cause["values"][0] == ["rubber"]
+    assert len(bench.errors) + len(bench.reference) == 144
+    error = bench.errors[0]
+    assert error.attrs["material"] == 0 and error.prediction != error.label  # metal (conflicting) and wrong
+    assert bench.reference.captions[0].startswith("a ") and bench.reference.captions[0].split()[-1] in bench.class_names
+    edited = ExactAttributeEditor(bench.renderer).edit(error, [{"attribute": "material", "value": 1}, {"attribute": "size", "value": error.attrs["size"]}])
+    assert torch.equal(edited[1], error.image) and not torch.equal(edited[0], error.image)
+    with pytest.raises(UserInputError, match="generated dataset"):
+        build_synthetic_benchmark("mnist", target=target)

@@ -26,18 +26,22 @@ def summarize_explanations(backend, explanations: Sequence[str], max_items: int 
     return summary.strip() if isinstance(summary, str) else ""
 
 
-def summarize_attribute_explanations(explanations: Sequence[str], vocabulary: Mapping[str, Sequence], obj: str = "digit") -> str:
-    """Offline summary for generated data (not a language model): the most often named colour
-    contrast (``"... mostly red"``) becomes the global cause. Suits only the attribute-contrast wording."""
-    colors = [c for c in vocabulary.get("color", []) if isinstance(c, str)]
+def summarize_attribute_explanations(
+    explanations: Sequence[str], vocabulary: Mapping[str, Sequence], obj: str = "digit", attribute: str = "color"
+) -> str:
+    """Offline summary for generated data (not a language model): the value of ``attribute`` most often
+    named as the contrast (``"... mostly red"``) becomes the global cause. Suits only the attribute-contrast
+    wording of :class:`~nemo_train.nemo.methods.scitx.AttributeContrastHypothesizer`."""
+    values = [v for v in vocabulary.get(attribute, []) if isinstance(v, str)]
     named = Counter()
     for text in explanations:
         found = re.findall(r"mostly (\w+)", text.lower())
-        named.update(v for v in found if v in colors)
+        named.update(v for v in found if v in values)
     if not named:
         return ""
     value, count = named.most_common(1)[0]
-    return (f"Across {len(explanations)} errors the classifier is misled by the {obj}'s colour: {count} explanations "
+    word = {"color": "colour"}.get(attribute, attribute)
+    return (f"Across {len(explanations)} errors the classifier is misled by the {obj}'s {word}: {count} explanations "
             f"say the misread {obj}s would be recognised if they were {value}.")
 
 

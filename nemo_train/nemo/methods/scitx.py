@@ -120,15 +120,15 @@ class AttributeContrastHypothesizer:
 
     For each editable attribute it compares the error's value with the values of the retrieved
     correctly classified images of the true class and, where they differ, writes a template hypothesis
-    naming both values ("The digit is drawn in green, while the correctly classified 3s it resembles are
+    naming both values ("The digit is green, while the correctly classified 3s it resembles are
     mostly red ..."). It reads the generator attributes of the error and the observations, so it only
     suits synthetic benchmarks with known attributes; it stands in for the fine-tuned explainer when
     none is configured.
     """
 
     TEMPLATES = {
-        "color": "The {obj} is drawn in {value}, while the correctly classified {true}s it resembles are mostly {other}; "
-                 "the classifier seems to tie {value} strokes to classes such as {pred}.",
+        "color": "The {obj} is {value}, while the correctly classified {true}s it resembles are mostly {other}; "
+                 "the classifier seems to tie {value} to classes such as {pred}.",
         "angle": "The {obj} is {value_pose}, whereas the correctly classified {true}s it resembles are mostly {other_pose}; "
                  "this tilt may make it look like a {pred}.",
     }
@@ -155,7 +155,8 @@ class AttributeContrastHypothesizer:
             if not counts:
                 continue
             other = counts.most_common(1)[0][0]
-            text = self.TEMPLATES.get(attribute, "The {obj}'s {attribute} is {value}, whereas correctly classified {true}s are mostly {other}.")
+            text = self.TEMPLATES.get(attribute, "The {obj}'s {attribute} is {value}, whereas the correctly classified {true}s it resembles "
+                                                 "are mostly {other}; this {attribute} may make it look like a {pred}.")
             out.append(text.format(
                 obj=self.obj, attribute=attribute, true=class_names[sample.label], pred=class_names[sample.prediction],
                 value=self._name(attribute, current), other=self._name(attribute, other),
