@@ -151,6 +151,8 @@ class CLEVRRenderer:
     attributes: dict[str, list[str]] = ATTRIBUTES
     #: Camera elevation (degrees) and half-width of the square view window (world units).
     ELEVATION, EXTENT = 30.0, 1.25
+    #: How much of a metal object's mirror reflection takes the object's colour (the rest stays grey).
+    METAL_TINT = 0.35
     #: Light elevation and azimuth (degrees) of the canonical view.
     LIGHT_ELEVATION, LIGHT_AZIMUTH = 50.0, -40.0
 
@@ -258,7 +260,7 @@ class CLEVRRenderer:
         streak = _dot(normal, fill).clamp_min(0)[..., None] ** 24
         tint = albedo / albedo.amax(-1, keepdim=True)
         # Chrome-like: mostly the (grey) environment, tinted by the object colour, over a weak dark diffuse term.
-        metal = albedo * (0.05 + 0.15 * diffuse) + 0.9 * (0.3 + 0.7 * tint) * environment + 1.2 * n_dot_h**80 + 0.6 * streak
+        metal = albedo * (0.05 + 0.15 * diffuse) + 0.9 * (1 - self.METAL_TINT + self.METAL_TINT * tint) * environment + 1.2 * n_dot_h**80 + 0.6 * streak
         is_metal = (material == MATERIALS.index("metal"))[:, None, None]
         object_rgb = torch.where(is_metal, metal, rubber)
 
@@ -280,7 +282,12 @@ class MaterialBias:
     learns "other material -> shortcut shape" and fails on the other material's remaining shapes.
     ``favoured_material=None`` is the unbiased distribution.
 
-    Presets: ``rubber`` (model A) and ``metal`` (model B) with the defaults below; ``unbiased``.
+    Presets (as in ``configs/clevr``): ``rubber`` (model A; metal means cylinder, 80 % of cylinders are
+    metal) and ``metal`` (model B; rubber means sphere, spheres half rubber); ``unbiased``. Measured with
+    the 32 px configs (3,000 images, 5 epochs of ``bias_cnn``): model A 0.99 on rubber / 0.63 on metal
+    (metal cubes 0.0), model B 1.0 on metal / 0.34 on rubber. A weaker tie (every shape seen in both
+    materials, or only the favoured material in training) leaves the CNN recognising shapes from their
+    silhouettes in both materials: the shortcut must predict the label on the training data.
     """
 
     favoured_material: str | None = "rubber"
@@ -289,8 +296,8 @@ class MaterialBias:
     shortcut_fraction: float = 0.5
 
     PRESETS = {
-        "rubber": {"favoured_material": "rubber"},
-        "metal": {"favoured_material": "metal"},
+        "rubber": {"favoured_material": "rubber", "shortcut_shape": "cylinder", "shortcut_fraction": 0.8},
+        "metal": {"favoured_material": "metal", "shortcut_shape": "sphere", "shortcut_fraction": 0.5},
         "unbiased": {"favoured_material": None},
     }
 

@@ -241,7 +241,10 @@ class NICORenderer:
 # --------------------------------------------------------------------------------------------- splits
 def biased_counts(total: int, correlation: float, num_contexts: int = len(CONTEXTS)) -> list[int]:
     """Images per context for one class: ``round(correlation * total)`` in context 0 (the correlated one),
-    the rest spread as evenly as possible over the others (earlier contexts get the remainder)."""
+    the rest spread as evenly as possible over the others (earlier contexts get the remainder).
+
+    With real data, a context that holds fewer images than its share gives what it has (the achieved
+    correlation is then slightly above the requested one); the split never reuses an image."""
     n_corr = round(correlation * total)
     rest = total - n_corr
     others = num_contexts - 1

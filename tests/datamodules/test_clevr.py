@@ -238,3 +238,30 @@ def test_config_instantiates(material, tmp_path):
     assert isinstance(cli.datamodule, CLEVRDataModule) and cli.datamodule.bias.favoured_material == material
     assert isinstance(cli.model, ClassifierModule) and cli.model.hparams.backbone == "bias_cnn"
     assert cli.model.hparams.num_classes == cli.datamodule.num_classes == 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("material", MATERIALS)
+def test_trained_cnn_shows_the_planted_material_bias(material, tmp_path):
+    """The shipped config's bias, on a smaller run: favoured material >= 0.9, the other at least 0.3 lower."""
+    from pathlib import Path
+
+    import lightning as L
+    import yaml
+
+    from nemo_train.models import ClassifierModule
+
+    config = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs" / "clevr" / f"{material}.yaml").read_text())
+    data_args = {**config["data"]["init_args"], "test_styles": 2}
+    L.seed_everything(0, verbose=False)
+    dm = CLEVRDataModule(**data_args)
+    module = ClassifierModule(**config["model"]["init_args"])
+    trainer = L.Trainer(
+        max_epochs=config["trainer"]["max_epochs"], accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, default_root_dir=tmp_path,
+    )
+    trainer.fit(module, dm)
+    metrics = trainer.test(module, dm, verbose=False)[0]
+    aligned, conflicting = metrics["test/acc_aligned"], metrics["test/acc_conflicting"]
+    assert metrics[f"test/acc_material_{material}"] == pytest.approx(aligned)
+    assert aligned >= 0.9 and conflicting <= aligned - 0.3, metrics
