@@ -114,7 +114,7 @@ def test_attribute_contrast_hypothesizer_names_the_contrasting_values():
     explanation = method.explain(bench.errors[0], bench)
     colour, angle = explanation.candidates
     # nearest correct "reddish" references: red (0 and 10 degrees) and blue (20 degrees); modal colour = red
-    assert "drawn in green" in colour and "mostly red" in colour
+    assert "square is green" in colour and "mostly red" in colour
     assert "rotated 10 degrees" in angle
     assert explanation.text == colour and explanation.trial.instruction == {"attribute": "color", "value": 0}
 
