@@ -63,7 +63,7 @@ def test_counterfactuals_command_prints_table_one(tmp_path, monkeypatch, capsys)
     assert set(results["table"]) == {"Orig", "IGD", "FGD", "Reco", "LGD", "LNN"}
     written = json.loads((tmp_path / "out" / "results.json").read_text())
     assert written["table"]["Orig"]["success"] == 0.0  # the six-cause set holds low-competency images only
-    for name in ("table.txt", "grid.png", "reliability.png", "parce/parce.json", "parce/parce.safetensors"):
+    for name in ("table.txt", "grid.png", "reliability.png", "classifier.ckpt", "parce/parce.json", "parce/parce.safetensors"):
         assert (tmp_path / "out" / name).is_file()
 
 
