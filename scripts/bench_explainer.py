@@ -94,8 +94,13 @@ def run_one(path: str, args: argparse.Namespace) -> dict:
             dataset_kwargs={"skip_prepare_dataset": True}, max_length=None, use_cpu=device == "cpu",
             gradient_checkpointing=False, dataloader_num_workers=0, disable_tqdm=True, bf16=False, fp16=False,
         )
+        from datasets import Dataset
+
+        # the same encoded pairs as a `datasets.Dataset` (what SFTTrainer accepts), tensors kept as they are
+        rows = [{k: v.tolist() for k, v in sample.items()} for sample in dm.train_set.samples]
+        train_set = Dataset.from_list(rows).with_format("torch")
         trainer = SFTTrainer(
-            model=model, args=config, train_dataset=dm.train_set,
+            model=model, args=config, train_dataset=train_set,
             data_collator=ExplanationCollator(dm.processor.tokenizer.pad_token_id), processing_class=dm.processor,
             callbacks=[StepTimer()],
         )
@@ -133,7 +138,10 @@ def main() -> None:
         return
     rows = []
     for path in args.paths:
-        command = [sys.executable, __file__, "--_one", path] + [a for a in sys.argv[1:] if a != "--paths"]
+        settings = ["model", "steps", "warmup", "batch_size", "per_cause", "lr", "threads", "data_dir", "out"]
+        command = [sys.executable, __file__, "--_one", path]
+        for name in settings:
+            command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
         env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": str(args.threads)}
         done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO)
         lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]

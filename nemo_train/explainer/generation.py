@@ -127,7 +127,7 @@ def explain(
     images: list[str] | None = None,
     counterfactuals: list[str] | None = None,
     output: str = "explanations.jsonl",
-    use_counterfactual: bool = True,
+    use_counterfactual: bool | None = None,
     prompt: str | None = None,
     system_prompt: str | None = None,
     num_samples: int = 1,
@@ -145,7 +145,8 @@ def explain(
         counterfactuals: one counterfactual image per entry of ``images`` (optional).
         output: the JSONL written, one line per input with ``explanations`` (and ``correct`` when a
             ``cause`` is known); an interrupted run resumes after the last line written.
-        use_counterfactual: show a pair's counterfactual beside its image when it has one.
+        use_counterfactual: show a pair's counterfactual beside its image when it has one (default: as the
+            explainer was trained; a base model without training settings gets it).
         prompt, system_prompt: override the question / context the explainer was trained with.
         num_samples, temperature: explanations per image; ``temperature 0`` is greedy.
         max_new_tokens, batch_size, seed: generation settings.
@@ -162,13 +163,15 @@ def explain(
             for p, c in zip(images, counterfactuals or [None] * len(images))
         ]
     for record in records:
-        for path in (record.image, record.counterfactual if use_counterfactual else None):
+        for path in (record.image, record.counterfactual if use_counterfactual is not False else None):
             if path is not None and not Path(path).is_file():
                 raise UserInputError(f"image {path!r} does not exist")
     out = Path(output)
     out.parent.mkdir(parents=True, exist_ok=True)
     done = [json.loads(line) for line in out.read_text().splitlines() if line.strip()] if out.is_file() else []
     module = load_explainer(model)
+    if use_counterfactual is None:
+        use_counterfactual = bool((module.prompting or {}).get("use_counterfactual", True))
     todo = records[len(done) :]
     with out.open("a") as sink:
         for start in tqdm(range(0, len(todo), batch_size), desc="explaining", disable=not todo):
