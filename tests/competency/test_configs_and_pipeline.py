@@ -74,3 +74,22 @@ def test_counterfactuals_command_rejects_bad_values(tmp_path):
         counterfactuals(methods=["GAN"], out_dir=str(tmp_path))
     with pytest.raises(UserInputError, match="stopping"):
         counterfactuals(stopping="sometimes", out_dir=str(tmp_path))
+
+
+def test_demo_step_runs_the_pipeline_on_the_demo_checkpoint(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    import nemo_train.competency.pipeline as pipeline
+
+    calls = []
+    monkeypatch.setattr(pipeline, "counterfactuals", lambda **kwargs: calls.append(kwargs))
+    checkpoint = tmp_path / "model_a.ckpt"
+    checkpoint.write_bytes(b"")
+    ctx = SimpleNamespace(out_dir=tmp_path, checkpoints={"cmnist_model_a": checkpoint}, artifacts={}, fast=True)
+    pipeline.demo_step(ctx)
+    (kwargs,) = calls
+    assert kwargs["classifier_checkpoint"] == str(checkpoint) and kwargs["out_dir"] == str(tmp_path / "counterfactuals")
+    assert ctx.artifacts["counterfactual_table"] == tmp_path / "counterfactuals" / "table.txt"
+    ctx = SimpleNamespace(out_dir=tmp_path, checkpoints={}, artifacts={}, fast=False)
+    pipeline.demo_step(ctx)
+    assert calls[-1]["classifier_checkpoint"] is None and calls[-1]["per_cause"] == 10
