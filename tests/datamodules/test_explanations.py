@@ -132,7 +132,8 @@ def test_jsonl_errors_name_the_line(tmp_path):
 
 
 def test_records_round_trip(tmp_path):
-    image = _image(tmp_path / "img" / "a.png") if (tmp_path / "img").mkdir() is None else None
+    (tmp_path / "img").mkdir()
+    image = _image(tmp_path / "img" / "a.png")
     record = ExplanationRecord(image=image, explanation="Noise.", cause="noise", label=3, prediction=5)
     path = write_records([record], tmp_path / "pairs.jsonl")
     assert json.loads(path.read_text())["image"] == "img/a.png"

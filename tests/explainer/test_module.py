@@ -6,7 +6,7 @@ import lightning as L
 import pytest
 import torch
 
-from datamodules.explanations import ExplanationDataModule, read_records
+from datamodules.explanations import ExplanationDataModule
 from nemo_train.errors import UserInputError
 from nemo_train.explainer import ExplainerModule
 from nemo_train.explainer.generation import generate_explanations
