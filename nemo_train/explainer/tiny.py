@@ -1,4 +1,4 @@
-"""The embedded default explainer: a Qwen2-VL model shrunk to ~0.2 M parameters, random init, no download.
+"""The embedded default explainer: a Qwen2-VL model shrunk to ~0.7 M parameters, random init, no download.
 
 The tokenizer is a byte-level BPE (the scheme of the real Qwen2 tokenizer) trained deterministically on
 our own prompts and reference explanations, with Qwen2-VL's special tokens; it is wrapped with a
