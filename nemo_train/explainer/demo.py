@@ -23,7 +23,7 @@ TINY_DATA_ARGS: dict[str, Any] = {
     "max_length": 256,
     "batch_size": 16,
 }
-TINY_MAX_EPOCHS = 24
+TINY_MAX_EPOCHS = 32
 
 
 def demo_step(ctx) -> None:
