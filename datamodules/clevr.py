@@ -24,13 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader
 
-from datamodules.base import AttributeImageDataset, to_uint8
+from datamodules.base import AttributeImageDataset, SplitDataModule, to_uint8
 from datamodules.folder import load_images, require_folder
 from nemo_train.errors import UserInputError
 
@@ -385,7 +383,7 @@ def read_attribute_records(data_dir: str | Path) -> list[dict[str, Any]]:
 
 
 # --------------------------------------------------------------------------------------------- data module
-class CLEVRDataModule(L.LightningDataModule):
+class CLEVRDataModule(SplitDataModule):
     """Material-biased single-object CLEVR for one shape classifier of a model pair (paper 002, Sec. 5.2).
 
     Embedded default (``data_dir=None``): images drawn by :class:`CLEVRRenderer`; train and validation
@@ -498,23 +496,3 @@ class CLEVRDataModule(L.LightningDataModule):
 
         self.val_set, self.train_set, self.test_set = subset(pool[:n_val]), subset(pool[n_val:]), subset(torch.nonzero(is_test).flatten())
 
-    def _loader(self, dataset, shuffle: bool) -> DataLoader:
-        return DataLoader(
-            dataset,
-            batch_size=self.hparams.batch_size,
-            shuffle=shuffle,
-            num_workers=self.hparams.num_workers,
-            persistent_workers=self.hparams.num_workers > 0,
-        )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, shuffle=False)
-
-    def predict_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, shuffle=False)

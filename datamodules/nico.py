@@ -20,12 +20,10 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 
-import lightning as L
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader
 
-from datamodules.base import AttributeImageDataset, to_uint8
+from datamodules.base import AttributeImageDataset, SplitDataModule, to_uint8
 from datamodules.clevr import style_uniform
 from datamodules.folder import list_images, load_images, require_folder
 from nemo_train.errors import UserInputError
@@ -272,7 +270,7 @@ def scan_nico_folder(data_dir: str | Path) -> dict[tuple[int, int], list[Path]]:
     return cells
 
 
-class NICODataModule(L.LightningDataModule):
+class NICODataModule(SplitDataModule):
     """NICO++ class-context correlated data for a ResNet classifier (paper 003, App. A; FACTS splits).
 
     Args:
@@ -414,24 +412,4 @@ class NICODataModule(L.LightningDataModule):
 
         self.train_set, self.val_set, self.test_set = subset(train), subset(val), subset(test)
 
-    # ------------------------------------------------------------------ loaders
-    def _loader(self, dataset, shuffle: bool) -> DataLoader:
-        return DataLoader(
-            dataset,
-            batch_size=self.hparams.batch_size,
-            shuffle=shuffle,
-            num_workers=self.hparams.num_workers,
-            persistent_workers=self.hparams.num_workers > 0,
-        )
 
-    def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, shuffle=False)
-
-    def predict_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, shuffle=False)
