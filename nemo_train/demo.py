@@ -35,7 +35,7 @@ def train_cmnist_pair(ctx: DemoContext) -> None:
     for name, bias in (("cmnist_model_a", "model_a"), ("cmnist_model_b", "model_b")):
         L.seed_everything(0, verbose=False)
         run_dir = ctx.out_dir / name
-        datamodule = CMNISTDataModule(bias=bias, train_size=4000 if ctx.fast else 12000)
+        datamodule = CMNISTDataModule(bias=bias, train_size=4000 if ctx.fast else 6000)
         module = ClassifierModule(backbone="bias_cnn", num_classes=10, lr=3e-3)
         checkpoint = ModelCheckpoint(dirpath=run_dir, filename="best", monitor="val/acc", mode="max", save_last=True, enable_version_counter=False)
         trainer = L.Trainer(
