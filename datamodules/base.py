@@ -67,12 +67,30 @@ def rotate_batch(images: torch.Tensor, degrees: torch.Tensor) -> torch.Tensor:
 class SplitDataModule(L.LightningDataModule):
     """A datamodule whose ``setup`` fills ``train_set`` / ``val_set`` / ``test_set``; this base serves the loaders.
 
-    Subclasses save ``batch_size`` and ``num_workers`` as hyper-parameters. ``predict`` uses the test split.
+    Subclasses save ``seed``, ``data_dir``, ``batch_size`` and ``num_workers`` as hyper-parameters and
+    implement ``_setup_generated(gen)`` (embedded default) and ``_setup_folder(gen)`` (real data), or
+    override ``setup``. ``predict`` uses the test split.
     """
 
     train_set: Dataset | None = None
     val_set: Dataset | None = None
     test_set: Dataset | None = None
+
+    def setup(self, stage: str | None = None) -> None:
+        """Build the splits once (idempotent), from generated data or from ``data_dir``."""
+        if self.train_set is not None:
+            return
+        gen = torch.Generator().manual_seed(self.hparams.seed)
+        if self.hparams.data_dir is None:
+            self._setup_generated(gen)
+        else:
+            self._setup_folder(gen)
+
+    def _setup_generated(self, gen: torch.Generator) -> None:
+        raise NotImplementedError(f"{type(self).__name__} has no embedded default")
+
+    def _setup_folder(self, gen: torch.Generator) -> None:
+        raise NotImplementedError(f"{type(self).__name__} cannot load a data folder")
 
     def _loader(self, dataset: Dataset | None, shuffle: bool) -> DataLoader:
         if dataset is None:

@@ -430,16 +430,6 @@ class CLEVRDataModule(SplitDataModule):
         self.num_skipped_images = 0
         self.train_set = self.val_set = self.test_set = None
 
-    def setup(self, stage: str | None = None) -> None:
-        """Build the splits once (idempotent)."""
-        if self.train_set is not None:
-            return
-        gen = torch.Generator().manual_seed(self.hparams.seed)
-        if self.hparams.data_dir is None:
-            self._setup_generated(gen)
-        else:
-            self._setup_folder(gen)
-
     def _sample_attributes(self, size: int, gen: torch.Generator) -> dict[str, torch.Tensor]:
         shape = torch.randint(0, len(SHAPES), (size,), generator=gen)
         material = torch.multinomial(self.bias.material_probs()[shape], 1, generator=gen).flatten()

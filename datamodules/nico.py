@@ -329,16 +329,6 @@ class NICODataModule(SplitDataModule):
         first = int(self.correlated[label])
         return [first] + [c for c in range(len(CONTEXTS)) if c != first]
 
-    def setup(self, stage: str | None = None) -> None:
-        """Build the splits once (idempotent)."""
-        if self.train_set is not None:
-            return
-        gen = torch.Generator().manual_seed(self.hparams.seed)
-        if self.hparams.data_dir is None:
-            self._setup_generated(gen)
-        else:
-            self._setup_folder(gen)
-
     # ------------------------------------------------------------------ synthetic
     def biased_attributes(self, size: int, gen: torch.Generator, first_style: int = 1) -> dict[str, torch.Tensor]:
         """Class / context / style of ``size`` samples following the correlation (counts exact, order shuffled)."""
