@@ -20,45 +20,11 @@ from nemo_train.nemo.interventions import (  # noqa: E402
     LLMAttributeDeriver,
     LLMInstructionDeriver,
 )
+from nemo_toys import COLORS, PALETTE, VOCAB, RedGreenTarget, SolidRenderer, solid  # noqa: E402,F401
 from nemo_train.nemo.targets import Target, tiny_random_clip  # noqa: E402
 
-COLORS = ["red", "green", "blue"]
-VOCAB = {"digit": list(range(10)), "color": COLORS, "angle": list(range(-30, 31, 5))}
-PALETTE = torch.tensor([[1.0, 0, 0], [0, 1.0, 0], [0, 0, 1.0]])
-
-
-class SolidRenderer:
-    """Toy generator: a 4x4 image filled with the colour (angle and digit ignored)."""
-
-    attributes = VOCAB
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def render_batch(self, digit, color, angle, style=None):
-        self.calls += 1
-        return PALETTE[color.long()][:, :, None, None].expand(-1, 3, 4, 4).clone()
-
-
-class RedGreenTarget(Target):
-    """Toy classifier over 2 classes: logits = 3 * (mean red, mean green)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.class_names = ["reddish", "greenish"]
-        self.dummy = torch.nn.Parameter(torch.zeros(1))
-        self.batch_sizes: list[int] = []
-
-    def logits(self, images):
-        self.batch_sizes.append(len(images))
-        return 3.0 * images.mean((2, 3))[:, :2]
-
-    def features(self, images):
-        return images.mean((2, 3))
-
-
 def green_sample(angle: int = 10) -> ErrorSample:
-    image = PALETTE[1][:, None, None].expand(3, 4, 4).clone()
+    image = solid(1)
     return ErrorSample("s0", image, label=0, prediction=1, attrs={"digit": 3, "color": 1, "angle": angle, "style": 0})
 
 
@@ -101,7 +67,7 @@ def test_exact_editor_changes_only_the_named_attribute():
     sample = green_sample()
     edited = ExactAttributeEditor(renderer).edit(sample, [{"attribute": "color", "value": 2}, None, {"attribute": "angle", "value": 0}])
     assert renderer.calls == 1  # all edits rendered in one call
-    assert torch.equal(edited[0], PALETTE[2][:, None, None].expand(3, 4, 4))
+    assert torch.equal(edited[0], solid(2))
     assert torch.equal(edited[1], sample.image)  # None leaves the image as is
     assert torch.equal(edited[2], sample.image)  # angle is ignored by the toy renderer
 

@@ -19,40 +19,8 @@ from nemo_train.nemo.methods.error_retrieval import ErrorRetrieval  # noqa: E402
 from nemo_train.nemo.methods.global_explanation import summarize_attribute_explanations, summarize_explanations  # noqa: E402
 from nemo_train.nemo.methods.scitx import AttributeContrastHypothesizer, MLLMHypothesizer, SciTX  # noqa: E402
 from nemo_train.nemo.methods.validation import WithValidation  # noqa: E402
+from nemo_toys import COLORS, PALETTE, VOCAB, RedGreenTarget, SolidRenderer, solid  # noqa: E402,F401
 from nemo_train.nemo.targets import ClassifierTarget, Target, tiny_random_clip  # noqa: E402
-
-COLORS = ["red", "green", "blue"]
-VOCAB = {"digit": list(range(10)), "color": COLORS, "angle": list(range(-30, 31, 5))}
-PALETTE = torch.tensor([[1.0, 0, 0], [0, 1.0, 0], [0, 0, 1.0]])
-
-
-def solid(color: int) -> torch.Tensor:
-    return PALETTE[color][:, None, None].expand(3, 8, 8).clone()
-
-
-class SolidRenderer:
-    attributes = VOCAB
-
-    def render_batch(self, digit, color, angle, style=None):
-        return PALETTE[color.long()][:, :, None, None].expand(-1, 3, 8, 8).clone()
-
-
-class RedGreenTarget(Target):
-    """Toy classifier: logits = 3 * (mean red, mean green); counts forward calls."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.class_names = ["reddish", "greenish"]
-        self.dummy = torch.nn.Parameter(torch.zeros(1))
-        self.batch_sizes: list[int] = []
-
-    def logits(self, images):
-        self.batch_sizes.append(len(images))
-        return 3.0 * images.mean((2, 3))[:, :2]
-
-    def features(self, images):
-        return images.mean((2, 3))
-
 
 def toy_benchmark(target) -> NemoBenchmark:
     # (colour, label): red->0 and green->1 are correct, green labelled 0 is a reference the target gets wrong
