@@ -20,8 +20,8 @@ from nemo_train.nemo.interventions import (  # noqa: E402
     LLMAttributeDeriver,
     LLMInstructionDeriver,
 )
-from nemo_toys import COLORS, PALETTE, VOCAB, RedGreenTarget, SolidRenderer, solid  # noqa: E402,F401
-from nemo_train.nemo.targets import Target, tiny_random_clip  # noqa: E402
+from nemo_toys import VOCAB, RedGreenTarget, SolidRenderer, solid  # noqa: E402
+from nemo_train.nemo.targets import tiny_random_clip  # noqa: E402
 
 def green_sample(angle: int = 10) -> ErrorSample:
     image = solid(1)

@@ -19,8 +19,8 @@ from nemo_train.nemo.methods.error_retrieval import ErrorRetrieval  # noqa: E402
 from nemo_train.nemo.methods.global_explanation import summarize_attribute_explanations, summarize_explanations  # noqa: E402
 from nemo_train.nemo.methods.scitx import AttributeContrastHypothesizer, MLLMHypothesizer, SciTX  # noqa: E402
 from nemo_train.nemo.methods.validation import WithValidation  # noqa: E402
-from nemo_toys import COLORS, PALETTE, VOCAB, RedGreenTarget, SolidRenderer, solid  # noqa: E402,F401
-from nemo_train.nemo.targets import ClassifierTarget, Target, tiny_random_clip  # noqa: E402
+from nemo_toys import COLORS, VOCAB, RedGreenTarget, SolidRenderer, solid  # noqa: E402
+from nemo_train.nemo.targets import ClassifierTarget, tiny_random_clip  # noqa: E402
 
 def toy_benchmark(target) -> NemoBenchmark:
     # (colour, label): red->0 and green->1 are correct, green labelled 0 is a reference the target gets wrong
