@@ -12,8 +12,10 @@ images into counterfactuals whose competency should reach the threshold:
 
 Differences from the authors' code are options, not silent choices. Defaults: ``stopping="per_image"``
 (an image that reaches the threshold is frozen and leaves the batch; the reference ``"batch"`` keeps
-updating every image until all pass), ``clamp_pixels=True`` (the reference never clamps), the loss is a
-sum over images (each image gets the gradient it would get alone; Adam makes the reference's mean almost
+updating every image until all pass), ``clamp_pixels=True`` (the reference never clamps),
+``objective="score"`` as in the paper (``"log_score"`` minimises ``-log score`` instead: same optimum, but
+the gradient does not vanish for images far out of distribution, whose score underflows to exactly 0
+because ``1 - Phi(t)`` does for ``t`` beyond about 8), the loss is a sum over images (each image gets the gradient it would get alone; Adam makes the reference's mean almost
 equivalent). Images already at the threshold are returned unchanged. Time is measured around generation
 only (device synchronised) and divided by the number of images actually processed.
 """
@@ -36,6 +38,7 @@ from nemo_train.errors import UserInputError
 
 VECTOR_DISTANCES = ("cos", "l1", "l2")
 STOPPING_RULES = ("per_image", "batch")
+OBJECTIVES = ("score", "log_score")
 
 
 def vector_distance(a: torch.Tensor, b: torch.Tensor, metric: str) -> torch.Tensor:
@@ -183,6 +186,8 @@ class GradientCounterfactual(CounterfactualGenerator):
         max_iter: maximum number of steps (paper: 100).
         stopping: ``per_image`` (finished images frozen) or ``batch`` (reference: stop when all pass).
         clamp_pixels: keep optimised pixels in ``[0, 1]`` after every step (reference: no).
+        objective: ``score`` (paper: minimise ``-score``) or ``log_score`` (minimise ``-log score``, whose
+            gradient survives where the score has underflowed to 0).
         progress: show a tqdm bar over iterations.
     """
 
@@ -195,15 +200,18 @@ class GradientCounterfactual(CounterfactualGenerator):
         max_iter: int = 100,
         stopping: str = "per_image",
         clamp_pixels: bool = True,
+        objective: str = "score",
         progress: bool = False,
     ) -> None:
         super().__init__(estimator, threshold)
         if stopping not in STOPPING_RULES:
             raise UserInputError(f"unknown stopping rule {stopping!r}; expected one of {list(STOPPING_RULES)}")
+        if objective not in OBJECTIVES:
+            raise UserInputError(f"unknown objective {objective!r}; expected one of {list(OBJECTIVES)}")
         if lr <= 0 or max_iter < 1 or gamma < 0:
             raise UserInputError(f"lr={lr}, max_iter={max_iter}, gamma={gamma}; expected lr > 0, max_iter >= 1, gamma >= 0")
         self.lr, self.gamma, self.max_iter = lr, gamma, max_iter
-        self.stopping, self.clamp_pixels, self.progress = stopping, clamp_pixels, progress
+        self.stopping, self.clamp_pixels, self.objective, self.progress = stopping, clamp_pixels, objective, progress
 
     optimises_pixels: ClassVar[bool] = True
 
@@ -223,7 +231,11 @@ class GradientCounterfactual(CounterfactualGenerator):
         for step in tqdm(range(self.max_iter + 1), desc=f"{self.name}", disable=not self.progress, leave=False):
             rows = param[active] if per_image else param
             candidates = to_image(rows)
-            scores = self.estimator(candidates)
+            if self.objective == "log_score":
+                gains = self.estimator.log_score(candidates)
+                scores = gains.exp()
+            else:
+                gains = scores = self.estimator(candidates)
             passed = (scores >= self.threshold).detach()
             if step == self.max_iter or (not per_image and bool(passed.all())):
                 result[active] = candidates.detach()
@@ -234,10 +246,10 @@ class GradientCounterfactual(CounterfactualGenerator):
                 result[done] = candidates[passed].detach()
                 iterations[done] = step
                 keep = ~passed
-                active, rows, candidates, scores = active[keep], rows[keep], candidates[keep], scores[keep]
+                active, rows, candidates, gains = active[keep], rows[keep], candidates[keep], gains[keep]
                 if len(active) == 0:
                     break
-            loss = (-scores + self.gamma * penalty(rows, candidates, active)).sum()
+            loss = (-gains + self.gamma * penalty(rows, candidates, active)).sum()
             (grad,) = torch.autograd.grad(loss, param)
             param.grad = grad
             optimizer.step()

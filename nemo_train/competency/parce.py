@@ -45,6 +45,18 @@ def parce_score(
     return probs.max(-1).values * (probs * p_id).sum(-1)
 
 
+def parce_log_score(
+    losses: torch.Tensor, log_probs: torch.Tensor, means: torch.Tensor, stds: torch.Tensor, z: float | torch.Tensor, loss_scale: float = 2.0
+) -> torch.Tensor:
+    """``log`` of :func:`parce_score` from log class probabilities ``[B, C]``, computed without underflow.
+
+    ``log(1 - Phi(t)) = log_ndtr(-t)`` keeps a useful gradient far in the Gaussian tail, where the score
+    itself is exactly 0 in floating point and its gradient vanishes.
+    """
+    zvals = (losses[:, None] - loss_scale * means) / stds - z
+    return log_probs.max(-1).values + torch.logsumexp(log_probs + torch.special.log_ndtr(-zvals), -1)
+
+
 @dataclass
 class Reliability:
     """Calibration by bins of predicted competency: mean score, accuracy and count per bin."""
@@ -145,6 +157,13 @@ class PaRCE(nn.Module):
         return self.score_parts(images)["score"]
 
     score = forward
+
+    def log_score(self, images: torch.Tensor) -> torch.Tensor:
+        """``log`` of the competency scores ``[B]``, finite (with a gradient) even where the score underflows to 0."""
+        self._require_fitted()
+        losses = self.losses(images)
+        log_probs = self.classifier(images).log_softmax(-1)
+        return parce_log_score(losses, log_probs, self.class_means, self.class_stds, self.zscore, self.loss_scale)
 
     @torch.no_grad()
     def is_competent(self, images: torch.Tensor) -> torch.Tensor:

@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 
 from datamodules.six_causes import CAUSES, SixCausesDataModule
 from nemo_train.competency.autoencoder import CompetencyAutoencoder
-from nemo_train.competency.counterfactuals import METHODS, STOPPING_RULES, build_generator
+from nemo_train.competency.counterfactuals import METHODS, OBJECTIVES, STOPPING_RULES, build_generator
 from nemo_train.competency.evaluation import CounterfactualEvaluator, format_table
 from nemo_train.competency.parce import PaRCE, check_threshold, reliability
 from nemo_train.errors import UserInputError
@@ -186,6 +186,8 @@ def counterfactuals(
     max_iter: int = 100,
     stopping: str = "per_image",
     clamp_pixels: bool = True,
+    objective: str = "score",
+    lgd_lr: float | None = None,
     igd_distance: str = "lpips",
     fgd_distance: str = "cos",
     lgd_distance: str = "cos",
@@ -215,6 +217,10 @@ def counterfactuals(
         lr, gamma, max_iter: Adam settings of IGD / FGD / LGD (paper: 1e-3, 0.1, 100).
         stopping: ``per_image`` (ours) or ``batch`` (the reference's batch-wide rule).
         clamp_pixels: keep IGD / FGD pixels in [0, 1] (the reference does not).
+        objective: ``score`` (paper: minimise ``-score``) or ``log_score`` (``-log score``, whose gradient
+            survives where the score of a far out-of-distribution image has underflowed to 0).
+        lgd_lr: Adam learning rate of LGD alone (default: ``lr``). Adam moves each coordinate by about
+            ``lr`` per step, so the reach of 100 steps depends on the scale of the autoencoder's latent.
         igd_distance, fgd_distance, lgd_distance, lnn_distance: distance of each method.
         classifier_epochs, autoencoder_epochs: training epochs when training is needed.
         batch_size: images per generator call.
@@ -229,6 +235,10 @@ def counterfactuals(
         raise UserInputError(f"unknown counterfactual method(s) {unknown}; expected some of {list(METHODS)}")
     if stopping not in STOPPING_RULES:
         raise UserInputError(f"stopping={stopping!r}; expected one of {list(STOPPING_RULES)}")
+    if objective not in OBJECTIVES:
+        raise UserInputError(f"objective={objective!r}; expected one of {list(OBJECTIVES)}")
+    if lgd_lr is not None and lgd_lr <= 0:
+        raise UserInputError(f"lgd_lr={lgd_lr}; expected a positive learning rate")
     if per_cause < 1 or batch_size < 1:
         raise UserInputError(f"per_cause={per_cause}, batch_size={batch_size}; expected positive numbers")
     accelerator, torch_device = _accelerator(device)
@@ -250,11 +260,11 @@ def counterfactuals(
     )
     estimator = estimator.to(torch_device).eval()
     estimator.threshold = threshold
-    common = {"lr": lr, "gamma": gamma, "max_iter": max_iter, "stopping": stopping}
+    common = {"lr": lr, "gamma": gamma, "max_iter": max_iter, "stopping": stopping, "objective": objective}
     options = {
         "IGD": {**common, "clamp_pixels": clamp_pixels, "distance": igd_distance},
         "FGD": {**common, "clamp_pixels": clamp_pixels, "distance": fgd_distance},
-        "LGD": {**common, "distance": lgd_distance},
+        "LGD": {**common, "lr": lgd_lr or lr, "distance": lgd_distance},
         "LNN": {"distance": lnn_distance},
         "Reco": {},
     }

@@ -46,6 +46,20 @@ def test_pixels_are_clamped_unless_asked_not_to(toy_estimator):
     assert free.images.min() < 0 or free.images.max() > 1
 
 
+def test_log_score_objective_moves_images_whose_score_has_underflowed(toy_estimator):
+    # tight class statistics: an image at 0.32 has loss 0.1024, 224 standard deviations past 2 * mu,
+    # so its score is exactly 0 and has no gradient; darkening it below 0.283 makes it competent
+    toy_estimator.class_means.fill_(0.04)
+    toy_estimator.class_stds.fill_(1e-4)
+    images = constant_images([0.32])
+    assert float(toy_estimator(images).detach()) == 0.0
+    paper = build_generator("IGD", toy_estimator, lr=0.01, distance="l2", max_iter=20)(images)
+    assert not paper.success.any() and torch.equal(paper.images, images)
+    logged = build_generator("IGD", toy_estimator, lr=0.01, distance="l2", max_iter=20, objective="log_score")(images)
+    assert logged.success.all() and 0 < logged.iterations[0] < 20
+    assert float(logged.images.mean()) < 0.29
+
+
 def test_igd_with_the_perceptual_distance_also_succeeds(toy_estimator):
     with pytest.warns(UserWarning, match="1-ssim"):
         generator = build_generator("IGD", toy_estimator, lr=0.01)
@@ -101,6 +115,8 @@ def test_bad_settings_give_clear_errors(toy_estimator):
         build_generator("XYZ", toy_estimator)
     with pytest.raises(UserInputError, match="stopping"):
         build_generator("LGD", toy_estimator, stopping="never")
+    with pytest.raises(UserInputError, match="objective"):
+        build_generator("IGD", toy_estimator, objective="loss")
     with pytest.raises(UserInputError, match="threshold"):
         build_generator("Reco", toy_estimator, threshold=1.2)
     with pytest.raises(UserInputError, match="distance"):

@@ -5,10 +5,11 @@ import math
 import numpy as np
 import pytest
 import torch
+from scipy.special import logsumexp
 from scipy.stats import norm
 
 from nemo_train.competency.autoencoder import CompetencyAutoencoder
-from nemo_train.competency.parce import Z_GRID, PaRCE, parce_score, reliability
+from nemo_train.competency.parce import Z_GRID, PaRCE, parce_log_score, parce_score, reliability
 from nemo_train.errors import UserInputError
 
 from competency_toys import MeanClassifier, constant_images
@@ -27,6 +28,21 @@ def test_parce_score_matches_scipy():
     for z in (0.0, 1.3):
         ours = parce_score(torch.tensor(losses), torch.tensor(probs), torch.tensor(means), torch.tensor(stds), z)
         np.testing.assert_allclose(ours.numpy(), _reference_score(losses, probs, means, stds, z), rtol=1e-10)
+
+
+def test_log_score_matches_scipy_also_where_the_score_underflows():
+    rng = np.random.default_rng(1)
+    losses = np.concatenate([rng.uniform(0, 0.2, 5), [5.0, 40.0]])  # the last two are far in the tail
+    probs = rng.dirichlet(np.ones(3), 7)
+    means, stds = np.array([0.05, 0.08, 0.1]), np.array([0.01, 0.02, 0.03])
+    t = (losses[:, None] - 2 * means[None]) / stds[None] - 0.7
+    expected = np.log(probs.max(1)) + logsumexp(np.log(probs) + norm.logsf(t), axis=1)
+    as_tensors = [torch.tensor(a) for a in (losses, probs, means, stds)]
+    ours = parce_log_score(as_tensors[0], as_tensors[1].log(), *as_tensors[2:], 0.7)
+    np.testing.assert_allclose(ours.numpy(), expected, rtol=1e-9)
+    score = parce_score(*as_tensors, 0.7)
+    np.testing.assert_allclose(ours[:5].exp().numpy(), score[:5].numpy(), rtol=1e-9)
+    assert (score[5:] == 0).all() and np.isfinite(ours.numpy()).all() and (ours[5:] < -100).all()
 
 
 def test_fit_gives_class_statistics_and_the_grid_z_closest_to_accuracy(toy_estimator):
