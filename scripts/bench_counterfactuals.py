@@ -8,11 +8,14 @@ six-cause set, and prints per method: seconds per image at batch 1 (each image a
 (``--images`` images in one batch; at batch 1 every image for Reco / LGD / LNN, the first ``--single``
 for the slow IGD / FGD, with their mean iterations shown), the speed-up, and for the gradient methods the same batch under the
 reference's batch-wide stopping rule (no per-image freezing), with success rates and mean iterations.
+The generators get the options the run used (``generator_options`` in its ``results.json``: objective,
+learning rates, distances), so the timing is of the configuration that produced the run's table.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 
@@ -39,6 +42,8 @@ def main() -> None:
     from nemo_train.models import ClassifierModule
 
     run = Path(args.run_dir)
+    results_file = run / "results.json"
+    run_options = json.loads(results_file.read_text()).get("generator_options", {}) if results_file.is_file() else {}
     classifier = ClassifierModule.load_from_checkpoint(str(run / "classifier.ckpt"), map_location="cpu", weights_only=True).eval()
     estimator = PaRCE.load(run / "parce", classifier).to(args.device).eval()
     datamodule = CMNISTDataModule(bias="model_a", train_size=3000, test_styles=1, batch_size=64)
@@ -48,11 +53,13 @@ def main() -> None:
     images = six.dataset.images[torch.randperm(len(six.dataset), generator=torch.Generator().manual_seed(0))][: args.images]
     holdout = torch.cat([b["image"] for b in datamodule.val_dataloader()])
     print(f"device {args.device}, torch threads {torch.get_num_threads()}, {len(images)} six-cause images, max_iter {args.max_iter}")
+    for name in args.methods:
+        print(f"  {name} options: {run_options.get(name, {})}")
 
     def make(name: str, stopping: str = "per_image"):
-        options = {"max_iter": args.max_iter, "stopping": stopping} if name in ("IGD", "FGD", "LGD") else {}
-        if name == "IGD":
-            options["distance"] = "lpips"
+        options = dict(run_options.get(name, {}))
+        if name in ("IGD", "FGD", "LGD"):
+            options.update(max_iter=args.max_iter, stopping=stopping)
         generator = build_generator(name, estimator, **options)
         if name == "LNN":
             generator.fit(holdout)

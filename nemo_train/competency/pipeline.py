@@ -187,6 +187,7 @@ def counterfactuals(
     stopping: str = "per_image",
     clamp_pixels: bool = True,
     objective: str = "score",
+    lgd_objective: str | None = None,
     lgd_lr: float | None = None,
     igd_distance: str = "lpips",
     fgd_distance: str = "cos",
@@ -219,6 +220,7 @@ def counterfactuals(
         clamp_pixels: keep IGD / FGD pixels in [0, 1] (the reference does not).
         objective: ``score`` (paper: minimise ``-score``) or ``log_score`` (``-log score``, whose gradient
             survives where the score of a far out-of-distribution image has underflowed to 0).
+        lgd_objective: objective of LGD alone (default: ``objective``).
         lgd_lr: Adam learning rate of LGD alone (default: ``lr``). Adam moves each coordinate by about
             ``lr`` per step, so the reach of 100 steps depends on the scale of the autoencoder's latent.
         igd_distance, fgd_distance, lgd_distance, lnn_distance: distance of each method.
@@ -235,8 +237,9 @@ def counterfactuals(
         raise UserInputError(f"unknown counterfactual method(s) {unknown}; expected some of {list(METHODS)}")
     if stopping not in STOPPING_RULES:
         raise UserInputError(f"stopping={stopping!r}; expected one of {list(STOPPING_RULES)}")
-    if objective not in OBJECTIVES:
-        raise UserInputError(f"objective={objective!r}; expected one of {list(OBJECTIVES)}")
+    for key, value in (("objective", objective), ("lgd_objective", lgd_objective or objective)):
+        if value not in OBJECTIVES:
+            raise UserInputError(f"{key}={value!r}; expected one of {list(OBJECTIVES)}")
     if lgd_lr is not None and lgd_lr <= 0:
         raise UserInputError(f"lgd_lr={lgd_lr}; expected a positive learning rate")
     if per_cause < 1 or batch_size < 1:
@@ -264,7 +267,7 @@ def counterfactuals(
     options = {
         "IGD": {**common, "clamp_pixels": clamp_pixels, "distance": igd_distance},
         "FGD": {**common, "clamp_pixels": clamp_pixels, "distance": fgd_distance},
-        "LGD": {**common, "lr": lgd_lr or lr, "distance": lgd_distance},
+        "LGD": {**common, "lr": lgd_lr or lr, "objective": lgd_objective or objective, "distance": lgd_distance},
         "LNN": {"distance": lnn_distance},
         "Reco": {},
     }
@@ -291,6 +294,8 @@ def demo_step(ctx) -> None:
         out_dir=str(out),
         per_cause=4 if fast else 10,
         max_iter=30 if fast else 100,
+        lgd_objective="log_score",  # as configs/competency/counterfactuals_cmnist.yaml
+        lgd_lr=0.1,
         autoencoder_epochs=2 if fast else 4,
         classifier_epochs=2 if fast else 4,
         device=os.environ.get("NEMO_DEVICE", "auto"),

@@ -27,6 +27,9 @@ def test_pipeline_configs_parse_and_instantiate(path):
     assert isinstance(config.autoencoder, CompetencyAutoencoder)
     assert config.autoencoder.hparams.image_size == config.datamodule.hparams.get("image_size", 28)
     assert set(config.methods) == {"IGD", "FGD", "Reco", "LGD", "LNN"}
+    # the shipped presets keep the paper's lr / gamma / iterations and state their two departures
+    assert (config.lr, config.gamma, config.max_iter) == (1e-3, 0.1, 100)
+    assert config.objective == "score" and config.lgd_objective == "log_score" and config.lgd_lr == 0.1
 
 
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("*_autoencoder.yaml")), ids=lambda p: p.stem)
@@ -74,6 +77,12 @@ def test_counterfactuals_command_rejects_bad_values(tmp_path):
         counterfactuals(methods=["GAN"], out_dir=str(tmp_path))
     with pytest.raises(UserInputError, match="stopping"):
         counterfactuals(stopping="sometimes", out_dir=str(tmp_path))
+    with pytest.raises(UserInputError, match="objective"):
+        counterfactuals(objective="loss", out_dir=str(tmp_path))
+    with pytest.raises(UserInputError, match="lgd_objective"):
+        counterfactuals(lgd_objective="loss", out_dir=str(tmp_path))
+    with pytest.raises(UserInputError, match="lgd_lr"):
+        counterfactuals(lgd_lr=-0.1, out_dir=str(tmp_path))
 
 
 def test_demo_step_runs_the_pipeline_on_the_demo_checkpoint(tmp_path, monkeypatch):
@@ -89,6 +98,7 @@ def test_demo_step_runs_the_pipeline_on_the_demo_checkpoint(tmp_path, monkeypatc
     pipeline.demo_step(ctx)
     (kwargs,) = calls
     assert kwargs["classifier_checkpoint"] == str(checkpoint) and kwargs["out_dir"] == str(tmp_path / "counterfactuals")
+    assert kwargs["lgd_objective"] == "log_score" and kwargs["lgd_lr"] == 0.1  # the shipped preset's settings
     assert ctx.artifacts["counterfactual_table"] == tmp_path / "counterfactuals" / "table.txt"
     ctx = SimpleNamespace(out_dir=tmp_path, checkpoints={}, artifacts={}, fast=False)
     pipeline.demo_step(ctx)
