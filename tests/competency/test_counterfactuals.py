@@ -77,6 +77,19 @@ def test_lgd_raises_the_score_of_the_reconstruction_it_starts_from(latent_estima
     assert (lgd.iterations > 0).all() and not torch.allclose(lgd.images, reco.images)
 
 
+def test_lgd_escapes_an_underflowed_score_only_with_the_log_objective(latent_estimator):
+    # decoded intensity v has loss (0.1 v)^2; with these statistics only v <= 0.283 is in distribution and the
+    # reconstruction of a 0.6 image (v = 0.54) lies 2100 standard deviations out: score exactly 0, no gradient
+    latent_estimator.class_means.fill_(4e-4)
+    latent_estimator.class_stds.fill_(1e-6)
+    images = constant_images([0.6])
+    paper = build_generator("LGD", latent_estimator, lr=0.1, max_iter=30)(images)
+    assert not paper.success.any() and paper.scores[0] == 0
+    assert float(paper.images.mean()) > 0.53  # no pull towards the dark, competent region from the reconstruction at 0.54
+    logged = build_generator("LGD", latent_estimator, lr=0.1, max_iter=30, objective="log_score")(images)
+    assert logged.success.all() and float(logged.images.mean()) < 0.2834
+
+
 def test_reco_is_the_autoencoder_output(latent_estimator):
     images = constant_images(LOW)
     result = build_generator("Reco", latent_estimator)(images)
