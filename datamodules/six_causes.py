@@ -240,18 +240,21 @@ class SixCausesDataModule(L.LightningDataModule):
         labels = torch.cat([b["label"] for b in batches])
         attr_names = list(batches[0].get("attrs", {}))
         attrs = {k: torch.cat([b["attrs"][k] for b in batches]) for k in attr_names}
+        competent = torch.ones(len(images), dtype=torch.bool)
         if self.competency is not None:
-            keep = self._scores(images) >= self.threshold
-            if not keep.any():
+            competent = self._scores(images) >= self.threshold
+            if not competent.any():
                 raise UserInputError(f"no test image of the source reaches competency {self.threshold}; lower the threshold")
-            images, labels, attrs = images[keep], labels[keep], {k: v[keep] for k, v in attrs.items()}
-        self.originals_kept = len(images)
+        self.originals_kept = int(competent.sum())
         gen = torch.Generator().manual_seed(self.seed)
         parts: list[dict[str, torch.Tensor]] = []
         low, high = self.severity_range
         for cause_index, cause in enumerate(CAUSES):
-            # draw a few candidates per wanted image: some corruptions leave competency high and get dropped
-            candidates = torch.randperm(len(images), generator=gen)[: min(len(images), 4 * self.per_cause)]
+            # draw a few candidates per wanted image: some corruptions leave competency high and get dropped.
+            # The order is drawn over the whole test split, then filtered, so that an original whose score
+            # moves across the threshold changes one candidate, not the whole draw.
+            order = torch.randperm(len(images), generator=gen)
+            candidates = order[competent[order]][: 4 * self.per_cause]
             severity = low + (high - low) * torch.rand(len(candidates), generator=gen)
             # one call per distinct severity would be slow; apply per image chunk with its own severity
             corrupted = torch.cat(

@@ -68,6 +68,34 @@ def test_counterfactuals_command_prints_table_one(tmp_path, monkeypatch, capsys)
     assert written["table"]["Orig"]["success"] == 0.0  # the six-cause set holds low-competency images only
     for name in ("table.txt", "grid.png", "reliability.png", "classifier.ckpt", "parce/parce.json", "parce/parce.safetensors"):
         assert (tmp_path / "out" / name).is_file()
+    # the run records what it used, so the benchmark can time the same classifier and estimator
+    assert written["run"]["classifier_checkpoint"] == str(tmp_path / "out" / "classifier.ckpt")
+    assert written["run"]["estimator_dir"] == str(tmp_path / "out" / "parce") and written["run"]["channels_last"] is True
+
+
+def test_estimator_uses_a_trained_autoencoder_checkpoint_without_training(tmp_path):
+    import lightning as L
+    import torch
+
+    from datamodules.cmnist import CMNISTDataModule
+    from nemo_train.competency.pipeline import prepare_estimator
+    from nemo_train.models import ClassifierModule
+
+    datamodule = CMNISTDataModule(train_size=600, test_styles=1, batch_size=64)
+    trained = CompetencyAutoencoder(image_size=28, widths=(8, 16), latent_dim=8)
+    trainer = L.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(trained, datamodule)
+    path = tmp_path / "autoencoder.ckpt"
+    trainer.save_checkpoint(str(path))
+    untrained = CompetencyAutoencoder(image_size=28, widths=(4,), latent_dim=4)
+    classifier = ClassifierModule(backbone="bias_cnn", num_classes=10).eval()
+    estimator = prepare_estimator(classifier, datamodule, untrained, 5, 0.9, "cpu", tmp_path / "parce", str(path))
+    assert list(estimator.autoencoder.hparams.widths) == [8, 16]
+    for key, value in trained.state_dict().items():
+        assert torch.equal(estimator.autoencoder.state_dict()[key], value)
+    assert (tmp_path / "parce" / "parce.json").is_file()
+    with pytest.raises(UserInputError, match="autoencoder checkpoint"):
+        prepare_estimator(classifier, datamodule, untrained, 5, 0.9, "cpu", tmp_path / "other", str(tmp_path / "missing.ckpt"))
 
 
 def test_counterfactuals_command_rejects_bad_values(tmp_path):
@@ -83,6 +111,8 @@ def test_counterfactuals_command_rejects_bad_values(tmp_path):
         counterfactuals(lgd_objective="loss", out_dir=str(tmp_path))
     with pytest.raises(UserInputError, match="lgd_lr"):
         counterfactuals(lgd_lr=-0.1, out_dir=str(tmp_path))
+    with pytest.raises(UserInputError, match="nemo-train fit"):
+        counterfactuals(classifier_checkpoint=str(tmp_path / "missing.ckpt"), out_dir=str(tmp_path), per_cause=1)
 
 
 def test_demo_step_runs_the_pipeline_on_the_demo_checkpoint(tmp_path, monkeypatch):

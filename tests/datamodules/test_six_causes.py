@@ -138,6 +138,27 @@ def test_datamodule_with_a_competency_function_selects_high_then_low():
     assert counts["brightness"] == 4 and counts["contrast"] == 4
 
 
+def test_an_original_crossing_the_threshold_changes_one_pick_not_the_whole_draw():
+    def dark_is_competent(x):
+        return (x.mean((1, 2, 3)) < 0.3).float() * 0.95
+
+    brightness = CAUSES.index("brightness")
+
+    def picks(dm):
+        dm.setup()
+        return dm.dataset.attrs["style"][dm.dataset.causes == brightness].tolist()
+
+    source = _TinySource()
+    before = picks(SixCausesDataModule(source, competency=dark_is_competent, per_cause=4))
+    dropped = source.test_set[before[0]]["image"]
+
+    def without_one(x):  # the same competency, except that one original now falls below the threshold
+        return dark_is_competent(x) * ~(x == dropped).flatten(1).all(1)
+
+    after = picks(SixCausesDataModule(source, competency=without_one, per_cause=4))
+    assert before[0] not in after and after[:3] == before[1:]
+
+
 def test_datamodule_rejects_bad_settings():
     with pytest.raises(UserInputError, match="threshold"):
         SixCausesDataModule(_TinySource(), threshold=1.0)
