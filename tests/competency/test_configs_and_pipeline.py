@@ -41,6 +41,36 @@ def test_autoencoder_configs_build_the_model(path):
     assert model.hparams.image_size == data_size
 
 
+def _classifier_preset(checkpoint: str) -> dict:
+    """The shipped classifier preset whose ModelCheckpoint writes ``checkpoint``."""
+    folder = str(Path(checkpoint).parent)
+    for path in sorted((CONFIGS.parent).glob("*/*.yaml")):
+        config = yaml.safe_load(path.read_text())
+        callbacks = (config.get("trainer") or {}).get("callbacks") or []
+        if any(c.get("init_args", {}).get("dirpath") == folder for c in callbacks):
+            return config
+    raise AssertionError(f"no preset in configs/ writes {checkpoint}")
+
+
+# Settings that change how the data are read or batched, not which images the classifier was trained on.
+LOADING_ONLY = {"data_dir", "batch_size", "num_workers", "test_styles"}
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("counterfactuals_*.yaml")), ids=lambda p: p.stem)
+def test_competency_data_is_the_classifier_training_data(path):
+    # PaRCE's autoencoder must learn the classifier's training distribution (paper 004, Sec. 2.1), so the
+    # counterfactual preset and its autoencoder preset use the data of the classifier preset they name.
+    config = yaml.safe_load(path.read_text())
+    classifier = _classifier_preset(config["classifier_checkpoint"])["data"]
+    autoencoder = yaml.safe_load((CONFIGS / path.name.replace("counterfactuals_", "").replace(".yaml", "_autoencoder.yaml")).read_text())["data"]
+
+    def training_data(data: dict) -> tuple[str, dict]:
+        return data["class_path"], {k: v for k, v in data["init_args"].items() if k not in LOADING_ONLY}
+
+    assert training_data(config["datamodule"]) == training_data(classifier)
+    assert training_data(autoencoder) == training_data(classifier)
+
+
 @pytest.mark.slow
 def test_counterfactuals_command_prints_table_one(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(PIPELINE_COMMANDS, "counterfactuals", "nemo_train.competency.pipeline:counterfactuals")
