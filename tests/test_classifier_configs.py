@@ -31,7 +31,8 @@ def test_preset_parses_and_names_its_checkpoint_folder(path, tmp_path):
 
 
 @pytest.mark.parametrize("path", CLASSIFIER_CONFIGS, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_preset_runs_fast_dev_run(path, tmp_path):
+def test_preset_runs_fast_dev_run(path, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the presets' checkpoint folders are relative: keep the repository's checkpoints/ clean
     main([
         "fit", "--config", str(path), "--trainer.fast_dev_run=1", "--trainer.logger=false", "--trainer.accelerator=cpu",
         f"--trainer.default_root_dir={tmp_path}", "--data.init_args.train_size=64",

@@ -364,6 +364,9 @@ def nemo_eval(
         raise UserInputError("no target classifier given; pass --targets [path/to/model.ckpt] or timm:/clip: names")
     if n < 1 or k < 1 or m < 1:
         raise UserInputError(f"n={n}, k={k}, m={m}; each must be at least 1")
+    missing = [spec for spec in targets if spec.endswith(".ckpt") and not Path(spec).is_file()]
+    if missing:  # before anything is written to out_dir
+        raise UserInputError(f"classifier checkpoint(s) {missing} do not exist; train one with `nemo-train fit --config configs/cmnist/model_a.yaml`")
     methods = list(methods or ["scitx", "error_retrieval", "cam_mllm", "change_mllm"])
     out = Path(out_dir)
     store = ResultStore(out / "results.jsonl")

@@ -128,7 +128,8 @@ def test_cli_with_config_file_and_llm_cache(checkpoint, tmp_path, monkeypatch, c
     assert record["instruction"] == {"attribute": "color", "value": 0}
 
 
-def test_bad_input_is_one_line(monkeypatch, capsys):
+def test_bad_input_is_one_line(monkeypatch, capsys, tmp_path):
+    monkeypatch.chdir(tmp_path)
     monkeypatch.setitem(PIPELINE_COMMANDS, "nemo-eval", "nemo_train.nemo.run:nemo_eval")
     with pytest.raises(UserInputError, match="unknown benchmark 'mnist'"):
         nemo_eval(benchmark="mnist", targets=["x.ckpt"])
@@ -136,6 +137,7 @@ def test_bad_input_is_one_line(monkeypatch, capsys):
         main(["nemo-eval", "--targets", "[missing.ckpt]"])
     assert exit_info.value.code == 2
     assert "missing.ckpt" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir()), "a run with a bad target wrote to its out_dir"
 
 
 def test_table_layout():
