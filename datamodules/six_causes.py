@@ -138,6 +138,15 @@ _CAUSE_FUNCTIONS: dict[str, Callable[..., torch.Tensor]] = {
 }
 
 
+def check_directions(directions: dict[str, str] | None) -> dict[str, str | None]:
+    """Every cause's direction: :data:`DEFAULT_DIRECTIONS` overridden by ``directions`` (validated)."""
+    directions = dict(directions or {})
+    wrong = {k: v for k, v in directions.items() if k not in DEFAULT_DIRECTIONS or v not in ("up", "down")}
+    if wrong:
+        raise UserInputError(f"directions={wrong}; only {sorted(DEFAULT_DIRECTIONS)} take a direction, 'up' or 'down'")
+    return {cause: directions.get(cause, DEFAULT_DIRECTIONS.get(cause)) for cause in CAUSES}
+
+
 class SixCausesDataset(Dataset):
     """Corrupted images with their clean originals: ``{"image", "clean", "label", "group", "severity", "attrs"}``.
 
@@ -193,6 +202,9 @@ class SixCausesDataModule(L.LightningDataModule):
         threshold: competency threshold separating low from high (paper: 0.9).
         per_cause: number of corrupted images kept per cause.
         severity_range: ``(low, high)`` within ``(0, 1]``.
+        directions: direction (``"up"`` / ``"down"``) of brightness, contrast or saturation where it should
+            differ from :data:`DEFAULT_DIRECTIONS`; e.g. a reconstruction-based estimator can score a
+            whitened image of a light-background dataset as competent, while a darkened one is not.
         batch_size, seed: DataLoader batch size and the seed of every random draw.
     """
 
@@ -205,6 +217,7 @@ class SixCausesDataModule(L.LightningDataModule):
         threshold: float = 0.9,
         per_cause: int = 100,
         severity_range: tuple[float, float] = (0.5, 1.0),
+        directions: dict[str, str] | None = None,
         batch_size: int = 64,
         seed: int = 0,
     ) -> None:
@@ -216,6 +229,7 @@ class SixCausesDataModule(L.LightningDataModule):
             raise UserInputError(f"severity_range={tuple(severity_range)}; expected 0 < low <= high <= 1")
         if per_cause < 1:
             raise UserInputError(f"per_cause={per_cause}; expected at least 1")
+        self.directions = check_directions(directions)
         self.source, self.competency = source, competency
         self.threshold, self.per_cause, self.severity_range = threshold, per_cause, (low, high)
         self.batch_size, self.seed = batch_size, seed
@@ -258,7 +272,10 @@ class SixCausesDataModule(L.LightningDataModule):
             severity = low + (high - low) * torch.rand(len(candidates), generator=gen)
             # one call per distinct severity would be slow; apply per image chunk with its own severity
             corrupted = torch.cat(
-                [apply_cause(images[i : i + 1], cause, float(s), gen) for i, s in zip(candidates.tolist(), severity)]
+                [
+                    apply_cause(images[i : i + 1], cause, float(s), gen, direction=self.directions[cause])
+                    for i, s in zip(candidates.tolist(), severity)
+                ]
             )
             keep = torch.ones(len(candidates), dtype=torch.bool)
             if self.competency is not None:

@@ -3,8 +3,8 @@
     .venv/bin/python scripts/bench_counterfactuals.py --run_dir checkpoints/counterfactuals [--images 64]
 
 Uses the classifier and PaRCE estimator of an earlier ``nemo-train counterfactuals`` run in ``--run_dir``
-(the paths its ``results.json`` records; ``classifier.ckpt`` and ``parce/`` there for older runs), builds the CMNIST
-six-cause set, and prints per method: seconds per image at batch 1 (each image alone) and at batch 64
+(the paths its ``results.json`` records; ``classifier.ckpt`` and ``parce/`` there for older runs), builds the
+six-cause set from the run's datamodule (CMNIST for runs that did not record one), and prints per method: seconds per image at batch 1 (each image alone) and at batch 64
 (``--images`` images in one batch; at batch 1 every image for Reco / LGD / LNN, the first ``--single``
 for the slow IGD / FGD, with their mean iterations shown), the speed-up, and for the gradient methods the same batch under the
 reference's batch-wide stopping rule (no per-image freezing), with success rates and mean iterations, and
@@ -16,6 +16,7 @@ learning rates, distances), so the timing is of the configuration that produced 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 from pathlib import Path
 
@@ -58,10 +59,17 @@ def main() -> None:
     channels_last = run_info.get("channels_last", False) if args.channels_last is None else args.channels_last
     if channels_last:
         estimator = estimator.to(memory_format=torch.channels_last)
-    datamodule = CMNISTDataModule(bias="model_a", train_size=3000, test_styles=1, batch_size=64)
+    recorded_data = run_info.get("datamodule")
+    if recorded_data:  # the run's own data (CMNIST, CLEVR, NICO-like, ...)
+        module_name, class_name = recorded_data["class_path"].rsplit(".", 1)
+        datamodule = getattr(importlib.import_module(module_name), class_name)(**recorded_data["init_args"])
+    else:  # a run recorded before the datamodule was: the demo's CMNIST
+        datamodule = CMNISTDataModule(bias="model_a", train_size=3000, test_styles=1, batch_size=64)
     datamodule.setup("fit")
     # twice the images needed per cause: a cause can have fewer low-competency images than asked for
-    six = SixCausesDataModule(datamodule, competency=estimator, per_cause=2 * max(1, -(-args.images // 6)))
+    six = SixCausesDataModule(
+        datamodule, competency=estimator, per_cause=2 * max(1, -(-args.images // 6)), directions=run_info.get("cause_directions")
+    )
     six.setup()
     images = six.dataset.images[torch.randperm(len(six.dataset), generator=torch.Generator().manual_seed(0))][: args.images]
     holdout = torch.cat([b["image"] for b in datamodule.val_dataloader()])

@@ -11,6 +11,7 @@ import math
 
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 
 from nemo_train.competency.counterfactuals import CounterfactualGenerator, CounterfactualResult
 from nemo_train.competency.parce import PaRCE
@@ -95,13 +96,17 @@ class CounterfactualEvaluator:
         for metric in self._metrics():
             metric.reset()
 
-    def evaluate(self, generator: CounterfactualGenerator | None, images: torch.Tensor, batch_size: int = 64) -> tuple[dict[str, float], torch.Tensor]:
+    def evaluate(
+        self, generator: CounterfactualGenerator | None, images: torch.Tensor, batch_size: int = 64, progress: str | None = None
+    ) -> tuple[dict[str, float], torch.Tensor]:
         """Run ``generator`` over ``images`` in batches and return ``(metrics, counterfactuals)``.
 
-        ``generator=None`` scores the originals themselves (the ``Orig`` row; its time is 0).
+        ``generator=None`` scores the originals themselves (the ``Orig`` row; its time is 0). ``progress``
+        names a progress bar over the images (none when ``None``).
         """
         self.reset()
         outputs = []
+        bar = tqdm(total=len(images), desc=progress, unit="img", leave=False, disable=progress is None)
         for chunk in images.split(batch_size):
             chunk = chunk.to(self.device)
             if generator is None:
@@ -112,6 +117,8 @@ class CounterfactualEvaluator:
                 result = generator(chunk)
             self.update(chunk, result)
             outputs.append(result.images.cpu())
+            bar.update(len(chunk))
+        bar.close()
         return self.compute(), torch.cat(outputs)
 
 

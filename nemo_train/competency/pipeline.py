@@ -16,7 +16,7 @@ import lightning as L
 import torch
 from tqdm.auto import tqdm
 
-from datamodules.six_causes import CAUSES, SixCausesDataModule
+from datamodules.six_causes import CAUSES, SixCausesDataModule, check_directions
 from nemo_train.competency.autoencoder import CompetencyAutoencoder
 from nemo_train.competency.counterfactuals import METHODS, OBJECTIVES, STOPPING_RULES, build_generator
 from nemo_train.competency.evaluation import CounterfactualEvaluator, format_table
@@ -115,6 +115,7 @@ def run_counterfactuals(
     inception_weights: str | None = None,
     seed: int = 0,
     run_info: dict | None = None,
+    cause_directions: dict[str, str] | None = None,
 ) -> dict:
     """Build the six-cause set, run each method, write ``table.txt``, ``results.json``, ``grid.png``,
     ``reliability.png``; return the results dict (``calibration``, ``causes``, ``table``, ``generator_options``
@@ -136,9 +137,19 @@ def run_counterfactuals(
         "zscore": float(estimator.zscore),
         "bins": {"mean_score": calib.mean_score.tolist(), "accuracy": calib.accuracy.tolist(), "count": calib.count.tolist()},
     }
-    six = SixCausesDataModule(datamodule, competency=estimator, threshold=estimator.threshold, per_cause=per_cause, severity_range=severity, seed=seed)
+    six = SixCausesDataModule(
+        datamodule, competency=estimator, threshold=estimator.threshold, per_cause=per_cause, severity_range=severity,
+        directions=cause_directions, seed=seed,
+    )
     six.setup()
     data = six.dataset
+    short = {name: n for name, n in six.counts().items() if n < per_cause}
+    if short:
+        print(
+            f"warning: fewer than {per_cause} low-competency images for {short}: at the drawn severities most of these "
+            "corruptions leave the estimator's score at or above the threshold. Try another direction "
+            "(cause_directions) or a higher severity."
+        )
     with torch.no_grad():
         clean = torch.cat([estimator(c.to(device)).cpu() for c in data.clean.split(256)])
         corrupted = torch.cat([estimator(c.to(device)).cpu() for c in data.images.split(256)])
@@ -158,7 +169,7 @@ def run_counterfactuals(
         generator = build_generator(name, estimator, **options)
         if name == "LNN":
             generator.fit(holdout["image"])
-        rows[name], images = evaluator.evaluate(generator, data.images, batch_size)
+        rows[name], images = evaluator.evaluate(generator, data.images, batch_size, progress=name)
         grids[name] = images
     table = format_table(rows)
     (out_dir / "table.txt").write_text(table + "\n")
@@ -214,6 +225,7 @@ def counterfactuals(
     inception_weights: str | None = None,
     device: str = "auto",
     channels_last: bool = True,
+    cause_directions: dict[str, str] | None = None,
     seed: int = 0,
 ) -> dict:
     """Run the five counterfactual methods (IGD, FGD, Reco, LGD, LNN) on a six-cause set and print Table 1.
@@ -231,6 +243,8 @@ def counterfactuals(
         methods: subset of IGD, FGD, Reco, LGD, LNN (default all five).
         per_cause: low-competency images per cause.
         severity: range of cause severities, within (0, 1].
+        cause_directions: ``up`` / ``down`` for brightness, contrast or saturation where the default
+            (brightness up, contrast down, saturation down) should not be used.
         threshold: competency threshold (paper: 0.9).
         lr, gamma, max_iter: Adam settings of IGD / FGD / LGD (paper: 1e-3, 0.1, 100).
         stopping: ``per_image`` (ours) or ``batch`` (the reference's batch-wide rule).
@@ -251,6 +265,7 @@ def counterfactuals(
         seed: seed of training and of the six-cause set.
     """
     threshold = check_threshold(threshold)
+    directions = check_directions(cause_directions)
     methods = list(methods or METHODS)
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
@@ -279,7 +294,13 @@ def counterfactuals(
     out = Path(out_dir)
     classifier = load_or_train_classifier(datamodule, classifier_checkpoint, classifier_epochs, accelerator, out / "classifier.ckpt")
     parce_dir = Path(estimator_dir) if estimator_dir else out / "parce"
-    run_info = {"classifier_checkpoint": str(classifier_checkpoint or out / "classifier.ckpt"), "estimator_dir": str(parce_dir), "seed": seed}
+    run_info = {
+        "classifier_checkpoint": str(classifier_checkpoint or out / "classifier.ckpt"),
+        "estimator_dir": str(parce_dir),
+        "seed": seed,
+        "datamodule": {"class_path": f"{type(datamodule).__module__}.{type(datamodule).__name__}", "init_args": dict(datamodule.hparams)},
+        "cause_directions": {k: v for k, v in directions.items() if v is not None},
+    }
     estimator = prepare_estimator(classifier, datamodule, autoencoder, autoencoder_epochs, threshold, accelerator, parce_dir, autoencoder_checkpoint)
     estimator = estimator.to(torch_device).eval()
     if channels_last:
@@ -295,7 +316,8 @@ def counterfactuals(
         "Reco": {},
     }
     results = run_counterfactuals(
-        estimator, datamodule, out, methods, per_cause, tuple(severity), options, batch_size, alexnet_weights, inception_weights, seed, run_info
+        estimator, datamodule, out, methods, per_cause, tuple(severity), options, batch_size, alexnet_weights, inception_weights, seed, run_info,
+        cause_directions,
     )
     cal, causes = results["calibration"], results["causes"]
     print(f"PaRCE calibration: held-out accuracy {cal['holdout_accuracy']:.4f}, mean score {cal['holdout_mean_score']:.4f} (z = {cal['zscore']:.2f})")

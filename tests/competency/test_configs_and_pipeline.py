@@ -2,6 +2,8 @@
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 os.environ.setdefault("WANDB_MODE", "disabled")
@@ -15,7 +17,8 @@ from nemo_train.competency.autoencoder import CompetencyAutoencoder  # noqa: E40
 from nemo_train.competency.pipeline import counterfactuals  # noqa: E402
 from nemo_train.errors import UserInputError  # noqa: E402
 
-CONFIGS = Path(__file__).parents[2] / "configs" / "competency"
+ROOT = Path(__file__).parents[2]
+CONFIGS = ROOT / "configs" / "competency"
 
 
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("counterfactuals_*.yaml")), ids=lambda p: p.stem)
@@ -101,6 +104,19 @@ def test_counterfactuals_command_prints_table_one(tmp_path, monkeypatch, capsys)
     # the run records what it used, so the benchmark can time the same classifier and estimator
     assert written["run"]["classifier_checkpoint"] == str(tmp_path / "out" / "classifier.ckpt")
     assert written["run"]["estimator_dir"] == str(tmp_path / "out" / "parce") and written["run"]["channels_last"] is True
+    assert written["run"]["datamodule"] == {
+        "class_path": "datamodules.cmnist.CMNISTDataModule",
+        "init_args": {"data_dir": None, "bias": "model_a", "train_size": 1000, "test_styles": 1, "batch_size": 32, "num_workers": 0, "seed": 0},
+    }
+    assert written["run"]["cause_directions"] == {"brightness": "up", "contrast": "down", "saturation": "down"}
+    # the sweep script rebuilds the run's data and estimator from that record
+    sweep = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "sweep_causes.py"), "--run_dir", str(tmp_path / "out"), "--images", "12", "--severities", "1"],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+    )
+    rows = [line for line in sweep.stdout.splitlines() if line.startswith("| ") and "---" not in line]
+    assert len(rows) == 1 + 1 + 3 + 2 * 3  # header, clean, 3 causes with one direction, 3 with two
+    assert "| brightness | down | 1 |" in sweep.stdout and "| brightness | up (default) | 1 |" in sweep.stdout
 
 
 def test_estimator_uses_a_trained_autoencoder_checkpoint_without_training(tmp_path):
@@ -141,6 +157,8 @@ def test_counterfactuals_command_rejects_bad_values(tmp_path):
         counterfactuals(lgd_objective="loss", out_dir=str(tmp_path))
     with pytest.raises(UserInputError, match="lgd_lr"):
         counterfactuals(lgd_lr=-0.1, out_dir=str(tmp_path))
+    with pytest.raises(UserInputError, match="directions"):
+        counterfactuals(cause_directions={"noise": "up"}, out_dir=str(tmp_path))
     with pytest.raises(UserInputError, match="nemo-train fit"):
         counterfactuals(classifier_checkpoint=str(tmp_path / "missing.ckpt"), out_dir=str(tmp_path), per_cause=1)
 

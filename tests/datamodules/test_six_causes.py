@@ -159,8 +159,30 @@ def test_an_original_crossing_the_threshold_changes_one_pick_not_the_whole_draw(
     assert before[0] not in after and after[:3] == before[1:]
 
 
+def test_directions_choose_how_brightness_and_saturation_are_corrupted():
+    def built(directions):
+        dm = SixCausesDataModule(_TinySource(), per_cause=5, directions=directions)
+        dm.setup()
+        ds = dm.dataset
+        return {cause: (ds.images[ds.causes == i], ds.clean[ds.causes == i]) for i, cause in enumerate(CAUSES)}
+
+    default, changed = built(None), built({"brightness": "down", "saturation": "up"})
+    for cause in CAUSES:  # the same originals are drawn either way, and causes not named keep the default
+        assert torch.equal(default[cause][1], changed[cause][1]), cause
+        if cause not in ("brightness", "saturation"):
+            assert torch.equal(default[cause][0], changed[cause][0]), cause
+    images, clean = default["brightness"]
+    assert (images > clean).all()  # up: blended towards white
+    images, clean = changed["brightness"]
+    assert (images <= clean).all() and (images < clean).any()  # down: darkened
+
+
 def test_datamodule_rejects_bad_settings():
     with pytest.raises(UserInputError, match="threshold"):
         SixCausesDataModule(_TinySource(), threshold=1.0)
+    with pytest.raises(UserInputError, match="directions"):
+        SixCausesDataModule(_TinySource(), directions={"noise": "up"})
+    with pytest.raises(UserInputError, match="directions"):
+        SixCausesDataModule(_TinySource(), directions={"brightness": "left"})
     with pytest.raises(UserInputError, match="severity_range"):
         SixCausesDataModule(_TinySource(), severity_range=(0.0, 0.5))

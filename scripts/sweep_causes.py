@@ -1,0 +1,71 @@
+"""Mean competency of each low-competency cause, per direction and severity, for a counterfactuals run.
+
+    .venv/bin/python scripts/sweep_causes.py --run_dir checkpoints/counterfactuals_clevr [--images 200]
+
+Uses the classifier, PaRCE estimator and datamodule recorded in the run's ``results.json`` (see
+``nemo-train counterfactuals``), takes ``--images`` test images spread over the test split, applies every
+cause at each ``--severities`` value (both directions where a cause has two) and prints the mean score and
+the fraction of images below the run's threshold. Use it to choose ``cause_directions`` and ``severity``
+for a dataset: a cause whose images stay above the threshold contributes nothing to the six-cause set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+from pathlib import Path
+
+import torch
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run_dir", required=True, help="out_dir of a counterfactuals run")
+    parser.add_argument("--images", type=int, default=200, help="test images, spread evenly over the test split")
+    parser.add_argument("--severities", type=float, nargs="+", default=[0.5, 0.75, 1.0])
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    from datamodules.six_causes import CAUSES, DEFAULT_DIRECTIONS, apply_cause
+    from nemo_train.competency.parce import PaRCE
+    from nemo_train.models import ClassifierModule
+
+    results_file = Path(args.run_dir) / "results.json"
+    if not results_file.is_file():
+        parser.error(f"no results.json in {args.run_dir}; run `nemo-train counterfactuals` with that out_dir first")
+    run = json.loads(results_file.read_text()).get("run", {})
+    if "datamodule" not in run:
+        parser.error(f"{results_file} records no datamodule; rerun `nemo-train counterfactuals` to record one")
+    classifier = ClassifierModule.load_from_checkpoint(run["classifier_checkpoint"], map_location="cpu", weights_only=True).eval()
+    estimator = PaRCE.load(Path(run["estimator_dir"]), classifier).eval()
+    module_name, class_name = run["datamodule"]["class_path"].rsplit(".", 1)
+    datamodule = getattr(importlib.import_module(module_name), class_name)(**run["datamodule"]["init_args"])
+    datamodule.setup("test")
+    test_set = datamodule.test_set
+    picks = torch.linspace(0, len(test_set) - 1, min(args.images, len(test_set))).round().long().unique()
+    images = torch.stack([test_set[int(i)]["image"] for i in picks])
+    generator = torch.Generator().manual_seed(args.seed)
+    threshold = estimator.threshold
+
+    def row(name: str, direction: str, severity: str, scores: torch.Tensor) -> None:
+        print(f"| {name} | {direction} | {severity} | {scores.mean():.3f} | {(scores < threshold).float().mean():.2f} |")
+
+    with torch.no_grad():
+        print(f"{len(images)} test images of {class_name}, threshold {threshold}")
+        print("| cause | direction | severity | mean competency | below threshold |")
+        print("| --- | --- | --- | --- | --- |")
+        row("clean", "—", "—", estimator(images))
+        for cause in CAUSES:
+            directions = ["up", "down"] if cause in DEFAULT_DIRECTIONS else [None]
+            for direction in directions:
+                for severity in args.severities:
+                    corrupted = apply_cause(images, cause, severity, generator, direction=direction)
+                    label = direction or "—"
+                    if direction == DEFAULT_DIRECTIONS.get(cause):
+                        label += " (default)"
+                    row(cause, label, f"{severity:g}", estimator(corrupted))
+
+
+if __name__ == "__main__":
+    main()
