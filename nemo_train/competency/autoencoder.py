@@ -66,6 +66,16 @@ class CompetencyAutoencoder(L.LightningModule):
         self.decoder_convs = nn.ModuleList(nn.Conv2d(c_in, c_out, 3, padding=1) for c_in, c_out in zip(widths[::-1], outs))
 
     # ----------------------------------------------------------------- model API
+    def reset_parameters(self) -> None:
+        """Draw every weight afresh from the current random state (each layer's default initialisation).
+
+        A config parser builds the model before a run sets its seed; calling this after seeding makes
+        the initial weights, and so the trained autoencoder, follow the seed.
+        """
+        for module in self.modules():
+            if module is not self and hasattr(module, "reset_parameters"):
+                module.reset_parameters()
+
     def check_images(self, images: torch.Tensor) -> None:
         """Raise :class:`UserInputError` unless ``images`` is ``[B, in_chans, image_size, image_size]``."""
         hp = self.hparams

@@ -288,7 +288,10 @@ def counterfactuals(
     datamodule.setup("fit")
     datamodule.setup("test")
     image_size = int(datamodule.train_set[0]["image"].shape[-1])
-    autoencoder = autoencoder or CompetencyAutoencoder(image_size=image_size)
+    if autoencoder is None:
+        autoencoder = CompetencyAutoencoder(image_size=image_size)
+    else:  # built by the config parser before the seed was set
+        autoencoder.reset_parameters()
     if autoencoder.hparams.image_size != image_size:
         raise UserInputError(f"autoencoder.image_size={autoencoder.hparams.image_size} but the datamodule's images are {image_size} px")
     out = Path(out_dir)

@@ -45,6 +45,18 @@ def test_training_lowers_the_reconstruction_error_of_sparse_images():
     assert ae.reconstruction_loss(x).mean() < 0.5 * blank
 
 
+def test_reset_parameters_follows_the_seed():
+    first = CompetencyAutoencoder(image_size=16, widths=(4, 8), latent_dim=6)
+    second = CompetencyAutoencoder(image_size=16, widths=(4, 8), latent_dim=6)
+    assert not torch.equal(first.to_latent.weight, second.to_latent.weight)  # built from different random states
+    for model in (first, second):
+        torch.manual_seed(3)
+        model.reset_parameters()
+    for (name, a), b in zip(first.state_dict().items(), second.state_dict().values()):
+        assert torch.equal(a, b), name
+    assert first.to_latent.weight.std() > 0
+
+
 def test_bad_input_and_settings():
     ae = CompetencyAutoencoder(image_size=8, widths=(4,), latent_dim=3)
     with pytest.raises(UserInputError, match=r"\[B, 3, 8, 8\]"):
