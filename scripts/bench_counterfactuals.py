@@ -3,12 +3,13 @@
     .venv/bin/python scripts/bench_counterfactuals.py --run_dir checkpoints/counterfactuals [--images 64]
 
 Uses the classifier and PaRCE estimator of an earlier ``nemo-train counterfactuals`` run in ``--run_dir``
-(the paths its ``results.json`` records; ``classifier.ckpt`` and ``parce/`` there for older runs), builds the
-six-cause set from the run's datamodule (CMNIST for runs that did not record one), and prints per method: seconds per image at batch 1 (each image alone) and at batch 64
-(``--images`` images in one batch; at batch 1 every image for Reco / LGD / LNN, the first ``--single``
-for the slow IGD / FGD, with their mean iterations shown), the speed-up, and for the gradient methods the same batch under the
-reference's batch-wide stopping rule (no per-image freezing), with success rates and mean iterations, and
-the batching ceiling: seconds per image of one optimisation step at batch 1 and at batch 64.
+(the paths its ``results.json`` records; ``classifier.ckpt`` and ``parce/`` there for older runs), builds
+the six-cause set from the run's datamodule and cause directions (CMNIST for runs that did not record
+them), and prints per method: seconds per image at batch 1 (each image alone) and at batch 64 (``--images``
+images in one batch; at batch 1 every image for Reco / LGD / LNN, the first ``--single`` for the slow
+IGD / FGD, with their mean iterations shown), the speed-up, and for the gradient methods the same batch
+under the reference's batch-wide stopping rule (no per-image freezing), with success rates and mean
+iterations, and the batching ceiling: seconds per image of one optimisation step at batch 1 and at batch 64.
 The generators get the options the run used (``generator_options`` in its ``results.json``: objective,
 learning rates, distances), so the timing is of the configuration that produced the run's table.
 """
