@@ -2,10 +2,9 @@
 
     .venv/bin/python scripts/bench_counterfactuals.py --run_dir checkpoints/counterfactuals [--images 64]
 
-Uses the classifier and PaRCE estimator of an earlier ``nemo-train counterfactuals`` run in ``--run_dir``
-(the paths its ``results.json`` records; ``classifier.ckpt`` and ``parce/`` there for older runs), builds
-the six-cause set from the run's datamodule and cause directions (CMNIST for runs that did not record
-them), and prints per method: seconds per image at batch 1 (each image alone) and at batch 64 (``--images``
+Uses the classifier, PaRCE estimator, datamodule and cause directions that an earlier ``nemo-train
+counterfactuals`` run in ``--run_dir`` recorded in its ``results.json``, builds the six-cause set from
+them, and prints per method: seconds per image at batch 1 (each image alone) and at batch 64 (``--images``
 images in one batch; at batch 1 every image for Reco / LGD / LNN, the first ``--single`` for the slow
 IGD / FGD, with their mean iterations shown), the speed-up, and for the gradient methods the same batch
 under the reference's batch-wide stopping rule (no per-image freezing), with success rates and mean
@@ -17,9 +16,6 @@ learning rates, distances), so the timing is of the configuration that produced 
 from __future__ import annotations
 
 import argparse
-import importlib
-import json
-from pathlib import Path
 
 import torch
 
@@ -41,31 +37,20 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    from datamodules.cmnist import CMNISTDataModule
     from datamodules.six_causes import SixCausesDataModule
     from nemo_train.competency.counterfactuals import METHODS, build_generator
-    from nemo_train.competency.parce import PaRCE
-    from nemo_train.models import ClassifierModule
+    from nemo_train.competency.pipeline import load_run
+    from nemo_train.errors import UserInputError
 
-    run = Path(args.run_dir)
-    results_file = run / "results.json"
-    recorded = json.loads(results_file.read_text()) if results_file.is_file() else {}
-    run_options, run_info = recorded.get("generator_options", {}), recorded.get("run", {})
-    classifier_path = Path(run_info.get("classifier_checkpoint", run / "classifier.ckpt"))
-    parce_dir = Path(run_info.get("estimator_dir", run / "parce"))
-    if not classifier_path.is_file():
-        parser.error(f"no classifier checkpoint at {classifier_path}; run `nemo-train counterfactuals` with out_dir {run} first")
-    classifier = ClassifierModule.load_from_checkpoint(str(classifier_path), map_location="cpu", weights_only=True).eval()
-    estimator = PaRCE.load(parce_dir, classifier).to(args.device).eval()
+    try:
+        estimator, datamodule, recorded = load_run(args.run_dir)
+    except UserInputError as error:
+        parser.error(str(error))
+    run_options, run_info = recorded.get("generator_options", {}), recorded["run"]
+    estimator = estimator.to(args.device)
     channels_last = run_info.get("channels_last", False) if args.channels_last is None else args.channels_last
     if channels_last:
         estimator = estimator.to(memory_format=torch.channels_last)
-    recorded_data = run_info.get("datamodule")
-    if recorded_data:  # the run's own data (CMNIST, CLEVR, NICO-like, ...)
-        module_name, class_name = recorded_data["class_path"].rsplit(".", 1)
-        datamodule = getattr(importlib.import_module(module_name), class_name)(**recorded_data["init_args"])
-    else:  # a run recorded before the datamodule was: the demo's CMNIST
-        datamodule = CMNISTDataModule(bias="model_a", train_size=3000, test_styles=1, batch_size=64)
     datamodule.setup("fit")
     # twice the images needed per cause: a cause can have fewer low-competency images than asked for
     six = SixCausesDataModule(

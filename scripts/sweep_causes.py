@@ -12,9 +12,6 @@ for a dataset: a cause whose images stay above the threshold contributes nothing
 from __future__ import annotations
 
 import argparse
-import importlib
-import json
-from pathlib import Path
 
 import torch
 
@@ -28,19 +25,13 @@ def main() -> None:
     args = parser.parse_args()
 
     from datamodules.six_causes import CAUSES, DEFAULT_DIRECTIONS, apply_cause
-    from nemo_train.competency.parce import PaRCE
-    from nemo_train.models import ClassifierModule
+    from nemo_train.competency.pipeline import load_run
+    from nemo_train.errors import UserInputError
 
-    results_file = Path(args.run_dir) / "results.json"
-    if not results_file.is_file():
-        parser.error(f"no results.json in {args.run_dir}; run `nemo-train counterfactuals` with that out_dir first")
-    run = json.loads(results_file.read_text()).get("run", {})
-    if "datamodule" not in run:
-        parser.error(f"{results_file} records no datamodule; rerun `nemo-train counterfactuals` to record one")
-    classifier = ClassifierModule.load_from_checkpoint(run["classifier_checkpoint"], map_location="cpu", weights_only=True).eval()
-    estimator = PaRCE.load(Path(run["estimator_dir"]), classifier).eval()
-    module_name, class_name = run["datamodule"]["class_path"].rsplit(".", 1)
-    datamodule = getattr(importlib.import_module(module_name), class_name)(**run["datamodule"]["init_args"])
+    try:
+        estimator, datamodule, _ = load_run(args.run_dir)
+    except UserInputError as error:
+        parser.error(str(error))
     datamodule.setup("test")
     test_set = datamodule.test_set
     picks = torch.linspace(0, len(test_set) - 1, min(args.images, len(test_set))).round().long().unique()
@@ -52,7 +43,7 @@ def main() -> None:
         print(f"| {name} | {direction} | {severity} | {scores.mean():.3f} | {(scores < threshold).float().mean():.2f} |")
 
     with torch.no_grad():
-        print(f"{len(images)} test images of {class_name}, threshold {threshold}")
+        print(f"{len(images)} test images of {type(datamodule).__name__}, threshold {threshold}")
         print("| cause | direction | severity | mean competency | below threshold |")
         print("| --- | --- | --- | --- | --- |")
         row("clean", "—", "—", estimator(images))

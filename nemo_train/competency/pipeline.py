@@ -73,6 +73,28 @@ def load_or_train_classifier(
     return module.eval()
 
 
+def load_run(run_dir: str | Path) -> tuple[PaRCE, L.LightningDataModule, dict]:
+    """The PaRCE estimator (bound to its classifier), the datamodule and the ``results.json`` contents of an
+    earlier :func:`counterfactuals` run in ``run_dir``, rebuilt from the run record it wrote."""
+    from lightning.pytorch.cli import instantiate_class
+
+    from nemo_train.models import ClassifierModule
+
+    results_file = Path(run_dir) / "results.json"
+    if not results_file.is_file():
+        raise UserInputError(f"no results.json in {str(run_dir)!r}; run `nemo-train counterfactuals` with that out_dir first")
+    results = json.loads(results_file.read_text())
+    run = results.get("run", {})
+    if "datamodule" not in run:
+        raise UserInputError(f"{results_file} records no datamodule; rerun `nemo-train counterfactuals` to record one")
+    classifier_path = run["classifier_checkpoint"]
+    if not Path(classifier_path).is_file():
+        raise UserInputError(f"the run's classifier checkpoint {classifier_path!r} does not exist")
+    classifier = ClassifierModule.load_from_checkpoint(classifier_path, map_location="cpu", weights_only=True).eval()
+    estimator = PaRCE.load(Path(run["estimator_dir"]), classifier).eval()
+    return estimator, instantiate_class((), run["datamodule"]), results
+
+
 def prepare_estimator(
     classifier: torch.nn.Module,
     datamodule: L.LightningDataModule,
@@ -288,14 +310,15 @@ def counterfactuals(
     datamodule.setup("fit")
     datamodule.setup("test")
     image_size = int(datamodule.train_set[0]["image"].shape[-1])
-    if autoencoder is None:
-        autoencoder = CompetencyAutoencoder(image_size=image_size)
-    else:  # built by the config parser before the seed was set
-        autoencoder.reset_parameters()
+    autoencoder = autoencoder or CompetencyAutoencoder(image_size=image_size)
     if autoencoder.hparams.image_size != image_size:
         raise UserInputError(f"autoencoder.image_size={autoencoder.hparams.image_size} but the datamodule's images are {image_size} px")
     out = Path(out_dir)
     classifier = load_or_train_classifier(datamodule, classifier_checkpoint, classifier_epochs, accelerator, out / "classifier.ckpt")
+    # The autoencoder's initial weights and training order follow the seed, whether or not a classifier was
+    # trained first (the config parser builds the autoencoder before any seed is set).
+    L.seed_everything(seed, verbose=False)
+    autoencoder.reset_parameters()
     parce_dir = Path(estimator_dir) if estimator_dir else out / "parce"
     run_info = {
         "classifier_checkpoint": str(classifier_checkpoint or out / "classifier.ckpt"),

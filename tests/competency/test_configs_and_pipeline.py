@@ -117,6 +117,10 @@ def test_counterfactuals_command_prints_table_one(tmp_path, monkeypatch, capsys)
     rows = [line for line in sweep.stdout.splitlines() if line.startswith("| ") and "---" not in line]
     assert len(rows) == 1 + 1 + 3 + 2 * 3  # header, clean, 3 causes with one direction, 3 with two
     assert "| brightness | down | 1 |" in sweep.stdout and "| brightness | up (default) | 1 |" in sweep.stdout
+    # a second run trains a new autoencoder (the parser builds it from another random state): the seed decides
+    run_pipeline("counterfactuals", ["--config", str(path), "--estimator_dir", str(tmp_path / "parce2"), "--methods", "[Reco]"])
+    first, second = (tmp_path / "out" / "parce" / "parce.safetensors"), (tmp_path / "parce2" / "parce.safetensors")
+    assert first.read_bytes() == second.read_bytes()
 
 
 def test_estimator_uses_a_trained_autoencoder_checkpoint_without_training(tmp_path):
