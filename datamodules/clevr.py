@@ -55,7 +55,9 @@ ATTRIBUTES: dict[str, list[str]] = {"shape": SHAPES, "material": MATERIALS, "col
 def style_uniform(style: torch.Tensor, count: int) -> torch.Tensor:
     """``float[B, count]`` uniform numbers in [0, 1) fixed by each sample's integer ``style``."""
     values = {s: np.random.default_rng(s).random(count) for s in set(style.tolist())}
-    return torch.from_numpy(np.stack([values[s] for s in style.tolist()])).float() if len(style) else torch.empty(0, count)
+    return (
+        torch.from_numpy(np.stack([values[s] for s in style.tolist()])).float() if len(style) else torch.empty(0, count)
+    )
 
 
 def attribute_index(name: str, value: int | str) -> int:
@@ -173,9 +175,14 @@ class CLEVRRenderer:
         origins = target + u[..., None] * torch.tensor([1.0, 0.0, 0.0]) + v[..., None] * cam_up - 6.0 * self.view_dir
         self.origins = origins.reshape(-1, 3)  # [P, 3], one ray per sub-pixel
 
-    def render(self, shape: int | str, material: int | str, color: int | str, size: int | str, style: int = 0) -> torch.Tensor:
+    def render(
+        self, shape: int | str, material: int | str, color: int | str, size: int | str, style: int = 0
+    ) -> torch.Tensor:
         """Render one image ``float[3, S, S]`` in [0, 1]."""
-        idx = [attribute_index(k, v) for k, v in zip(("shape", "material", "color", "size"), (shape, material, color, size))]
+        idx = [
+            attribute_index(k, v)
+            for k, v in zip(("shape", "material", "color", "size"), (shape, material, color, size))
+        ]
         return self.render_batch(*(torch.tensor([i]) for i in idx), torch.tensor([int(style)]))[0]
 
     def scene_params(self, style: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -185,13 +192,27 @@ class CLEVRRenderer:
         offset_x = (rand[:, 0] - 0.5) * 0.5 * on
         offset_z = (rand[:, 1] - 0.5) * 0.5 * on
         yaw = torch.full_like(offset_x, math.radians(30.0)) + (rand[:, 2] - 0.5) * math.radians(60.0) * on
-        azimuth = torch.full_like(offset_x, math.radians(self.LIGHT_AZIMUTH)) + (rand[:, 3] - 0.5) * math.radians(50.0) * on
+        azimuth = (
+            torch.full_like(offset_x, math.radians(self.LIGHT_AZIMUTH)) + (rand[:, 3] - 0.5) * math.radians(50.0) * on
+        )
         el = math.radians(self.LIGHT_ELEVATION)
-        light = torch.stack([math.cos(el) * torch.sin(azimuth), torch.full_like(azimuth, math.sin(el)), math.cos(el) * torch.cos(azimuth)], -1)
+        light = torch.stack(
+            [
+                math.cos(el) * torch.sin(azimuth),
+                torch.full_like(azimuth, math.sin(el)),
+                math.cos(el) * torch.cos(azimuth),
+            ],
+            -1,
+        )
         return {"offset_x": offset_x, "offset_z": offset_z, "yaw": yaw, "light": light}
 
     def render_batch(
-        self, shape: torch.Tensor, material: torch.Tensor, color: torch.Tensor, size: torch.Tensor, style: torch.Tensor | None = None
+        self,
+        shape: torch.Tensor,
+        material: torch.Tensor,
+        color: torch.Tensor,
+        size: torch.Tensor,
+        style: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Render ``float[B, 3, S, S]`` from 1-D index tensors (rendered in chunks of 128)."""
         shape, material, color, size = (t.long().flatten() for t in (shape, material, color, size))
@@ -221,7 +242,9 @@ class CLEVRRenderer:
     def _render_chunk(self, shape, material, color, size, style) -> torch.Tensor:
         for name, values in (("shape", shape), ("material", material), ("color", color), ("size", size)):
             if len(values) and (values.min() < 0 or values.max() >= len(ATTRIBUTES[name])):
-                raise UserInputError(f"CLEVR {name} indices must lie in 0-{len(ATTRIBUTES[name]) - 1}, got {values.unique().tolist()}")
+                raise UserInputError(
+                    f"CLEVR {name} indices must lie in 0-{len(ATTRIBUTES[name]) - 1}, got {values.unique().tolist()}"
+                )
         params = self.scene_params(style)
         radius = self.radii[size]
         base = torch.stack([params["offset_x"], torch.zeros_like(radius), params["offset_z"]], -1)
@@ -258,7 +281,12 @@ class CLEVRRenderer:
         streak = _dot(normal, fill).clamp_min(0)[..., None] ** 24
         tint = albedo / albedo.amax(-1, keepdim=True)
         # Chrome-like: mostly the (grey) environment, tinted by the object colour, over a weak dark diffuse term.
-        metal = albedo * (0.05 + 0.15 * diffuse) + 0.9 * (1 - self.METAL_TINT + self.METAL_TINT * tint) * environment + 1.2 * n_dot_h**80 + 0.6 * streak
+        metal = (
+            albedo * (0.05 + 0.15 * diffuse)
+            + 0.9 * (1 - self.METAL_TINT + self.METAL_TINT * tint) * environment
+            + 1.2 * n_dot_h**80
+            + 0.6 * streak
+        )
         is_metal = (material == MATERIALS.index("metal"))[:, None, None]
         object_rgb = torch.where(is_metal, metal, rubber)
 
@@ -365,7 +393,9 @@ def read_attribute_records(data_dir: str | Path) -> list[dict[str, Any]]:
         for scene in raw["scenes"]:
             objects = scene.get("objects", [])
             if len(objects) != 1:
-                raise UserInputError(f"scene {scene.get('image_filename')!r} has {len(objects)} objects; single-object CLEVR expects 1")
+                raise UserInputError(
+                    f"scene {scene.get('image_filename')!r} has {len(objects)} objects; single-object CLEVR expects 1"
+                )
             name = scene["image_filename"]
             file = f"images/{name}" if (root / "images" / name).exists() else name
             records.append({"file": file, **{k: objects[0][k] for k in ("shape", "material", "color", "size")}})
@@ -378,7 +408,12 @@ def read_attribute_records(data_dir: str | Path) -> list[dict[str, Any]]:
         missing = [k for k in ("file", "shape", "material", "color", "size") if k not in rec]
         if missing:
             raise UserInputError(f"record {i} of {str(meta)!r} lacks field(s) {missing}")
-        out.append({"path": root / rec["file"], **{k: attribute_index(k, rec[k]) for k in ("shape", "material", "color", "size")}})
+        out.append(
+            {
+                "path": root / rec["file"],
+                **{k: attribute_index(k, rec[k]) for k in ("shape", "material", "color", "size")},
+            }
+        )
     return out
 
 
@@ -441,7 +476,9 @@ class CLEVRDataModule(SplitDataModule):
     def grid_attributes(self, styles: int = 1, first_style: int = 1) -> dict[str, torch.Tensor]:
         """Every shape x material x colour x size cell (144), ``styles`` views each (styles ``first_style``...)."""
         grids = torch.meshgrid(
-            *(torch.arange(len(v)) for v in ATTRIBUTES.values()), torch.arange(first_style, first_style + styles), indexing="ij"
+            *(torch.arange(len(v)) for v in ATTRIBUTES.values()),
+            torch.arange(first_style, first_style + styles),
+            indexing="ij",
         )
         return dict(zip([*ATTRIBUTES, "style"], (g.flatten() for g in grids)))
 
@@ -459,7 +496,9 @@ class CLEVRDataModule(SplitDataModule):
     def _setup_folder(self, gen: torch.Generator) -> None:
         hp = self.hparams
         records = read_attribute_records(hp.data_dir)
-        loaded = load_images([r["path"] for r in records], hp.image_size, resize="center_crop", desc="reading CLEVR renders")
+        loaded = load_images(
+            [r["path"] for r in records], hp.image_size, resize="center_crop", desc="reading CLEVR renders"
+        )
         self.num_skipped_images = loaded.num_skipped
         kept = [records[i] for i in loaded.kept.tolist()]
         if not kept:
@@ -484,5 +523,8 @@ class CLEVRDataModule(SplitDataModule):
             sub = {k: v[index] for k, v in attrs.items()}
             return AttributeImageDataset(loaded.images[index], sub["shape"], self.bias.groups(sub["material"]), sub)
 
-        self.val_set, self.train_set, self.test_set = subset(pool[:n_val]), subset(pool[n_val:]), subset(torch.nonzero(is_test).flatten())
-
+        self.val_set, self.train_set, self.test_set = (
+            subset(pool[:n_val]),
+            subset(pool[n_val:]),
+            subset(torch.nonzero(is_test).flatten()),
+        )

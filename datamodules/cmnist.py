@@ -76,7 +76,9 @@ class BiasSpec:
             colors = (colors,) if isinstance(colors, str) else tuple(colors)
             unknown = [c for c in colors if c not in COLORS]
             if unknown:
-                raise UserInputError(f"bias spec for digit {digit} names unknown colour(s) {unknown}; known colours: {COLOR_NAMES}")
+                raise UserInputError(
+                    f"bias spec for digit {digit} names unknown colour(s) {unknown}; known colours: {COLOR_NAMES}"
+                )
             if not colors:
                 raise UserInputError(f"bias spec for digit {digit} allows no colour")
             allowed[digit] = colors
@@ -111,7 +113,9 @@ def load_digits(data_dir: str | Path | None, split: str) -> tuple[torch.Tensor, 
         try:
             mnist = MNIST(str(root), train=(split != "test"), download=False)
         except RuntimeError as err:
-            raise UserInputError(f"no MNIST found under {str(root)!r} (expected {root / 'MNIST' / 'raw'}): {err}") from None
+            raise UserInputError(
+                f"no MNIST found under {str(root)!r} (expected {root / 'MNIST' / 'raw'}): {err}"
+            ) from None
         return mnist.data.float() / 255.0, mnist.targets.long()
 
     from sklearn.datasets import load_digits as sk_load_digits
@@ -162,10 +166,15 @@ class CMNISTRenderer:
     def render(self, digit: int, color: int | str, angle: float, style: int = 0) -> torch.Tensor:
         """Render one image ``float[3, 28, 28]`` in [0, 1]."""
         return self.render_batch(
-            torch.tensor([int(digit)]), torch.tensor([self.color_index(color)]), torch.tensor([float(angle)]), torch.tensor([int(style)])
+            torch.tensor([int(digit)]),
+            torch.tensor([self.color_index(color)]),
+            torch.tensor([float(angle)]),
+            torch.tensor([int(style)]),
         )[0]
 
-    def render_batch(self, digit: torch.Tensor, color: torch.Tensor, angle: torch.Tensor, style: torch.Tensor) -> torch.Tensor:
+    def render_batch(
+        self, digit: torch.Tensor, color: torch.Tensor, angle: torch.Tensor, style: torch.Tensor
+    ) -> torch.Tensor:
         """Render a batch ``float[B, 3, 28, 28]`` from 1-D attribute tensors (colour as index)."""
         digit, color, style = digit.long(), color.long(), style.long()
         exemplar = torch.empty_like(digit)
@@ -243,7 +252,12 @@ class CMNISTDataModule(SplitDataModule):
         return self._dataset(renderer, d.flatten(), c.flatten(), a.flatten(), s.flatten())
 
     def _dataset(self, renderer, digit, color, angle, style) -> AttributeImageDataset:
-        images = torch.cat([to_uint8(renderer.render_batch(*chunk)) for chunk in zip(*(t.split(4096) for t in (digit, color, angle, style)))])
+        images = torch.cat(
+            [
+                to_uint8(renderer.render_batch(*chunk))
+                for chunk in zip(*(t.split(4096) for t in (digit, color, angle, style)))
+            ]
+        )
         aligned = self.bias.allowed_matrix()[digit, color]
         attrs = {"digit": digit, "color": color, "angle": angle, "style": style}
         return AttributeImageDataset(images, digit, (~aligned).long(), attrs)

@@ -84,9 +84,13 @@ def read_records(path: str | Path) -> list[ExplanationRecord]:
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as err:
-            raise UserInputError(f"{path}:{number} is not valid JSON ({err.msg}); expected one JSON object per line") from None
+            raise UserInputError(
+                f"{path}:{number} is not valid JSON ({err.msg}); expected one JSON object per line"
+            ) from None
         if not isinstance(obj, dict) or not isinstance(obj.get("image"), str):
-            raise UserInputError(f"{path}:{number} has no 'image' path string; expected an object like {{\"image\": \"a.png\", ...}}")
+            raise UserInputError(
+                f'{path}:{number} has no \'image\' path string; expected an object like {{"image": "a.png", ...}}'
+            )
         unknown = set(obj) - fields
         if unknown:
             raise UserInputError(f"{path}:{number} has unknown key(s) {sorted(unknown)}; known keys: {sorted(fields)}")
@@ -178,12 +182,16 @@ class ConversationEncoder:
         """Inputs for generation (batch of one): the conversation up to the assistant header."""
         return self._call_processor(self._render(build_messages(prompt, system), True), image)
 
-    def encode(self, image: Image.Image, prompt: str, explanation: str, system: str | None = None) -> dict[str, torch.Tensor]:
+    def encode(
+        self, image: Image.Image, prompt: str, explanation: str, system: str | None = None
+    ) -> dict[str, torch.Tensor]:
         """Inputs with ``labels`` (batch of one). Raises :class:`ConversationTooLong` past ``max_length``."""
         prompt_text = self._render(build_messages(prompt, system), True)
         full_text = self._render(build_messages(prompt, system, explanation), False)
         if not full_text.startswith(prompt_text):
-            raise UserInputError("the processor's chat template does not extend the generation prompt with the answer; cannot mask labels")
+            raise UserInputError(
+                "the processor's chat template does not extend the generation prompt with the answer; cannot mask labels"
+            )
         inputs = self._call_processor(full_text, image)
         ids = inputs["input_ids"][0]
         if len(ids) > self.max_length:
@@ -266,7 +274,9 @@ class ExplanationPairsDataset(Dataset):
                 self.skipped[reason] += 1
         if self.skipped:
             detail = ", ".join(f"{n} {why}" for why, n in sorted(self.skipped.items()))
-            warnings.warn(f"skipped {sum(self.skipped.values())} of {len(records)} pairs in {source}: {detail}", stacklevel=2)
+            warnings.warn(
+                f"skipped {sum(self.skipped.values())} of {len(records)} pairs in {source}: {detail}", stacklevel=2
+            )
         if not self.samples:
             raise UserInputError(f"no usable image-explanation pair in {source} ({len(records)} lines read)")
 
@@ -375,7 +385,9 @@ class ExplanationDataModule(L.LightningDataModule):
         hp = self.hparams
         if hp.train_jsonl is None and not self._embedded_ready():
             recipe = self._embedded_recipe()
-            build_six_cause_pairs(hp.data_dir, per_cause=hp.per_cause, seed=hp.seed, severity_range=tuple(hp.severity_range))
+            build_six_cause_pairs(
+                hp.data_dir, per_cause=hp.per_cause, seed=hp.seed, severity_range=tuple(hp.severity_range)
+            )
             (Path(hp.data_dir) / "recipe.json").write_text(json.dumps(recipe))
         load_processor(hp.model_name_or_path)
 
@@ -466,7 +478,12 @@ def build_six_cause_pairs(
     images_dir.mkdir(parents=True, exist_ok=True)
     source = source or CMNISTDataModule(train_size=10, test_styles=1, seed=seed)  # only its test grid is used
     six = SixCausesDataModule(
-        source, competency=competency, threshold=threshold, per_cause=per_cause, severity_range=severity_range, seed=seed
+        source,
+        competency=competency,
+        threshold=threshold,
+        per_cause=per_cause,
+        severity_range=severity_range,
+        seed=seed,
     )
     six.setup()
     gen = torch.Generator().manual_seed(seed + 1)
@@ -541,6 +558,8 @@ def build_cmnist_bias_pairs(
                 )
             )
     if not records:
-        raise UserInputError("the classifier makes no bias-conflicting error on the CMNIST test grid; nothing to explain")
+        raise UserInputError(
+            "the classifier makes no bias-conflicting error on the CMNIST test grid; nothing to explain"
+        )
     train, val = _split(records, val_fraction, seed)
     return {"train": write_records(train, out / "train.jsonl"), "val": write_records(val, out / "val.jsonl")}

@@ -43,7 +43,11 @@ def require_folder(path: str | Path, what: str = "data folder") -> Path:
 def list_images(folder: str | Path) -> list[Path]:
     """Image files directly inside ``folder`` (by extension, sorted by name; hidden files left out)."""
     folder = Path(folder)
-    return sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in IMAGE_EXTENSIONS)
+    return sorted(
+        p
+        for p in folder.iterdir()
+        if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in IMAGE_EXTENSIONS
+    )
 
 
 @dataclass
@@ -116,7 +120,11 @@ def load_images(
     skipped = [paths[i] for i, a in enumerate(arrays) if a is None]
     if skipped:
         examples = ", ".join(str(p) for p in skipped[:3]) + (", ..." if len(skipped) > 3 else "")
-        warnings.warn(f"skipped {len(skipped)} unreadable image file(s) of {len(paths)}: {examples}", UnreadableImagesWarning, stacklevel=2)
+        warnings.warn(
+            f"skipped {len(skipped)} unreadable image file(s) of {len(paths)}: {examples}",
+            UnreadableImagesWarning,
+            stacklevel=2,
+        )
     if kept:
         images = torch.from_numpy(np.stack([arrays[i] for i in kept])).permute(0, 3, 1, 2).contiguous()
     else:

@@ -88,7 +88,12 @@ def _triangle(x, y, a, b, c):
 
 
 def _mammal(x, y):
-    legs = _box(x, y, -0.48, -0.36, 0.1, 0.62) | _box(x, y, -0.22, -0.1, 0.1, 0.62) | _box(x, y, 0.12, 0.24, 0.1, 0.62) | _box(x, y, 0.34, 0.46, 0.1, 0.62)
+    legs = (
+        _box(x, y, -0.48, -0.36, 0.1, 0.62)
+        | _box(x, y, -0.22, -0.1, 0.1, 0.62)
+        | _box(x, y, 0.12, 0.24, 0.1, 0.62)
+        | _box(x, y, 0.34, 0.46, 0.1, 0.62)
+    )
     tail = _triangle(x, y, (-0.55, -0.05), (-0.55, 0.08), (-0.85, -0.3))
     return _ellipse(x, y, 0.0, 0.0, 0.58, 0.3) | _ellipse(x, y, 0.62, -0.3, 0.2, 0.18) | legs | tail
 
@@ -101,20 +106,28 @@ def _bird(x, y):
 
 
 def _plant(x, y):
-    leaves = _ellipse(x, y, 0.0, -0.45, 0.22, 0.32) | _ellipse(x, y, -0.32, -0.15, 0.28, 0.13) | _ellipse(x, y, 0.32, -0.2, 0.28, 0.13)
+    leaves = (
+        _ellipse(x, y, 0.0, -0.45, 0.22, 0.32)
+        | _ellipse(x, y, -0.32, -0.15, 0.28, 0.13)
+        | _ellipse(x, y, 0.32, -0.2, 0.28, 0.13)
+    )
     pot = _triangle(x, y, (-0.32, 0.45), (0.32, 0.45), (0.0, 1.3)) & (y <= 0.85)
     return leaves | _box(x, y, -0.05, 0.05, -0.3, 0.5) | pot
 
 
 def _plane(x, y):
-    wings = _triangle(x, y, (-0.15, 0.0), (0.25, 0.0), (-0.3, 0.7)) | _triangle(x, y, (-0.15, 0.0), (0.25, 0.0), (-0.3, -0.7))
+    wings = _triangle(x, y, (-0.15, 0.0), (0.25, 0.0), (-0.3, 0.7)) | _triangle(
+        x, y, (-0.15, 0.0), (0.25, 0.0), (-0.3, -0.7)
+    )
     fin = _triangle(x, y, (-0.8, 0.0), (-0.55, 0.0), (-0.82, -0.38))
     return _ellipse(x, y, 0.0, 0.0, 0.82, 0.12) | wings | fin
 
 
 def _boat(x, y):
     hull = _ellipse(x, y, 0.0, 0.2, 0.75, 0.35) & (y >= 0.2)
-    sail = _triangle(x, y, (0.08, 0.12), (0.08, -0.75), (0.6, 0.12)) | _triangle(x, y, (-0.02, 0.12), (-0.02, -0.55), (-0.45, 0.12))
+    sail = _triangle(x, y, (0.08, 0.12), (0.08, -0.75), (0.6, 0.12)) | _triangle(
+        x, y, (-0.02, 0.12), (-0.02, -0.55), (-0.45, 0.12)
+    )
     return hull | _box(x, y, -0.02, 0.08, -0.8, 0.25) | sail
 
 
@@ -157,13 +170,17 @@ class NICORenderer:
         o, c = _index(CLASSES, object, "class"), _index(CONTEXTS, context, "context")
         return self.render_batch(torch.tensor([o]), torch.tensor([c]), torch.tensor([int(style)]))[0]
 
-    def render_batch(self, object: torch.Tensor, context: torch.Tensor, style: torch.Tensor | None = None) -> torch.Tensor:
+    def render_batch(
+        self, object: torch.Tensor, context: torch.Tensor, style: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Render ``float[B, 3, S, S]`` from 1-D index tensors (rendered in chunks of 256)."""
         object, context = object.long().flatten(), context.long().flatten()
         style = torch.zeros_like(object) if style is None else style.long().flatten()
         for name, values, vocab in (("class", object, CLASSES), ("context", context, CONTEXTS)):
             if len(values) and (values.min() < 0 or values.max() >= len(vocab)):
-                raise UserInputError(f"NICO++ {name} indices must lie in 0-{len(vocab) - 1}, got {values.unique().tolist()}")
+                raise UserInputError(
+                    f"NICO++ {name} indices must lie in 0-{len(vocab) - 1}, got {values.unique().tolist()}"
+                )
         chunks = [self._render_chunk(*c) for c in zip(object.split(256), context.split(256), style.split(256))]
         return torch.cat(chunks) if chunks else torch.empty(0, 3, self.image_size, self.image_size)
 
@@ -199,7 +216,11 @@ class NICORenderer:
             return rgb((0.35, 0.34, 0.33)) + rgb((0.3, 0.3, 0.28)) * blotch + 0.1 * (n2 - 0.5)
         if name == "autumn":  # orange, red and yellow leaves
             leaves = ((n1 - 0.5) * 6).sigmoid()
-            return rgb((0.8, 0.35, 0.05)) * leaves + rgb((0.55, 0.15, 0.05)) * (1 - leaves) + rgb((0.3, 0.3, 0.0)) * (n2 > 0.6).float()
+            return (
+                rgb((0.8, 0.35, 0.05)) * leaves
+                + rgb((0.55, 0.15, 0.05)) * (1 - leaves)
+                + rgb((0.3, 0.3, 0.0)) * (n2 > 0.6).float()
+            )
         # water: blue with horizontal waves
         waves = torch.sin(y * (30 + 10 * r[:, 3:4]) + 2.5 * torch.sin(x * 4 + 6.28 * r[:, 4:5]) + 4 * n2)
         return rgb((0.1, 0.33, 0.62)) * (0.85 + 0.25 * n1) + 0.18 * (waves > 0.8).float()
@@ -262,10 +283,14 @@ def scan_nico_folder(data_dir: str | Path) -> dict[tuple[int, int], list[Path]]:
     for ci, context in enumerate(CONTEXTS):
         folder = next((root / name for name in CONTEXT_FOLDERS[context] if (root / name).is_dir()), None)
         if folder is None:
-            raise UserInputError(f"NICO++ data folder {str(root)!r} has no context folder {context!r} (accepted names: {list(CONTEXT_FOLDERS[context])})")
+            raise UserInputError(
+                f"NICO++ data folder {str(root)!r} has no context folder {context!r} (accepted names: {list(CONTEXT_FOLDERS[context])})"
+            )
         for oi, name in enumerate(CLASSES):
             if not (folder / name).is_dir():
-                raise UserInputError(f"NICO++ data folder lacks {str(folder / name)!r} (layout: <data_dir>/<context>/<class>/*.jpg)")
+                raise UserInputError(
+                    f"NICO++ data folder lacks {str(folder / name)!r} (layout: <data_dir>/<context>/<class>/*.jpg)"
+                )
             cells[(oi, ci)] = list_images(folder / name)
     return cells
 
@@ -344,7 +369,9 @@ class NICODataModule(SplitDataModule):
 
     def unbiased_attributes(self, per_pair: int, first_style: int = 1 << 30) -> dict[str, torch.Tensor]:
         """Every class x context pair ``per_pair`` times, styles ``first_style``, ``first_style + 1``, ..."""
-        o, c, s = torch.meshgrid(torch.arange(len(CLASSES)), torch.arange(len(CONTEXTS)), torch.arange(per_pair), indexing="ij")
+        o, c, s = torch.meshgrid(
+            torch.arange(len(CLASSES)), torch.arange(len(CONTEXTS)), torch.arange(per_pair), indexing="ij"
+        )
         o, c = o.flatten(), c.flatten()
         return {"object": o, "context": c, "style": first_style + torch.arange(len(o))}
 
@@ -383,7 +410,11 @@ class NICODataModule(SplitDataModule):
                 pools.append(rows[k:])
             # Largest biased subset: all correlated images if the other contexts can supply their share.
             others = sum(len(p) for p in pools[1:])
-            n_corr = len(pools[0]) if hp.correlation == 1.0 else min(len(pools[0]), math.floor(others * hp.correlation / (1 - hp.correlation)))
+            n_corr = (
+                len(pools[0])
+                if hp.correlation == 1.0
+                else min(len(pools[0]), math.floor(others * hp.correlation / (1 - hp.correlation)))
+            )
             counts = biased_counts(round(n_corr / hp.correlation), hp.correlation)
             counts = [min(c, len(p)) for c, p in zip(counts, pools)]
             for pool, count in zip(pools, counts):
@@ -401,5 +432,3 @@ class NICODataModule(SplitDataModule):
             return AttributeImageDataset(loaded.images[index], label, self.groups(label, context), attrs)
 
         self.train_set, self.val_set, self.test_set = subset(train), subset(val), subset(test)
-
-

@@ -91,8 +91,8 @@ def _spatial(images: torch.Tensor, severity: float, generator, direction) -> tor
     left = (_rand((b,), generator, images) * (w - side + 1)).long().clamp(max=w - side)
     out = images.clone()
     for i in range(b):
-        t, l = int(top[i]), int(left[i])
-        out[i, :, t : t + side, l : l + side] = patch[i]
+        t, lft = int(top[i]), int(left[i])
+        out[i, :, t : t + side, lft : lft + side] = patch[i]
     return out
 
 
@@ -164,7 +164,13 @@ class SixCausesDataset(Dataset):
         attrs: dict[str, torch.Tensor] | None = None,
     ) -> None:
         n = len(images)
-        for name, values in {"clean": clean, "labels": labels, "causes": causes, "severities": severities, **(attrs or {})}.items():
+        for name, values in {
+            "clean": clean,
+            "labels": labels,
+            "causes": causes,
+            "severities": severities,
+            **(attrs or {}),
+        }.items():
             if len(values) != n:
                 raise ValueError(f"{name} has {len(values)} entries for {n} images")
         self.images, self.clean = images, clean
@@ -258,7 +264,9 @@ class SixCausesDataModule(L.LightningDataModule):
         if self.competency is not None:
             competent = self._scores(images) >= self.threshold
             if not competent.any():
-                raise UserInputError(f"no test image of the source reaches competency {self.threshold}; lower the threshold")
+                raise UserInputError(
+                    f"no test image of the source reaches competency {self.threshold}; lower the threshold"
+                )
         self.originals_kept = int(competent.sum())
         gen = torch.Generator().manual_seed(self.seed)
         parts: list[dict[str, torch.Tensor]] = []

@@ -11,7 +11,8 @@ import importlib
 import re
 import sys
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from jsonargparse import ArgumentError
 
@@ -48,7 +49,7 @@ def _load(target: str) -> Callable[..., Any]:
 
 
 def _usage() -> str:
-    lines = ["usage: nemo-train {fit,validate,test,predict,%s} [--config FILE] ..." % ",".join(PIPELINE_COMMANDS)]
+    lines = [f"usage: nemo-train {{fit,validate,test,predict,{','.join(PIPELINE_COMMANDS)}}} [--config FILE] ..."]
     lines.append("  fit/validate/test/predict   LightningCLI (see `nemo-train fit --help`)")
     for name, target in PIPELINE_COMMANDS.items():
         doc = (_load(target).__doc__ or "").strip().splitlines()
@@ -112,6 +113,7 @@ def find_user_error(err: BaseException) -> BaseException | None:
 def _fail(message: str) -> None:
     print(f"nemo-train: error: {message}", file=sys.stderr)
     raise SystemExit(2)
+
 
 if __name__ == "__main__":
     main()

@@ -37,7 +37,14 @@ def train_cmnist_pair(ctx: DemoContext) -> None:
         run_dir = ctx.out_dir / name
         datamodule = CMNISTDataModule(bias=bias, train_size=4000 if ctx.fast else 6000)
         module = ClassifierModule(backbone="bias_cnn", num_classes=10, lr=3e-3)
-        checkpoint = ModelCheckpoint(dirpath=run_dir, filename="best", monitor="val/acc", mode="max", save_last=True, enable_version_counter=False)
+        checkpoint = ModelCheckpoint(
+            dirpath=run_dir,
+            filename="best",
+            monitor="val/acc",
+            mode="max",
+            save_last=True,
+            enable_version_counter=False,
+        )
         trainer = L.Trainer(
             max_epochs=ctx.epochs,
             accelerator="auto",
@@ -71,7 +78,9 @@ DEMO_STEPS: dict[str, str] = {
 }
 
 
-def demo(out_dir: str = "checkpoints/demo", epochs: int = 3, fast: bool = False, steps: list[str] | None = None) -> DemoContext:
+def demo(
+    out_dir: str = "checkpoints/demo", epochs: int = 3, fast: bool = False, steps: list[str] | None = None
+) -> DemoContext:
     """Run the toolkit end to end on the embedded default (CMNIST pair, then every later capability).
 
     Args:

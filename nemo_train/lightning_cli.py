@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 import lightning as L
+import yaml
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 
 from nemo_train.secrets import scrub_secrets

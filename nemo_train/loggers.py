@@ -38,7 +38,14 @@ class WandbLogger(_LightningWandbLogger):
     * redacts secret-looking values from every hyper-parameter / config it logs.
     """
 
-    def __init__(self, name: str | None = None, save_dir: str = "checkpoints", project: str = "nemo-train", mode: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        name: str | None = None,
+        save_dir: str = "checkpoints",
+        project: str = "nemo-train",
+        mode: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         Path(save_dir).mkdir(parents=True, exist_ok=True)
         mode = mode or default_wandb_mode()
         kwargs.pop("offline", None)

@@ -24,13 +24,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run_dir", default="checkpoints/counterfactuals", help="out_dir of a counterfactuals run")
     parser.add_argument("--images", type=int, default=64, help="images in the large batch (and in the batch-1 loop)")
-    parser.add_argument("--single", type=int, default=8, help="images timed one by one at batch 1 for IGD / FGD (all images for the others)")
+    parser.add_argument(
+        "--single",
+        type=int,
+        default=8,
+        help="images timed one by one at batch 1 for IGD / FGD (all images for the others)",
+    )
     parser.add_argument("--methods", nargs="+", default=["IGD", "FGD", "Reco", "LGD", "LNN"], help="methods to time")
     parser.add_argument("--max_iter", type=int, default=100)
-    parser.add_argument("--ceiling_steps", type=int, default=10, help="steps timed with every image active (the batching ceiling)")
+    parser.add_argument(
+        "--ceiling_steps", type=int, default=10, help="steps timed with every image active (the batching ceiling)"
+    )
     parser.add_argument("--device", default="cpu")
     parser.add_argument(
-        "--channels_last", action=argparse.BooleanOptionalAction, default=None, help="channels-last conv weights (default: as the run)"
+        "--channels_last",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="channels-last conv weights (default: as the run)",
     )
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: leave as is)")
     args = parser.parse_args()
@@ -54,10 +64,15 @@ def main() -> None:
     datamodule.setup("fit")
     # twice the images needed per cause: a cause can have fewer low-competency images than asked for
     six = SixCausesDataModule(
-        datamodule, competency=estimator, per_cause=2 * max(1, -(-args.images // 6)), directions=run_info.get("cause_directions")
+        datamodule,
+        competency=estimator,
+        per_cause=2 * max(1, -(-args.images // 6)),
+        directions=run_info.get("cause_directions"),
     )
     six.setup()
-    images = six.dataset.images[torch.randperm(len(six.dataset), generator=torch.Generator().manual_seed(0))][: args.images]
+    images = six.dataset.images[torch.randperm(len(six.dataset), generator=torch.Generator().manual_seed(0))][
+        : args.images
+    ]
     holdout = torch.cat([b["image"] for b in datamodule.val_dataloader()])
     print(
         f"device {args.device}, torch threads {torch.get_num_threads()}, channels_last {channels_last}, "
@@ -101,7 +116,11 @@ def main() -> None:
         }
         if name in ("IGD", "FGD", "LGD"):
             ref = make(name, "batch")(images)
-            row.update(ref64=ref.seconds_per_image, ref_success=float(ref.success.float().mean()), ref_iters=float(ref.iterations.float().mean()))
+            row.update(
+                ref64=ref.seconds_per_image,
+                ref_success=float(ref.success.float().mean()),
+                ref_iters=float(ref.iterations.float().mean()),
+            )
             step1 = sum(seconds_per_step(name, images[i : i + 1]) for i in range(4)) / 4
             step64 = seconds_per_step(name, images)
             row.update(step1=step1, step64=step64, ceiling=step1 / max(step64, 1e-12))
@@ -117,9 +136,19 @@ def main() -> None:
     print(header)
     print("-" * len(header))
     for r in rows:
-        ref = f"{r['ref64']:>19.4f} {r['ref_success']:>11.2%} {r['ref_iters']:>9.1f}" if "ref64" in r else f"{'-':>19} {'-':>11} {'-':>9}"
-        step = f"{1e3 * r['step1']:>15.2f} {1e3 * r['step64']:>7.2f} {r['ceiling']:>7.1f}x" if "step1" in r else f"{'-':>15} {'-':>7} {'-':>8}"
-        print(f"{r['method']:<6} {r['n1']:>8} {r['iters1']:>9.1f} {r['batch1']:>10.4f} {r['batch64']:>11.4f} {r['speedup']:>8.1f}x {r['success']:>8.2%} {r['iters']:>6.1f} | {ref} | {step}")
+        ref = (
+            f"{r['ref64']:>19.4f} {r['ref_success']:>11.2%} {r['ref_iters']:>9.1f}"
+            if "ref64" in r
+            else f"{'-':>19} {'-':>11} {'-':>9}"
+        )
+        step = (
+            f"{1e3 * r['step1']:>15.2f} {1e3 * r['step64']:>7.2f} {r['ceiling']:>7.1f}x"
+            if "step1" in r
+            else f"{'-':>15} {'-':>7} {'-':>8}"
+        )
+        print(
+            f"{r['method']:<6} {r['n1']:>8} {r['iters1']:>9.1f} {r['batch1']:>10.4f} {r['batch64']:>11.4f} {r['speedup']:>8.1f}x {r['success']:>8.2%} {r['iters']:>6.1f} | {ref} | {step}"
+        )
     print(
         "ceiling: time of one optimisation step per image at batch 1 over the same at the large batch, every image active;\n"
         "the speed-up of the gradient methods cannot exceed it, and falls below it when a few slow images keep the batch running."

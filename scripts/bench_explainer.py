@@ -26,7 +26,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _weights_bytes(model) -> int:
-    return sum(p.numel() * p.element_size() for p in model.parameters()) + sum(b.numel() * b.element_size() for b in model.buffers())
+    return sum(p.numel() * p.element_size() for p in model.parameters()) + sum(
+        b.numel() * b.element_size() for b in model.buffers()
+    )
 
 
 def _peak_memory_mb(device: str) -> float:
@@ -49,7 +51,9 @@ def run_one(path: str, args: argparse.Namespace) -> dict:
     four_bit = path.endswith("4bit")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     L.seed_everything(0, verbose=False)
-    dm = ExplanationDataModule(model_name_or_path=args.model, data_dir=args.data_dir, per_cause=args.per_cause, batch_size=args.batch_size)
+    dm = ExplanationDataModule(
+        model_name_or_path=args.model, data_dir=args.data_dir, per_cause=args.per_cause, batch_size=args.batch_size
+    )
     dm.prepare_data()
     dm.setup("fit")
     module = ExplainerModule(model_name_or_path=args.model, load_in_4bit=four_bit, lr=args.lr, lora_r=16, lora_alpha=32)
@@ -66,8 +70,15 @@ def run_one(path: str, args: argparse.Namespace) -> dict:
                 times.append(time.perf_counter() - self.start)
 
         trainer = L.Trainer(
-            max_steps=total, accelerator=device, devices=1, logger=False, enable_checkpointing=False,
-            enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0, callbacks=[StepTimer()],
+            max_steps=total,
+            accelerator=device,
+            devices=1,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            limit_val_batches=0,
+            callbacks=[StepTimer()],
             default_root_dir=args.out,
         )
         trainer.fit(module, train_dataloaders=dm.train_dataloader())
@@ -89,10 +100,23 @@ def run_one(path: str, args: argparse.Namespace) -> dict:
                 times.append(time.perf_counter() - self.start)
 
         config = SFTConfig(
-            output_dir=args.out, max_steps=total, per_device_train_batch_size=args.batch_size, learning_rate=args.lr,
-            lr_scheduler_type="linear", logging_steps=10_000, save_strategy="no", report_to=[], remove_unused_columns=False,
-            dataset_kwargs={"skip_prepare_dataset": True}, max_length=None, use_cpu=device == "cpu",
-            gradient_checkpointing=False, dataloader_num_workers=0, disable_tqdm=True, bf16=False, fp16=False,
+            output_dir=args.out,
+            max_steps=total,
+            per_device_train_batch_size=args.batch_size,
+            learning_rate=args.lr,
+            lr_scheduler_type="linear",
+            logging_steps=10_000,
+            save_strategy="no",
+            report_to=[],
+            remove_unused_columns=False,
+            dataset_kwargs={"skip_prepare_dataset": True},
+            max_length=None,
+            use_cpu=device == "cpu",
+            gradient_checkpointing=False,
+            dataloader_num_workers=0,
+            disable_tqdm=True,
+            bf16=False,
+            fp16=False,
         )
         from datasets import Dataset
 
@@ -100,8 +124,11 @@ def run_one(path: str, args: argparse.Namespace) -> dict:
         rows = [{k: v.tolist() for k, v in sample.items()} for sample in dm.train_set.samples]
         train_set = Dataset.from_list(rows).with_format("torch")
         trainer = SFTTrainer(
-            model=model, args=config, train_dataset=train_set,
-            data_collator=ExplanationCollator(dm.processor.tokenizer.pad_token_id), processing_class=dm.processor,
+            model=model,
+            args=config,
+            train_dataset=train_set,
+            data_collator=ExplanationCollator(dm.processor.tokenizer.pad_token_id),
+            processing_class=dm.processor,
             callbacks=[StepTimer()],
         )
         trainer.train()
@@ -152,12 +179,16 @@ def main() -> None:
     if not rows:
         raise SystemExit("every configuration failed")
     by_path = {r["path"]: r for r in rows}
-    print(f"\nexplainer fine-tuning, {args.model}, batch {args.batch_size}, {args.steps} timed steps, device {rows[0]['device']}, {args.threads} thread(s)")
+    print(
+        f"\nexplainer fine-tuning, {args.model}, batch {args.batch_size}, {args.steps} timed steps, device {rows[0]['device']}, {args.threads} thread(s)"
+    )
     print(f"{'path':<16}{'step ms':>10}{'samples/s':>11}{'vs TRL':>8}{'peak MB':>10}{'weights MB':>12}")
     for r in rows:
         ref = by_path.get("trl-4bit" if r["path"].endswith("4bit") else "trl")
         ratio = f"{r['samples_per_s'] / ref['samples_per_s']:.2f}x" if ref else "-"
-        print(f"{r['path']:<16}{r['median_step_ms']:>10.1f}{r['samples_per_s']:>11.1f}{ratio:>8}{r['peak_memory_mb']:>10.0f}{r['weights_mb']:>12.2f}")
+        print(
+            f"{r['path']:<16}{r['median_step_ms']:>10.1f}{r['samples_per_s']:>11.1f}{ratio:>8}{r['peak_memory_mb']:>10.0f}{r['weights_mb']:>12.2f}"
+        )
 
 
 if __name__ == "__main__":

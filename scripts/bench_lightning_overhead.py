@@ -52,7 +52,9 @@ def bare_epoch(datamodule: CMNISTDataModule, seed: int) -> float:
     module = make_module(seed)
     loader = datamodule.train_dataloader()
     optimizer = torch.optim.AdamW(module.parameters(), lr=module.hparams.lr, weight_decay=module.hparams.weight_decay)
-    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=module.hparams.lr, total_steps=len(loader), pct_start=0.15)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, max_lr=module.hparams.lr, total_steps=len(loader), pct_start=0.15
+    )
     module.train()
     start = time.perf_counter()
     for batch in loader:
@@ -86,12 +88,16 @@ def main() -> None:
 
     steps = len(datamodule.train_dataloader())
     base = statistics.median(times["bare PyTorch loop"])
-    print(f"\nOne epoch of CMNIST bias_cnn: {args.train_size} images, batch {args.batch_size}, {steps} steps, "
-          f"{args.threads} threads, median of {args.repeats}")
+    print(
+        f"\nOne epoch of CMNIST bias_cnn: {args.train_size} images, batch {args.batch_size}, {steps} steps, "
+        f"{args.threads} threads, median of {args.repeats}"
+    )
     print(f"{'path':<20} {'median s':>9} {'min s':>7} {'max s':>7} {'img/s':>8} {'ratio':>6}")
     for name, values in times.items():
         median = statistics.median(values)
-        print(f"{name:<20} {median:>9.2f} {min(values):>7.2f} {max(values):>7.2f} {args.train_size / median:>8.0f} {median / base:>6.3f}")
+        print(
+            f"{name:<20} {median:>9.2f} {min(values):>7.2f} {max(values):>7.2f} {args.train_size / median:>8.0f} {median / base:>6.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -108,9 +108,13 @@ def main() -> None:
             rows.append((n, "ReferenceIndex + faiss", build_f, t, args.queries, got == exact))
         del refs, index
 
-    print(f"\ndim={args.dim} classes={args.classes} k={args.k} threads={args.threads} "
-          f"faiss={'yes' if faiss is not None else 'not installed'}")
-    print(f"{'references':>11} | {'method':<30} | {'build s':>8} | {'search s':>9} | {'queries':>7} | {'ms/query':>9} | agree")
+    print(
+        f"\ndim={args.dim} classes={args.classes} k={args.k} threads={args.threads} "
+        f"faiss={'yes' if faiss is not None else 'not installed'}"
+    )
+    print(
+        f"{'references':>11} | {'method':<30} | {'build s':>8} | {'search s':>9} | {'queries':>7} | {'ms/query':>9} | agree"
+    )
     print("-" * 100)
     for n, name, build, search, q, agree in rows:
         print(f"{n:>11,} | {name:<30} | {build:>8.3f} | {search:>9.4f} | {q:>7} | {1000 * search / q:>9.3f} | {agree}")

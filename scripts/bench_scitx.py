@@ -32,9 +32,13 @@ class CyclingHypothesizer:
         out = []
         for j in range(m):
             if j % 2 == 0:
-                out.append(f"The digit is drawn in {self.colors[sample.attrs['color']]} but correct ones are mostly {self.colors[(j // 2) % len(self.colors)]}.")
+                out.append(
+                    f"The digit is drawn in {self.colors[sample.attrs['color']]} but correct ones are mostly {self.colors[(j // 2) % len(self.colors)]}."
+                )
             else:
-                out.append(f"The digit is rotated; correct ones sit at {self.angles[(j // 2) % len(self.angles)]} degrees.")
+                out.append(
+                    f"The digit is rotated; correct ones sit at {self.angles[(j // 2) % len(self.angles)]} degrees."
+                )
         return out
 
 
@@ -51,7 +55,9 @@ def run(target, bench, m: int, batched: bool) -> tuple[float, list[str]]:
     from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
     from nemo_train.nemo.methods.scitx import SciTX
 
-    scorer = CounterfactualScorer(target, KeywordAttributeDeriver(bench.vocabulary), ExactAttributeEditor(bench.renderer), batched=batched)
+    scorer = CounterfactualScorer(
+        target, KeywordAttributeDeriver(bench.vocabulary), ExactAttributeEditor(bench.renderer), batched=batched
+    )
     method = SciTX(target, CyclingHypothesizer(bench.vocabulary), scorer, k=8, m=m)
     method.explain(bench.errors[0], bench)  # warm-up
     start = time.perf_counter()
@@ -82,7 +88,9 @@ def main() -> None:
             rows.append((name, m, len(bench.errors), single, batched, texts_b == texts_s))
     where = torch.cuda.get_device_name() if args.device == "cuda" else f"{args.threads} CPU threads"
     print(f"\nSciTX throughput on CMNIST errors ({where}, resnet18 at {args.size} px, torch {torch.__version__})")
-    print(f"{'target':<10} {'M':>3} {'errors':>7} {'one-at-a-time/s':>16} {'batched/s':>10} {'speed-up':>9} {'same picks':>11}")
+    print(
+        f"{'target':<10} {'M':>3} {'errors':>7} {'one-at-a-time/s':>16} {'batched/s':>10} {'speed-up':>9} {'same picks':>11}"
+    )
     for name, m, n, single, batched, same in rows:
         print(f"{name:<10} {m:>3} {n:>7} {single:>16.2f} {batched:>10.2f} {batched / single:>8.2f}x {str(same):>11}")
 

@@ -40,7 +40,9 @@ def main() -> None:
     threshold = estimator.threshold
 
     def row(name: str, direction: str, severity: str, scores: torch.Tensor) -> None:
-        print(f"| {name} | {direction} | {severity} | {scores.mean():.3f} | {(scores < threshold).float().mean():.2f} |")
+        print(
+            f"| {name} | {direction} | {severity} | {scores.mean():.3f} | {(scores < threshold).float().mean():.2f} |"
+        )
 
     with torch.no_grad():
         print(f"{len(images)} test images of {type(datamodule).__name__}, threshold {threshold}")

@@ -34,4 +34,3 @@ def trained_cmnist_classifier():
     trainer.fit(module, datamodule)
     module.eval()
     return module, datamodule
-

@@ -13,18 +13,29 @@ from nemo_train.cli import main
 from nemo_train.lightning_cli import NemoLightningCLI
 
 ROOT = Path(__file__).resolve().parents[1]
-CLASSIFIER_CONFIGS = sorted(p for folder in ("cmnist", "clevr", "nico") for p in (ROOT / "configs" / folder).glob("*.yaml"))
+CLASSIFIER_CONFIGS = sorted(
+    p for folder in ("cmnist", "clevr", "nico") for p in (ROOT / "configs" / folder).glob("*.yaml")
+)
 
 
 def test_there_are_presets_for_every_dataset():
     names = {p.relative_to(ROOT / "configs").as_posix() for p in CLASSIFIER_CONFIGS}
-    assert {"cmnist/model_a.yaml", "cmnist/model_b.yaml", "clevr/rubber.yaml", "clevr/metal.yaml",
-            "nico/nico75_resnet50.yaml", "nico/nico85_resnet50.yaml", "nico/nico95_resnet50.yaml"} <= names
+    assert {
+        "cmnist/model_a.yaml",
+        "cmnist/model_b.yaml",
+        "clevr/rubber.yaml",
+        "clevr/metal.yaml",
+        "nico/nico75_resnet50.yaml",
+        "nico/nico85_resnet50.yaml",
+        "nico/nico95_resnet50.yaml",
+    } <= names
 
 
 @pytest.mark.parametrize("path", CLASSIFIER_CONFIGS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_preset_parses_and_names_its_checkpoint_folder(path, tmp_path):
-    cli = NemoLightningCLI(args=["--config", str(path), "--trainer.logger=false", f"--trainer.default_root_dir={tmp_path}"], run=False)
+    cli = NemoLightningCLI(
+        args=["--config", str(path), "--trainer.logger=false", f"--trainer.default_root_dir={tmp_path}"], run=False
+    )
     assert cli.model.hparams.num_classes == cli.datamodule.num_classes
     checkpoint_dirs = [str(cb.dirpath) for cb in cli.trainer.callbacks if hasattr(cb, "dirpath") and cb.dirpath]
     assert any("checkpoints/" in d and path.stem in d for d in checkpoint_dirs), checkpoint_dirs
@@ -32,8 +43,18 @@ def test_preset_parses_and_names_its_checkpoint_folder(path, tmp_path):
 
 @pytest.mark.parametrize("path", CLASSIFIER_CONFIGS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_preset_runs_fast_dev_run(path, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # the presets' checkpoint folders are relative: keep the repository's checkpoints/ clean
-    main([
-        "fit", "--config", str(path), "--trainer.fast_dev_run=1", "--trainer.logger=false", "--trainer.accelerator=cpu",
-        f"--trainer.default_root_dir={tmp_path}", "--data.init_args.train_size=64",
-    ])
+    monkeypatch.chdir(
+        tmp_path
+    )  # the presets' checkpoint folders are relative: keep the repository's checkpoints/ clean
+    main(
+        [
+            "fit",
+            "--config",
+            str(path),
+            "--trainer.fast_dev_run=1",
+            "--trainer.logger=false",
+            "--trainer.accelerator=cpu",
+            f"--trainer.default_root_dir={tmp_path}",
+            "--data.init_args.train_size=64",
+        ]
+    )

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from wandb_records import history_keys, raw_records, read_records
 
 from nemo_train.cli import main, summarize_parser_error
-from wandb_records import history_keys, raw_records, read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,9 +24,19 @@ def small_config(tmp_path: Path, *, train_size: int = 512, max_epochs: int = 1, 
     """configs/cmnist/model_a.yaml shrunk and redirected into ``tmp_path``."""
     config = yaml.safe_load((ROOT / "configs/cmnist/model_a.yaml").read_text())
     out = tmp_path / "run"
-    config["trainer"].update(max_epochs=max_epochs, log_every_n_steps=2, default_root_dir=str(out), enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
+    config["trainer"].update(
+        max_epochs=max_epochs,
+        log_every_n_steps=2,
+        default_root_dir=str(out),
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+    )
     if logger == "csv":
-        config["trainer"]["logger"] = {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": str(out), "name": "csv", "version": 0}}
+        config["trainer"]["logger"] = {
+            "class_path": "lightning.pytorch.loggers.CSVLogger",
+            "init_args": {"save_dir": str(out), "name": "csv", "version": 0},
+        }
     else:
         config["trainer"]["logger"]["init_args"]["save_dir"] = str(out)
     config["trainer"]["callbacks"][0]["init_args"]["dirpath"] = str(out)
@@ -39,7 +49,11 @@ def small_config(tmp_path: Path, *, train_size: int = 512, max_epochs: int = 1, 
 def nemo_train(*args: str, env: dict | None = None, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "nemo_train.cli", *args],
-        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "WANDB_MODE": "disabled", **(env or {})}, **kwargs,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "WANDB_MODE": "disabled", **(env or {})},
+        **kwargs,
     )
 
 
@@ -96,7 +110,7 @@ def test_unknown_command(capsys):
 
 
 def test_parser_error_summary_drops_type_noise():
-    message = 'Parser key "data":\n  Does not validate against any of the Union subtypes\n  Subtypes: [A, B]\n  Errors:\n    - Problem with given class_path \'x\':\n        Option \'foo\' is not accepted\n    - Expected a <class \'NoneType\'>\n  Given value type: <class \'X\'>'
+    message = "Parser key \"data\":\n  Does not validate against any of the Union subtypes\n  Subtypes: [A, B]\n  Errors:\n    - Problem with given class_path 'x':\n        Option 'foo' is not accepted\n    - Expected a <class 'NoneType'>\n  Given value type: <class 'X'>"
     assert summarize_parser_error(message) == "Parser key \"data\": Option 'foo' is not accepted"
 
 
@@ -106,7 +120,10 @@ def test_killed_run_resumes_from_last(tmp_path):
     last = tmp_path / "run" / "last.ckpt"
     proc = subprocess.Popen(
         [sys.executable, "-m", "nemo_train.cli", "fit", "--config", str(config)],
-        cwd=ROOT, env={**os.environ, "WANDB_MODE": "disabled"}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+        env={**os.environ, "WANDB_MODE": "disabled"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     deadline = time.time() + 300
     while not last.exists() and time.time() < deadline and proc.poll() is None:
@@ -127,7 +144,18 @@ def test_killed_run_resumes_from_last(tmp_path):
 @pytest.mark.slow
 def test_two_process_ddp_on_cpu_gives_same_metric_keys(tmp_path):
     config = small_config(tmp_path, train_size=256)
-    result = nemo_train("fit", "--config", str(config), "--trainer.devices", "2", "--trainer.strategy", "ddp", "--trainer.accelerator", "cpu", timeout=600)
+    result = nemo_train(
+        "fit",
+        "--config",
+        str(config),
+        "--trainer.devices",
+        "2",
+        "--trainer.strategy",
+        "ddp",
+        "--trainer.accelerator",
+        "cpu",
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert {"train/loss", "val/acc", "val/acc_aligned", "val/loss"} <= metric_columns(tmp_path)
     assert (tmp_path / "run" / "last.ckpt").exists()

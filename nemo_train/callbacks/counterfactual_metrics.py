@@ -74,7 +74,9 @@ class CounterfactualMetricsCallback(L.Callback):
         finally:
             pl_module.train(was_training)
         self.last_results = rows
-        values = {f"cf/{method}/{key}": value for method, row in rows.items() for key, value in row.items() if value == value}
+        values = {
+            f"cf/{method}/{key}": value for method, row in rows.items() for key, value in row.items() if value == value
+        }
         pl_module.log_dict(values, sync_dist=False)
         loggers = [lg for lg in trainer.loggers if isinstance(lg, WandbLogger)]
         if loggers and trainer.is_global_zero:
@@ -84,7 +86,9 @@ class CounterfactualMetricsCallback(L.Callback):
         from nemo_train.competency.perceptual import perceptual_distance
 
         holdout_images = torch.cat([batch["image"] for batch in self.holdout])
-        evaluator = CounterfactualEvaluator(estimator, holdout_images, perceptual_distance(self.options.get("alexnet_weights")))
+        evaluator = CounterfactualEvaluator(
+            estimator, holdout_images, perceptual_distance(self.options.get("alexnet_weights"))
+        )
         rows, outputs = {}, {}
         rows["Orig"], _ = evaluator.evaluate(None, self.images)
         for name in self.methods:

@@ -58,23 +58,31 @@ class ExplanationAccuracyCallback(L.Callback):
             return
         mine = records[trainer.global_rank :: trainer.world_size]
         use_cf = bool((pl_module.prompting or {}).get("use_counterfactual"))
-        texts = [
-            s[0]
-            for s in generate_explanations(
-                pl_module,
-                [r.image for r in mine],
-                prompts=[_question(pl_module, r, use_cf, None) for r in mine],
-                counterfactuals=[r.counterfactual for r in mine] if use_cf and all(r.counterfactual for r in mine) else None,
-                max_new_tokens=self.max_new_tokens,
-                batch_size=self.batch_size,
-            )
-        ] if mine else []
+        texts = (
+            [
+                s[0]
+                for s in generate_explanations(
+                    pl_module,
+                    [r.image for r in mine],
+                    prompts=[_question(pl_module, r, use_cf, None) for r in mine],
+                    counterfactuals=[r.counterfactual for r in mine]
+                    if use_cf and all(r.counterfactual for r in mine)
+                    else None,
+                    max_new_tokens=self.max_new_tokens,
+                    batch_size=self.batch_size,
+                )
+            ]
+            if mine
+            else []
+        )
         none = len(self.causes)
         predicted = [self.causes.index(c) if (c := predicted_cause(t, self.causes)) else none for t in texts]
         target = [self.causes.index(r.cause) for r in mine]
         self.stats = self.stats.to(pl_module.device)
         if mine:
-            self.stats.update(torch.tensor(predicted, device=pl_module.device), torch.tensor(target, device=pl_module.device))
+            self.stats.update(
+                torch.tensor(predicted, device=pl_module.device), torch.tensor(target, device=pl_module.device)
+            )
         scores = self.stats.compute()  # [classes, (tp, fp, tn, fn, support)], summed over ranks
         self.stats.reset()
         result: dict[str, float] = {}
@@ -101,4 +109,9 @@ class ExplanationAccuracyCallback(L.Callback):
         for record, text, p, t in list(zip(records, texts, predicted, target))[: self.table_rows]:
             rows.append([wandb.Image(to_pil(record.image)), record.cause, record.explanation, text, p == t])
         for logger in loggers:
-            logger.log_table("val/explanations", columns=["image", "cause", "target", "generated", "correct"], data=rows, step=trainer.global_step)
+            logger.log_table(
+                "val/explanations",
+                columns=["image", "cause", "target", "generated", "correct"],
+                data=rows,
+                step=trainer.global_step,
+            )

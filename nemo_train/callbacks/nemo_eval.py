@@ -20,7 +20,9 @@ def explain_with_module(prompt: str | None = None, max_new_tokens: int = 48, bat
         from nemo_train.explainer.causes import BIAS_PROMPT
         from nemo_train.explainer.generation import generate_explanations
 
-        out = generate_explanations(module, list(images), prompts=prompt or BIAS_PROMPT, max_new_tokens=max_new_tokens, batch_size=batch_size)
+        out = generate_explanations(
+            module, list(images), prompts=prompt or BIAS_PROMPT, max_new_tokens=max_new_tokens, batch_size=batch_size
+        )
         return [samples[0] for samples in out]
 
     return explain
@@ -43,7 +45,15 @@ class NemoEvalCallback(L.Callback):
         table_rows: rows of the W&B table.
     """
 
-    def __init__(self, benchmark, scorer, panel, explain_fn: ExplainFn | None = None, every_n_epochs: int = 1, table_rows: int = 32) -> None:
+    def __init__(
+        self,
+        benchmark,
+        scorer,
+        panel,
+        explain_fn: ExplainFn | None = None,
+        every_n_epochs: int = 1,
+        table_rows: int = 32,
+    ) -> None:
         self.benchmark, self.scorer, self.panel = benchmark, scorer, panel
         self.explain_fn = explain_fn or explain_with_module()
         self.every_n_epochs = max(1, every_n_epochs)
@@ -91,11 +101,17 @@ class NemoEvalCallback(L.Callback):
         data = []
         for error, text, trial, verdict in rows[: self.table_rows]:
             edited = trial.edited_image if trial is not None and trial.edited_image is not None else None
-            data.append([
-                wandb.Image(error.image.permute(1, 2, 0).cpu().numpy()), names[error.label], names[error.prediction], text,
-                json.dumps(trial.instruction) if trial is not None else None,
-                wandb.Image(edited.permute(1, 2, 0).cpu().numpy()) if edited is not None else None,
-                trial.cei if trial is not None else 0.0, verdict.mean,
-            ])
+            data.append(
+                [
+                    wandb.Image(error.image.permute(1, 2, 0).cpu().numpy()),
+                    names[error.label],
+                    names[error.prediction],
+                    text,
+                    json.dumps(trial.instruction) if trial is not None else None,
+                    wandb.Image(edited.permute(1, 2, 0).cpu().numpy()) if edited is not None else None,
+                    trial.cei if trial is not None else 0.0,
+                    verdict.mean,
+                ]
+            )
         for lg in loggers:
             lg.log_table(key="nemo/explanations", columns=columns, data=data, step=trainer.global_step)

@@ -49,14 +49,16 @@ class GroupAccuracyTableCallback(L.Callback):
             return
         prefix = f"{stage}/acc_"
         rows = [
-            [stage, key[len(prefix):], float(value)]
+            [stage, key[len(prefix) :], float(value)]
             for key, value in sorted(trainer.callback_metrics.items())
             if key.startswith(prefix) and isinstance(value, (torch.Tensor, float))
         ]
         if not rows:
             return
         for logger in loggers:
-            logger.log_table(f"{stage}/group_accuracy", columns=["stage", "group", "accuracy"], data=rows, step=trainer.global_step)
+            logger.log_table(
+                f"{stage}/group_accuracy", columns=["stage", "group", "accuracy"], data=rows, step=trainer.global_step
+            )
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._log(trainer, "val")

@@ -63,7 +63,9 @@ class CompetencyAutoencoder(L.LightningModule):
         self.to_latent = nn.Linear(flat, latent_dim)
         self.from_latent = nn.Sequential(nn.Linear(latent_dim, flat), nn.ReLU(inplace=True))
         outs = widths[-2::-1] + [in_chans]
-        self.decoder_convs = nn.ModuleList(nn.Conv2d(c_in, c_out, 3, padding=1) for c_in, c_out in zip(widths[::-1], outs))
+        self.decoder_convs = nn.ModuleList(
+            nn.Conv2d(c_in, c_out, 3, padding=1) for c_in, c_out in zip(widths[::-1], outs)
+        )
 
     # ----------------------------------------------------------------- model API
     def reset_parameters(self) -> None:
@@ -82,7 +84,9 @@ class CompetencyAutoencoder(L.LightningModule):
         expected = (hp.in_chans, hp.image_size, hp.image_size)
         if not isinstance(images, torch.Tensor) or images.ndim != 4 or tuple(images.shape[1:]) != expected:
             shape = list(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
-            raise UserInputError(f"the competency autoencoder expects images of shape [B, {', '.join(map(str, expected))}], got {shape}")
+            raise UserInputError(
+                f"the competency autoencoder expects images of shape [B, {', '.join(map(str, expected))}], got {shape}"
+            )
 
     def encode(self, images: torch.Tensor) -> torch.Tensor:
         """Latent vectors ``[B, latent_dim]`` of images in ``[0, 1]``."""

@@ -172,7 +172,9 @@ class LatentNearestNeighbor(CounterfactualGenerator):
             nearest = (F.normalize(z, dim=1) @ F.normalize(self.bank, dim=1).T).argmax(1)
         else:
             nearest = torch.cdist(z, self.bank, p=1.0 if self.distance == "l1" else 2.0).argmin(1)
-        return self.estimator.autoencoder.decode(self.bank[nearest]), torch.zeros(len(images), dtype=torch.long, device=images.device)
+        return self.estimator.autoencoder.decode(self.bank[nearest]), torch.zeros(
+            len(images), dtype=torch.long, device=images.device
+        )
 
 
 class GradientCounterfactual(CounterfactualGenerator):
@@ -209,7 +211,9 @@ class GradientCounterfactual(CounterfactualGenerator):
         if objective not in OBJECTIVES:
             raise UserInputError(f"unknown objective {objective!r}; expected one of {list(OBJECTIVES)}")
         if lr <= 0 or max_iter < 1 or gamma < 0:
-            raise UserInputError(f"lr={lr}, max_iter={max_iter}, gamma={gamma}; expected lr > 0, max_iter >= 1, gamma >= 0")
+            raise UserInputError(
+                f"lr={lr}, max_iter={max_iter}, gamma={gamma}; expected lr > 0, max_iter >= 1, gamma >= 0"
+            )
         self.lr, self.gamma, self.max_iter = lr, gamma, max_iter
         self.stopping, self.clamp_pixels, self.objective, self.progress = stopping, clamp_pixels, objective, progress
 
@@ -265,7 +269,9 @@ class ImageGradientDescent(GradientCounterfactual):
 
     name = "IGD"
 
-    def __init__(self, estimator: PaRCE, distance: nn.Module | str = "lpips", alexnet_weights: str | None = None, **kwargs) -> None:
+    def __init__(
+        self, estimator: PaRCE, distance: nn.Module | str = "lpips", alexnet_weights: str | None = None, **kwargs
+    ) -> None:
         super().__init__(estimator, **kwargs)
         if isinstance(distance, str):
             if distance == "lpips":

@@ -15,7 +15,13 @@ from tqdm.auto import tqdm
 
 from nemo_train.competency.counterfactuals import CounterfactualGenerator, CounterfactualResult
 from nemo_train.competency.parce import PaRCE
-from nemo_train.metrics.counterfactual import MeanCosineSimilarity, PerceptualDistance, SuccessRate, TimePerImage, realism_metrics
+from nemo_train.metrics.counterfactual import (
+    MeanCosineSimilarity,
+    PerceptualDistance,
+    SuccessRate,
+    TimePerImage,
+    realism_metrics,
+)
 
 #: Table-1 columns: (key prefix, header, format). Perceptual / FID / KID keys carry their space in brackets.
 COLUMNS = ("success", "perceptual", "feature_sim", "latent_sim", "fid", "kid", "sec_per_image")
@@ -49,7 +55,10 @@ class CounterfactualEvaluator:
         self.latent_sim = MeanCosineSimilarity().to(self.device)
         self.time = TimePerImage()
         image_shape = tuple(real_images.shape[1:])
-        self.realism = {k: m.to(self.device) for k, m in realism_metrics(estimator.classifier, image_shape, inception_weights).items()}
+        self.realism = {
+            k: m.to(self.device)
+            for k, m in realism_metrics(estimator.classifier, image_shape, inception_weights).items()
+        }
         for chunk in real_images.split(batch_size):
             for metric in self.realism.values():
                 metric.update(chunk.to(self.device), real=True)
@@ -97,7 +106,11 @@ class CounterfactualEvaluator:
             metric.reset()
 
     def evaluate(
-        self, generator: CounterfactualGenerator | None, images: torch.Tensor, batch_size: int = 64, progress: str | None = None
+        self,
+        generator: CounterfactualGenerator | None,
+        images: torch.Tensor,
+        batch_size: int = 64,
+        progress: str | None = None,
     ) -> tuple[dict[str, float], torch.Tensor]:
         """Run ``generator`` over ``images`` in batches and return ``(metrics, counterfactuals)``.
 
@@ -112,7 +125,9 @@ class CounterfactualEvaluator:
             if generator is None:
                 with torch.no_grad():
                     scores = self.estimator(chunk)
-                result = CounterfactualResult(chunk, scores, scores >= self.estimator.threshold, torch.zeros(len(chunk)), 0.0, len(chunk))
+                result = CounterfactualResult(
+                    chunk, scores, scores >= self.estimator.threshold, torch.zeros(len(chunk)), 0.0, len(chunk)
+                )
             else:
                 result = generator(chunk)
             self.update(chunk, result)
@@ -141,7 +156,12 @@ def format_table(rows: dict[str, dict[str, float]]) -> str:
 
 
 def _header(key: str) -> str:
-    names = {"success": "Success Rate ↑", "feature_sim": "Feature Sim ↑", "latent_sim": "Latent Sim ↑", "sec_per_image": "Time/img ↓"}
+    names = {
+        "success": "Success Rate ↑",
+        "feature_sim": "Feature Sim ↑",
+        "latent_sim": "Latent Sim ↑",
+        "sec_per_image": "Time/img ↓",
+    }
     if key in names:
         return names[key]
     return f"{key} ↓"

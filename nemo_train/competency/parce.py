@@ -37,7 +37,12 @@ def check_threshold(threshold: float) -> float:
 
 
 def parce_score(
-    losses: torch.Tensor, probs: torch.Tensor, means: torch.Tensor, stds: torch.Tensor, z: float | torch.Tensor, loss_scale: float = 2.0
+    losses: torch.Tensor,
+    probs: torch.Tensor,
+    means: torch.Tensor,
+    stds: torch.Tensor,
+    z: float | torch.Tensor,
+    loss_scale: float = 2.0,
 ) -> torch.Tensor:
     """Competency ``[B]`` from reconstruction losses ``[B]`` and class probabilities ``[B, C]`` (differentiable)."""
     zvals = (losses[:, None] - loss_scale * means) / stds - z
@@ -46,7 +51,12 @@ def parce_score(
 
 
 def parce_log_score(
-    losses: torch.Tensor, log_probs: torch.Tensor, means: torch.Tensor, stds: torch.Tensor, z: float | torch.Tensor, loss_scale: float = 2.0
+    losses: torch.Tensor,
+    log_probs: torch.Tensor,
+    means: torch.Tensor,
+    stds: torch.Tensor,
+    z: float | torch.Tensor,
+    loss_scale: float = 2.0,
 ) -> torch.Tensor:
     """``log`` of :func:`parce_score` from log class probabilities ``[B, C]``, computed without underflow.
 
@@ -137,7 +147,9 @@ class PaRCE(nn.Module):
     # ----------------------------------------------------------------- scoring
     def _require_fitted(self) -> None:
         if not self.fitted:
-            raise UserInputError("the PaRCE estimator is not fitted; call fit(holdout_loader) or PaRCE.load(folder, classifier) first")
+            raise UserInputError(
+                "the PaRCE estimator is not fitted; call fit(holdout_loader) or PaRCE.load(folder, classifier) first"
+            )
 
     def losses(self, images: torch.Tensor) -> torch.Tensor:
         """Per-image reconstruction MSE ``[B]``; raises :class:`UserInputError` for a wrong image shape."""
@@ -204,10 +216,14 @@ class PaRCE(nn.Module):
         for c in range(self.num_classes):
             class_losses = losses[labels == c]
             if len(class_losses) < 2:
-                raise UserInputError(f"the held-out set has {len(class_losses)} image(s) of class {c}; need at least 2 per class")
+                raise UserInputError(
+                    f"the held-out set has {len(class_losses)} image(s) of class {c}; need at least 2 per class"
+                )
             means[c], stds[c] = class_losses.mean(), class_losses.std(unbiased=False).clamp(min=1e-12)
         accuracy = (probs.argmax(-1) == labels).double().mean()
-        mean_scores = torch.stack([parce_score(losses, probs, means, stds, z, self.loss_scale).mean() for z in Z_GRID.double()])
+        mean_scores = torch.stack(
+            [parce_score(losses, probs, means, stds, z, self.loss_scale).mean() for z in Z_GRID.double()]
+        )
         best = int((mean_scores - accuracy).abs().argmin())
         device = self.class_means.device
         self.class_means.copy_(means.float().to(device))
@@ -246,11 +262,15 @@ class PaRCE(nn.Module):
         folder = Path(folder)
         meta_path, tensor_path = folder / "parce.json", folder / "parce.safetensors"
         if not meta_path.is_file() or not tensor_path.is_file():
-            raise UserInputError(f"no saved PaRCE estimator in {str(folder)!r} (expected parce.json and parce.safetensors)")
+            raise UserInputError(
+                f"no saved PaRCE estimator in {str(folder)!r} (expected parce.json and parce.safetensors)"
+            )
         meta = json.loads(meta_path.read_text())
         tensors = load_file(str(tensor_path), device=str(map_location))
         autoencoder = CompetencyAutoencoder(**meta["autoencoder"])
-        autoencoder.load_state_dict({k.removeprefix("autoencoder."): v for k, v in tensors.items() if k.startswith("autoencoder.")})
+        autoencoder.load_state_dict(
+            {k.removeprefix("autoencoder."): v for k, v in tensors.items() if k.startswith("autoencoder.")}
+        )
         estimator = cls(classifier, autoencoder, meta["num_classes"], meta["threshold"], meta["loss_scale"])
         estimator.class_means.copy_(tensors["class_means"])
         estimator.class_stds.copy_(tensors["class_stds"])

@@ -105,7 +105,9 @@ class ClassifierFeatures(nn.Module):
         return self.classifier.features(images.float())
 
 
-def realism_features(classifier: nn.Module, image_shape: tuple[int, int, int], inception_weights: str | Path | None = None):
+def realism_features(
+    classifier: nn.Module, image_shape: tuple[int, int, int], inception_weights: str | Path | None = None
+):
     """``(feature, tag)`` for torchmetrics FID / KID: Inception (``"inception"``) when torch-fidelity and its
     weights are available, else the classifier's features (``"classifier"``). ``feature`` is an ``int``
     (Inception feature size) or a module."""

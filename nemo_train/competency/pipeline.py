@@ -49,7 +49,11 @@ def _accelerator(device: str) -> tuple[str, torch.device]:
 
 
 def load_or_train_classifier(
-    datamodule: L.LightningDataModule, checkpoint: str | None, epochs: int, accelerator: str, save_to: Path | None = None
+    datamodule: L.LightningDataModule,
+    checkpoint: str | None,
+    epochs: int,
+    accelerator: str,
+    save_to: Path | None = None,
 ):
     """A :class:`ClassifierModule` from ``checkpoint``; without one, the one saved at ``save_to`` by an earlier
     run, else a ``bias_cnn`` trained for ``epochs`` on ``datamodule`` (and saved to ``save_to``)."""
@@ -82,7 +86,9 @@ def load_run(run_dir: str | Path) -> tuple[PaRCE, L.LightningDataModule, dict]:
 
     results_file = Path(run_dir) / "results.json"
     if not results_file.is_file():
-        raise UserInputError(f"no results.json in {str(run_dir)!r}; run `nemo-train counterfactuals` with that out_dir first")
+        raise UserInputError(
+            f"no results.json in {str(run_dir)!r}; run `nemo-train counterfactuals` with that out_dir first"
+        )
     results = json.loads(results_file.read_text())
     run = results.get("run", {})
     if "datamodule" not in run:
@@ -114,7 +120,9 @@ def prepare_estimator(
     if autoencoder_checkpoint:
         if not Path(autoencoder_checkpoint).is_file():
             raise UserInputError(f"autoencoder checkpoint {autoencoder_checkpoint!r} does not exist")
-        autoencoder = CompetencyAutoencoder.load_from_checkpoint(autoencoder_checkpoint, map_location="cpu", weights_only=True)
+        autoencoder = CompetencyAutoencoder.load_from_checkpoint(
+            autoencoder_checkpoint, map_location="cpu", weights_only=True
+        )
     else:
         _trainer(epochs, accelerator).fit(autoencoder, datamodule)
     estimator = PaRCE(classifier, autoencoder.eval(), datamodule.num_classes, threshold=threshold)
@@ -157,11 +165,20 @@ def run_counterfactuals(
         "holdout_accuracy": float(correct.float().mean()),
         "holdout_mean_score": float(holdout_scores.mean()),
         "zscore": float(estimator.zscore),
-        "bins": {"mean_score": calib.mean_score.tolist(), "accuracy": calib.accuracy.tolist(), "count": calib.count.tolist()},
+        "bins": {
+            "mean_score": calib.mean_score.tolist(),
+            "accuracy": calib.accuracy.tolist(),
+            "count": calib.count.tolist(),
+        },
     }
     six = SixCausesDataModule(
-        datamodule, competency=estimator, threshold=estimator.threshold, per_cause=per_cause, severity_range=severity,
-        directions=cause_directions, seed=seed,
+        datamodule,
+        competency=estimator,
+        threshold=estimator.threshold,
+        per_cause=per_cause,
+        severity_range=severity,
+        directions=cause_directions,
+        seed=seed,
     )
     six.setup()
     data = six.dataset
@@ -181,7 +198,9 @@ def run_counterfactuals(
         causes[name] = float(corrupted[mask].mean()) if mask.any() else math.nan
     causes["counts"] = six.counts()
 
-    evaluator = CounterfactualEvaluator(estimator, holdout["image"], perceptual_distance(alexnet_weights), inception_weights)
+    evaluator = CounterfactualEvaluator(
+        estimator, holdout["image"], perceptual_distance(alexnet_weights), inception_weights
+    )
     rows, grids = {}, {}
     rows["Orig"], _ = evaluator.evaluate(None, data.images, batch_size)
     for name in tqdm(methods, desc="counterfactual methods"):
@@ -195,13 +214,25 @@ def run_counterfactuals(
         grids[name] = images
     table = format_table(rows)
     (out_dir / "table.txt").write_text(table + "\n")
-    results = {"calibration": calibration, "causes": causes, "table": rows, "generator_options": generator_options, "run": dict(run_info or {})}
+    results = {
+        "calibration": calibration,
+        "causes": causes,
+        "table": rows,
+        "generator_options": generator_options,
+        "run": dict(run_info or {}),
+    }
     (out_dir / "results.json").write_text(json.dumps(results, indent=2, default=float))
     save_grid(data.images, grids, data.causes, out_dir / "grid.png")
     return results
 
 
-def save_grid(originals: torch.Tensor, counterfactuals: dict[str, torch.Tensor], causes: torch.Tensor, path: Path, per_cause: int = 1) -> torch.Tensor:
+def save_grid(
+    originals: torch.Tensor,
+    counterfactuals: dict[str, torch.Tensor],
+    causes: torch.Tensor,
+    path: Path,
+    per_cause: int = 1,
+) -> torch.Tensor:
     """Save (and return) an image grid: one row per example (one per cause), columns original | each method."""
     from torchvision.utils import make_grid, save_image
 
@@ -312,9 +343,13 @@ def counterfactuals(
     image_size = int(datamodule.train_set[0]["image"].shape[-1])
     autoencoder = autoencoder or CompetencyAutoencoder(image_size=image_size)
     if autoencoder.hparams.image_size != image_size:
-        raise UserInputError(f"autoencoder.image_size={autoencoder.hparams.image_size} but the datamodule's images are {image_size} px")
+        raise UserInputError(
+            f"autoencoder.image_size={autoencoder.hparams.image_size} but the datamodule's images are {image_size} px"
+        )
     out = Path(out_dir)
-    classifier = load_or_train_classifier(datamodule, classifier_checkpoint, classifier_epochs, accelerator, out / "classifier.ckpt")
+    classifier = load_or_train_classifier(
+        datamodule, classifier_checkpoint, classifier_epochs, accelerator, out / "classifier.ckpt"
+    )
     # The autoencoder's initial weights and training order follow the seed, whether or not a classifier was
     # trained first (the config parser builds the autoencoder before any seed is set).
     L.seed_everything(seed, verbose=False)
@@ -324,10 +359,22 @@ def counterfactuals(
         "classifier_checkpoint": str(classifier_checkpoint or out / "classifier.ckpt"),
         "estimator_dir": str(parce_dir),
         "seed": seed,
-        "datamodule": {"class_path": f"{type(datamodule).__module__}.{type(datamodule).__name__}", "init_args": dict(datamodule.hparams)},
+        "datamodule": {
+            "class_path": f"{type(datamodule).__module__}.{type(datamodule).__name__}",
+            "init_args": dict(datamodule.hparams),
+        },
         "cause_directions": {k: v for k, v in directions.items() if v is not None},
     }
-    estimator = prepare_estimator(classifier, datamodule, autoencoder, autoencoder_epochs, threshold, accelerator, parce_dir, autoencoder_checkpoint)
+    estimator = prepare_estimator(
+        classifier,
+        datamodule,
+        autoencoder,
+        autoencoder_epochs,
+        threshold,
+        accelerator,
+        parce_dir,
+        autoencoder_checkpoint,
+    )
     estimator = estimator.to(torch_device).eval()
     if channels_last:
         estimator = estimator.to(memory_format=torch.channels_last)
@@ -342,11 +389,24 @@ def counterfactuals(
         "Reco": {},
     }
     results = run_counterfactuals(
-        estimator, datamodule, out, methods, per_cause, tuple(severity), options, batch_size, alexnet_weights, inception_weights, seed, run_info,
+        estimator,
+        datamodule,
+        out,
+        methods,
+        per_cause,
+        tuple(severity),
+        options,
+        batch_size,
+        alexnet_weights,
+        inception_weights,
+        seed,
+        run_info,
         cause_directions,
     )
     cal, causes = results["calibration"], results["causes"]
-    print(f"PaRCE calibration: held-out accuracy {cal['holdout_accuracy']:.4f}, mean score {cal['holdout_mean_score']:.4f} (z = {cal['zscore']:.2f})")
+    print(
+        f"PaRCE calibration: held-out accuracy {cal['holdout_accuracy']:.4f}, mean score {cal['holdout_mean_score']:.4f} (z = {cal['zscore']:.2f})"
+    )
     print("mean competency: " + ", ".join(f"{k} {v:.3f}" for k, v in causes.items() if k != "counts"))
     print("images per cause: " + ", ".join(f"{k} {v}" for k, v in causes["counts"].items()))
     print(format_table(results["table"]))

@@ -21,7 +21,9 @@ SYSTEM_PROMPT = (
     "handwritten digits drawn in colour. A competency estimator scores how likely each prediction is to be right."
 )
 #: The question for one image (004 Prompt B.4, in our words).
-SINGLE_IMAGE_PROMPT = "The classifier is not confident on this image. In one sentence, say what about the image causes it."
+SINGLE_IMAGE_PROMPT = (
+    "The classifier is not confident on this image. In one sentence, say what about the image causes it."
+)
 #: The question for an image and its counterfactual side by side (004 Prompt B.5, in our words).
 PAIR_PROMPT = (
     "On the left is an image the classifier is not confident on; on the right is a similar image it is confident on. "
@@ -115,5 +117,8 @@ def format_accuracy_table(rows: dict[str, dict[str, float]]) -> str:
     header = f"{'method':<12}" + "".join(f"{c.capitalize():>12}" for c in columns)
     lines = [header]
     for name, values in rows.items():
-        lines.append(f"{name:<12}" + "".join(f"{100 * values[c]:>11.1f}%" if values[c] == values[c] else f"{'-':>12}" for c in columns))
+        lines.append(
+            f"{name:<12}"
+            + "".join(f"{100 * values[c]:>11.1f}%" if values[c] == values[c] else f"{'-':>12}" for c in columns)
+        )
     return "\n".join(lines)

@@ -64,7 +64,9 @@ def demo_step(ctx) -> None:
     start = time.perf_counter()
     trainer.fit(module, datamodule)
     wandb.finish()
-    print(f"\nTiny explainer, {len(datamodule.val_records)} held-out six-cause pairs, fit in {time.perf_counter() - start:.0f} s")
+    print(
+        f"\nTiny explainer, {len(datamodule.val_records)} held-out six-cause pairs, fit in {time.perf_counter() - start:.0f} s"
+    )
     print(format_accuracy_table({"fine-tuned": accuracy.last_result}))
     ctx.artifacts["explainer"] = module.default_adapter_dir()
     ctx.artifacts["explainer_pairs"] = run_dir / "pairs" / "val.jsonl"

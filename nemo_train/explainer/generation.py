@@ -13,7 +13,13 @@ from tqdm.auto import tqdm
 
 from datamodules.explanations import ExplanationRecord, build_messages, read_records, side_by_side, to_pil
 from nemo_train.errors import UserInputError
-from nemo_train.explainer.causes import PAIR_PROMPT, SINGLE_IMAGE_PROMPT, format_accuracy_table, per_cause_accuracy, predicted_cause
+from nemo_train.explainer.causes import (
+    PAIR_PROMPT,
+    SINGLE_IMAGE_PROMPT,
+    format_accuracy_table,
+    per_cause_accuracy,
+    predicted_cause,
+)
 from nemo_train.explainer.module import EXPLAINER_META, ExplainerModule
 
 ImageLike = torch.Tensor | Image.Image | str | Path
@@ -60,7 +66,9 @@ def generate_explanations(
     if batch_size < 1:
         raise UserInputError(f"batch_size={batch_size}; expected at least 1")
     if counterfactuals is not None and len(counterfactuals) != len(images):
-        raise UserInputError(f"{len(counterfactuals)} counterfactuals for {len(images)} images; expected one per image (or None)")
+        raise UserInputError(
+            f"{len(counterfactuals)} counterfactuals for {len(images)} images; expected one per image (or None)"
+        )
     module = load_explainer(module_or_path)
     settings = module.prompting or {}
     system_prompt = system_prompt if system_prompt is not None else settings.get("system_prompt")
@@ -91,7 +99,9 @@ def generate_explanations(
         starts = range(0, len(pictures), batch_size)
         for start in tqdm(starts, desc="explaining", disable=not progress):
             texts = [
-                processor.apply_chat_template(build_messages(q, system_prompt), add_generation_prompt=True, tokenize=False)
+                processor.apply_chat_template(
+                    build_messages(q, system_prompt), add_generation_prompt=True, tokenize=False
+                )
                 for q in questions[start : start + batch_size]
             ]
             bos = tokenizer.bos_token
@@ -103,7 +113,11 @@ def generate_explanations(
                 padding_side="left",
                 add_special_tokens=not (bos and texts[0].startswith(bos)),
             ).to(module.device)
-            sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p} if temperature > 0 else {"do_sample": False}
+            sampling = (
+                {"do_sample": True, "temperature": temperature, "top_p": top_p}
+                if temperature > 0
+                else {"do_sample": False}
+            )
             generated = model.generate(
                 **inputs,
                 max_new_tokens=max_new_tokens,
@@ -157,7 +171,9 @@ def explain(
         records = read_records(pairs)
     else:
         if counterfactuals is not None and len(counterfactuals) != len(images):
-            raise UserInputError(f"{len(counterfactuals)} counterfactuals for {len(images)} images; expected one per image")
+            raise UserInputError(
+                f"{len(counterfactuals)} counterfactuals for {len(images)} images; expected one per image"
+            )
         records = [
             ExplanationRecord(image=str(Path(p).resolve()), counterfactual=str(Path(c).resolve()) if c else None)
             for p, c in zip(images, counterfactuals or [None] * len(images))
@@ -184,7 +200,9 @@ def explain(
                 temperature=temperature,
                 max_new_tokens=max_new_tokens,
                 batch_size=batch_size,
-                counterfactuals=[r.counterfactual for r in chunk] if use_counterfactual and any(r.counterfactual for r in chunk) else None,
+                counterfactuals=[r.counterfactual for r in chunk]
+                if use_counterfactual and any(r.counterfactual for r in chunk)
+                else None,
                 system_prompt=system_prompt,
                 seed=seed + len(done) + start,
             )
@@ -197,7 +215,9 @@ def explain(
             sink.flush()
     scored = [r for r in done if "cause" in r]
     if scored:
-        table = per_cause_accuracy([r["cause"] for r in scored], [r["explanations"][0] for r in scored], _cause_columns(scored))
+        table = per_cause_accuracy(
+            [r["cause"] for r in scored], [r["explanations"][0] for r in scored], _cause_columns(scored)
+        )
         print(format_accuracy_table({"explainer": table}))
     print(f"wrote {len(done)} explanations to {out}")
     return out

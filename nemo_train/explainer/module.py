@@ -97,7 +97,11 @@ class ExplainerModule(L.LightningModule):
             raise UserInputError(f"lora_dropout={lora_dropout}; expected a value in [0, 1)")
         if lr <= 0:
             raise UserInputError(f"lr={lr}; expected a positive learning rate")
-        for name, value in (("compute_dtype", compute_dtype), ("torch_dtype", torch_dtype), ("quant_storage_dtype", quant_storage_dtype)):
+        for name, value in (
+            ("compute_dtype", compute_dtype),
+            ("torch_dtype", torch_dtype),
+            ("quant_storage_dtype", quant_storage_dtype),
+        ):
             if value is not None:
                 _dtype(value, name)
         self.save_hyperparameters()
@@ -120,7 +124,9 @@ class ExplainerModule(L.LightningModule):
             bnb_4bit_quant_type="nf4",
             bnb_4bit_use_double_quant=True,
             bnb_4bit_compute_dtype=compute,
-            bnb_4bit_quant_storage=_dtype(hp.quant_storage_dtype, "quant_storage_dtype") if hp.quant_storage_dtype else torch.uint8,
+            bnb_4bit_quant_storage=_dtype(hp.quant_storage_dtype, "quant_storage_dtype")
+            if hp.quant_storage_dtype
+            else torch.uint8,
             llm_int8_skip_modules=list(hp.quant_skip_modules or DEFAULT_QUANT_SKIP),
         )
 
@@ -176,13 +182,17 @@ class ExplainerModule(L.LightningModule):
             base.config.use_cache = False
         if hp.adapter:
             if not (Path(hp.adapter) / "adapter_config.json").is_file():
-                raise UserInputError(f"adapter={hp.adapter!r} holds no adapter_config.json; expected a folder written by save_adapter")
+                raise UserInputError(
+                    f"adapter={hp.adapter!r} holds no adapter_config.json; expected a folder written by save_adapter"
+                )
             self.model = PeftModel.from_pretrained(base, hp.adapter, is_trainable=True)
         else:
             try:
                 self.model = get_peft_model(base, self.lora_config())
             except ValueError as err:
-                raise UserInputError(f"lora_targets={hp.lora_targets!r} matches no module of {hp.model_name_or_path!r}: {err}") from None
+                raise UserInputError(
+                    f"lora_targets={hp.lora_targets!r} matches no module of {hp.model_name_or_path!r}: {err}"
+                ) from None
         self.processor = load_processor(hp.adapter or hp.model_name_or_path)
 
     def trainable_parameter_names(self) -> list[str]:
@@ -279,7 +289,9 @@ class ExplainerModule(L.LightningModule):
         path = Path(path)
         meta_file = path / EXPLAINER_META
         if not meta_file.is_file():
-            raise UserInputError(f"{str(path)!r} is not a saved explainer adapter (no {EXPLAINER_META}); expected a folder written by save_adapter")
+            raise UserInputError(
+                f"{str(path)!r} is not a saved explainer adapter (no {EXPLAINER_META}); expected a folder written by save_adapter"
+            )
         meta = json.loads(meta_file.read_text())
         module = cls(
             model_name_or_path=meta["model_name_or_path"],

@@ -108,7 +108,14 @@ def build_tiny_config(tokenizer):
             pad_token_id=ids("<|endoftext|>"),
         ),
         vision_config=dict(
-            depth=2, embed_dim=128, hidden_size=64, num_heads=4, mlp_ratio=2, patch_size=4, spatial_merge_size=2, temporal_patch_size=2
+            depth=2,
+            embed_dim=128,
+            hidden_size=64,
+            num_heads=4,
+            mlp_ratio=2,
+            patch_size=4,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
         ),
         image_token_id=ids("<|image_pad|>"),
         video_token_id=ids("<|video_pad|>"),

@@ -121,7 +121,10 @@ class TimePerImage(Metric):
 
 
 def realism_metrics(
-    classifier: nn.Module, image_shape: tuple[int, int, int], inception_weights: str | None = None, kid_subset_size: int = 50
+    classifier: nn.Module,
+    image_shape: tuple[int, int, int],
+    inception_weights: str | None = None,
+    kid_subset_size: int = 50,
 ) -> dict[str, Metric]:
     """``{"fid[<space>]": FID, "kid[<space>]": KID}`` from torchmetrics, ``<space>`` being ``inception``
     when torch-fidelity and its weights are present, else ``classifier`` (the classifier's features).
@@ -137,5 +140,7 @@ def realism_metrics(
     feature, space, path = realism_features(classifier, image_shape, inception_weights)
     extra = {"feature_extractor_weights_path": path} if path else {}
     fid = FrechetInceptionDistance(feature=feature, normalize=True, reset_real_features=False, **extra)
-    kid = KernelInceptionDistance(feature=feature, normalize=True, reset_real_features=False, subset_size=kid_subset_size, **extra)
+    kid = KernelInceptionDistance(
+        feature=feature, normalize=True, reset_real_features=False, subset_size=kid_subset_size, **extra
+    )
     return {f"fid[{space}]": fid, f"kid[{space}]": kid}

@@ -16,7 +16,9 @@ def _group_counts(preds, target, groups, num_groups):
     groups = groups.long()
     hits = (preds == target).to(torch.float64)
     correct = torch.zeros(num_groups, dtype=torch.float64, device=preds.device).index_add_(0, groups, hits)
-    total = torch.zeros(num_groups, dtype=torch.float64, device=preds.device).index_add_(0, groups, torch.ones_like(hits))
+    total = torch.zeros(num_groups, dtype=torch.float64, device=preds.device).index_add_(
+        0, groups, torch.ones_like(hits)
+    )
     return correct, total
 
 

@@ -8,7 +8,7 @@ LLM Match is the judges' 1 / 0.5 / 0 score of an explanation, averaged over judg
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torchmetrics import Metric
@@ -23,9 +23,7 @@ def _true_class_probability(probs: torch.Tensor, target: torch.Tensor | None) ->
     return probs.gather(1, target.long().view(-1, 1)).squeeze(1)
 
 
-def cei(
-    edited_probs: torch.Tensor, original_probs: torch.Tensor, target: torch.Tensor | None = None
-) -> torch.Tensor:
+def cei(edited_probs: torch.Tensor, original_probs: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor:
     """Per-sample CEI in percentage points.
 
     Either pass the true-class probabilities ``P(y|s_e)`` and ``P(y|s_o)`` as ``[N]`` tensors, or full
@@ -34,7 +32,9 @@ def cei(
     p_edit = _true_class_probability(edited_probs, target)
     p_orig = _true_class_probability(original_probs, target)
     if p_edit.shape != p_orig.shape:
-        raise ValueError(f"edited {tuple(p_edit.shape)} and original {tuple(p_orig.shape)} probabilities differ in shape")
+        raise ValueError(
+            f"edited {tuple(p_edit.shape)} and original {tuple(p_orig.shape)} probabilities differ in shape"
+        )
     return 100.0 * (p_edit.double() - p_orig.double())
 
 
@@ -77,7 +77,9 @@ class CEI(Metric):
         self.add_state("count", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
         self.add_state("values", default=[], dist_reduce_fx="cat")
 
-    def update(self, edited_probs: torch.Tensor, original_probs: torch.Tensor, target: torch.Tensor | None = None) -> None:
+    def update(
+        self, edited_probs: torch.Tensor, original_probs: torch.Tensor, target: torch.Tensor | None = None
+    ) -> None:
         values = cei(edited_probs, original_probs, target)
         self.total += values.sum()
         self.count += values.numel()
@@ -127,7 +129,9 @@ class LLMMatch(Metric):
             ).view(-1, len(self.judge_names))
         scores = scores.to(self.judge_total.device, torch.float64)
         if scores.ndim != 2 or scores.shape[1] != len(self.judge_names):
-            raise ValueError(f"scores of shape {tuple(scores.shape)}; expected [N, {len(self.judge_names)}] (one column per judge)")
+            raise ValueError(
+                f"scores of shape {tuple(scores.shape)}; expected [N, {len(self.judge_names)}] (one column per judge)"
+            )
         valid = ~torch.isnan(scores)
         self.judge_total += torch.where(valid, scores, torch.zeros_like(scores)).sum(0)
         self.judge_count += valid.sum(0)

@@ -18,11 +18,21 @@ from nemo_train.errors import UserInputError
 class BiasCNN(nn.Module):
     """Four 7x7 conv + BN + ReLU blocks (widths ``widths``, the last three with stride 2) and a linear head."""
 
-    def __init__(self, num_classes: int = 10, in_chans: int = 3, widths: tuple[int, ...] = (16, 32, 64, 128), drop_rate: float = 0.0) -> None:
+    def __init__(
+        self,
+        num_classes: int = 10,
+        in_chans: int = 3,
+        widths: tuple[int, ...] = (16, 32, 64, 128),
+        drop_rate: float = 0.0,
+    ) -> None:
         super().__init__()
         layers, channels = [], in_chans
         for i, width in enumerate(widths):
-            layers += [nn.Conv2d(channels, width, 7, stride=1 if i == 0 else 2, padding=3, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True)]
+            layers += [
+                nn.Conv2d(channels, width, 7, stride=1 if i == 0 else 2, padding=3, bias=False),
+                nn.BatchNorm2d(width),
+                nn.ReLU(inplace=True),
+            ]
             channels = width
         self.features = nn.Sequential(*layers)
         self.num_features = channels

@@ -61,8 +61,12 @@ class ClassifierModule(L.LightningModule):
         self.save_hyperparameters()
         self.model = create_backbone(backbone, num_classes, in_chans, pretrained)
         cfg = getattr(self.model, "pretrained_cfg", None) or {}
-        self.register_buffer("mean", torch.tensor(cfg.get("mean", (0.485, 0.456, 0.406))).view(1, -1, 1, 1), persistent=False)
-        self.register_buffer("std", torch.tensor(cfg.get("std", (0.229, 0.224, 0.225))).view(1, -1, 1, 1), persistent=False)
+        self.register_buffer(
+            "mean", torch.tensor(cfg.get("mean", (0.485, 0.456, 0.406))).view(1, -1, 1, 1), persistent=False
+        )
+        self.register_buffer(
+            "std", torch.tensor(cfg.get("std", (0.229, 0.224, 0.225))).view(1, -1, 1, 1), persistent=False
+        )
         self.group_names: list[str] = ["aligned", "conflicting"]
         self.eval_groupings: dict[str, list[str]] = {}
         self.metrics = nn.ModuleDict()
@@ -74,7 +78,9 @@ class ClassifierModule(L.LightningModule):
 
     def normalize(self, images: torch.Tensor) -> torch.Tensor:
         if images.ndim != 4 or images.shape[1] != self.hparams.in_chans:
-            raise UserInputError(f"expected images of shape [B, {self.hparams.in_chans}, H, W], got {list(images.shape)}")
+            raise UserInputError(
+                f"expected images of shape [B, {self.hparams.in_chans}, H, W], got {list(images.shape)}"
+            )
         return (images - self.mean) / self.std
 
     def predict_proba(self, images: torch.Tensor) -> torch.Tensor:
@@ -100,7 +106,12 @@ class ClassifierModule(L.LightningModule):
                 self.metrics[stage_name] = self._stage_metrics()
 
     def _stage_metrics(self) -> nn.ModuleDict:
-        metrics = nn.ModuleDict({"acc": MulticlassAccuracy(self.hparams.num_classes, average="micro"), "group": GroupAccuracy(len(self.group_names))})
+        metrics = nn.ModuleDict(
+            {
+                "acc": MulticlassAccuracy(self.hparams.num_classes, average="micro"),
+                "group": GroupAccuracy(len(self.group_names)),
+            }
+        )
         for key, names in self.eval_groupings.items():
             metrics[f"by_{key}"] = GroupAccuracy(len(names))
         return metrics
@@ -153,11 +164,12 @@ class ClassifierModule(L.LightningModule):
     def configure_optimizers(self):
         optimizer = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
         steps = self.trainer.estimated_stepping_batches if self._trainer is not None else 1000
-        scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=self.hparams.lr, total_steps=max(int(steps), 1), pct_start=0.15)
+        scheduler = torch.optim.lr_scheduler.OneCycleLR(
+            optimizer, max_lr=self.hparams.lr, total_steps=max(int(steps), 1), pct_start=0.15
+        )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
 def _named(prefix: str, names: list[str], values: torch.Tensor) -> dict[str, torch.Tensor]:
     """``{prefix+name: value}`` for groups that had samples (``nan`` ones are left out)."""
     return {f"{prefix}{name}": value for name, value in zip(names, values) if not torch.isnan(value)}
-

@@ -116,8 +116,13 @@ def _split_errors(
 
 
 @torch.no_grad()
-def classify(target, images: torch.Tensor | Sequence[str], batch_size: int = 256, image_size: int = 224,
-             desc: str = "classifying") -> tuple[torch.Tensor, torch.Tensor]:
+def classify(
+    target,
+    images: torch.Tensor | Sequence[str],
+    batch_size: int = 256,
+    image_size: int = 224,
+    desc: str = "classifying",
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Predictions ``[N]`` and L2-normalised features ``[N, D]`` of ``target`` on images or image files."""
     preds, feats = [], []
     n = len(images)
@@ -147,11 +152,26 @@ def clevr_caption(attrs: dict[str, Any], vocabulary: dict[str, list]) -> str:
 
 #: The generated datasets with a planted bias: datamodule, class attribute, cause, editable attributes.
 SYNTHETIC: dict[str, dict[str, Any]] = {
-    "cmnist": {"datamodule": "datamodules.cmnist:CMNISTDataModule", "bias": "model_a", "class_attribute": "digit",
-               "cause": "color", "editable": ("color", "angle"), "distractor": "angle", "object": "digit", "caption": cmnist_caption},
-    "clevr": {"datamodule": "datamodules.clevr:CLEVRDataModule", "bias": "rubber", "class_attribute": "shape",
-              "cause": "material", "editable": ("material", "color", "size"), "distractor": "size", "object": "object",
-              "caption": clevr_caption},
+    "cmnist": {
+        "datamodule": "datamodules.cmnist:CMNISTDataModule",
+        "bias": "model_a",
+        "class_attribute": "digit",
+        "cause": "color",
+        "editable": ("color", "angle"),
+        "distractor": "angle",
+        "object": "digit",
+        "caption": cmnist_caption,
+    },
+    "clevr": {
+        "datamodule": "datamodules.clevr:CLEVRDataModule",
+        "bias": "rubber",
+        "class_attribute": "shape",
+        "cause": "material",
+        "editable": ("material", "color", "size"),
+        "distractor": "size",
+        "object": "object",
+        "caption": clevr_caption,
+    },
 }
 
 
@@ -198,24 +218,40 @@ def build_synthetic_benchmark(
         target = load_checkpoint_target(checkpoint)
     module_name, class_name = spec["datamodule"].split(":")
     datamodule_cls = getattr(importlib.import_module(module_name), class_name)
-    dm = datamodule_cls(data_dir=data_dir, bias=bias or spec["bias"], test_styles=test_styles, train_size=12, **(datamodule_kwargs or {}))
+    dm = datamodule_cls(
+        data_dir=data_dir,
+        bias=bias or spec["bias"],
+        test_styles=test_styles,
+        train_size=12,
+        **(datamodule_kwargs or {}),
+    )
     dm.setup("test")
     data = dm.test_set
     renderer = getattr(dm, "test_renderer", None) or dm.renderer
     if renderer is None:
-        raise UserInputError(f"the {dataset} data in {data_dir!r} are not generated; the exact editor needs the embedded renderer")
+        raise UserInputError(
+            f"the {dataset} data in {data_dir!r} are not generated; the exact editor needs the embedded renderer"
+        )
     vocabulary = dict(renderer.attributes)
     predictions, features = classify(target, data.images, desc=f"classifying the {dataset} grid")
     eligible = data.groups == 1 if only_conflicting else torch.ones_like(data.groups, dtype=torch.bool)
     chosen, rest = _split_errors(data.labels, predictions, eligible, n, seed)
     if len(chosen) == 0:
-        raise UserInputError(f"the classifier makes no bias-conflicting errors on the {dataset} grid; nothing to explain")
+        raise UserInputError(
+            f"the classifier makes no bias-conflicting errors on the {dataset} grid; nothing to explain"
+        )
 
     def attrs_of(i: int) -> dict[str, int]:
         return {k: int(v[i]) for k, v in data.attrs.items()}
 
     errors = [
-        ErrorSample(f"{dataset}-{int(i):05d}", data.images[i].float() / 255.0, int(data.labels[i]), int(predictions[i]), attrs_of(int(i)))
+        ErrorSample(
+            f"{dataset}-{int(i):05d}",
+            data.images[i].float() / 255.0,
+            int(data.labels[i]),
+            int(predictions[i]),
+            attrs_of(int(i)),
+        )
         for i in chosen
     ]
     ref_attrs = [attrs_of(int(i)) for i in rest]
@@ -228,16 +264,31 @@ def build_synthetic_benchmark(
         attrs=ref_attrs,
         image_size=data.images.shape[-1],
     )
-    cause = {"attribute": spec["cause"], "values": _bias_values(dataset, dm), "editable": list(spec["editable"]),
-             "distractor": spec["distractor"], "object": spec["object"]}
+    cause = {
+        "attribute": spec["cause"],
+        "values": _bias_values(dataset, dm),
+        "editable": list(spec["editable"]),
+        "distractor": spec["distractor"],
+        "object": spec["object"],
+    }
     return NemoBenchmark(dataset, list(dm.class_names), dataset, errors, reference, renderer, vocabulary, cause)
 
 
-def build_cmnist_benchmark(checkpoint: str | Path | None = None, target=None, n: int = 100, seed: int = 0, bias: str = "model_a",
-                           test_styles: int = 2, data_dir: str | None = None, only_conflicting: bool = True) -> NemoBenchmark:
+def build_cmnist_benchmark(
+    checkpoint: str | Path | None = None,
+    target=None,
+    n: int = 100,
+    seed: int = 0,
+    bias: str = "model_a",
+    test_styles: int = 2,
+    data_dir: str | None = None,
+    only_conflicting: bool = True,
+) -> NemoBenchmark:
     """The embedded default: bias-conflicting errors of a CMNIST classifier (cause: colour); see
     :func:`build_synthetic_benchmark`."""
-    return build_synthetic_benchmark("cmnist", checkpoint, target, n, seed, bias, test_styles, data_dir, only_conflicting)
+    return build_synthetic_benchmark(
+        "cmnist", checkpoint, target, n, seed, bias, test_styles, data_dir, only_conflicting
+    )
 
 
 def list_image_folder(
@@ -294,19 +345,28 @@ def build_folder_benchmark(
     """
     folders, paths, labels = list_image_folder(root, class_folders)
     if len(target.class_names) != len(folders):
-        raise UserInputError(f"the target has {len(target.class_names)} classes but {str(root)!r} has {len(folders)} class folders")
+        raise UserInputError(
+            f"the target has {len(target.class_names)} classes but {str(root)!r} has {len(folders)} class folders"
+        )
     predictions, features = classify(target, paths, batch_size, image_size, desc=f"classifying {name}")
     chosen, rest = _split_errors(labels, predictions, torch.ones_like(labels, dtype=torch.bool), n, seed)
     errors = [
-        ErrorSample(f"{name}-{Path(paths[i]).parent.name}-{Path(paths[i]).stem}", load_image(paths[i], image_size),
-                    int(labels[i]), int(predictions[i]), path=paths[i])
+        ErrorSample(
+            f"{name}-{Path(paths[i]).parent.name}-{Path(paths[i]).stem}",
+            load_image(paths[i], image_size),
+            int(labels[i]),
+            int(predictions[i]),
+            path=paths[i],
+        )
         for i in chosen.tolist()
     ]
     ref_paths = [paths[i] for i in rest.tolist()]
     ref_labels, ref_preds, ref_feats = labels[rest], predictions[rest], features[rest]
     if extra_reference is not None:
         _, extra_paths, extra_labels = list_image_folder(extra_reference, folders, subset=True)
-        extra_preds, extra_feats = classify(target, extra_paths, batch_size, image_size, desc="classifying the reference subset")
+        extra_preds, extra_feats = classify(
+            target, extra_paths, batch_size, image_size, desc="classifying the reference subset"
+        )
         ref_paths += extra_paths
         ref_labels, ref_preds = torch.cat([ref_labels, extra_labels]), torch.cat([ref_preds, extra_preds])
         ref_feats = torch.cat([ref_feats, extra_feats])

@@ -24,7 +24,11 @@ from nemo_train.nemo.benchmark import ErrorSample
 PIPELINE_DEFAULTS: dict[str, dict[str, Any]] = {
     "FluxKontextPipeline": {"num_inference_steps": 28, "guidance_scale": 2.5},
     "QwenImageEditPipeline": {"num_inference_steps": 50, "true_cfg_scale": 4.0},
-    "StableDiffusionInstructPix2PixPipeline": {"num_inference_steps": 20, "guidance_scale": 7.5, "image_guidance_scale": 1.5},
+    "StableDiffusionInstructPix2PixPipeline": {
+        "num_inference_steps": 20,
+        "guidance_scale": 7.5,
+        "image_guidance_scale": 1.5,
+    },
 }
 
 
@@ -54,23 +58,29 @@ class DiffusersEditor:
         if isinstance(pipeline, str):
             from diffusers import DiffusionPipeline
 
-            torch_dtype = getattr(torch, dtype) if dtype else (torch.bfloat16 if self.device == "cuda" else torch.float32)
+            torch_dtype = (
+                getattr(torch, dtype) if dtype else (torch.bfloat16 if self.device == "cuda" else torch.float32)
+            )
             try:
                 pipeline = DiffusionPipeline.from_pretrained(pipeline, torch_dtype=torch_dtype)
             except (OSError, ValueError) as err:
-                raise UserInputError(f"cannot load diffusers pipeline {pipeline!r}: {str(err).splitlines()[0]}") from None
+                raise UserInputError(
+                    f"cannot load diffusers pipeline {pipeline!r}: {str(err).splitlines()[0]}"
+                ) from None
             pipeline = pipeline.to(self.device)
         pipeline.set_progress_bar_config(disable=True)
         self.pipeline = pipeline
         self.seed, self.batch_size, self.size = seed, batch_size, size
         self.call_kwargs = {**PIPELINE_DEFAULTS.get(type(pipeline).__name__, {}), **(call_kwargs or {})}
         accepted = inspect.signature(type(pipeline).__call__).parameters
-        if "height" in accepted and "width" in accepted:  # Kontext / Qwen take the output size; pix2pix follows the input
+        if (
+            "height" in accepted and "width" in accepted
+        ):  # Kontext / Qwen take the output size; pix2pix follows the input
             self.call_kwargs = {"height": size, "width": size, **self.call_kwargs}
 
     def edit(self, sample: ErrorSample, instructions: Sequence[str | None]) -> torch.Tensor:
         """``[M, 3, H, W]`` edits of ``sample.image``; a ``None`` instruction returns the image unchanged."""
-        from nemo_train.nemo.backends.messages import to_pil
+        from nemo_train.backends.messages import to_pil
 
         image = sample.image
         height, width = image.shape[-2:]
@@ -81,8 +91,11 @@ class DiffusersEditor:
             chunk = todo[start : start + self.batch_size]
             generators = [torch.Generator(device="cpu").manual_seed(self.seed + i) for i in chunk]
             result = self.pipeline(
-                prompt=[instructions[i] for i in chunk], image=[source] * len(chunk), generator=generators,
-                output_type="pt", **self.call_kwargs,
+                prompt=[instructions[i] for i in chunk],
+                image=[source] * len(chunk),
+                generator=generators,
+                output_type="pt",
+                **self.call_kwargs,
             )
             edited = result.images.float().cpu()
             if edited.shape[-1] == 3:  # some pipelines return channels last

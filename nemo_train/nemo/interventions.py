@@ -36,7 +36,9 @@ Instruction = Any  # str (edit / prompt) or {"attribute": str, "value": ...}
 class Deriver(Protocol):
     """Turns explanations into interventions (``None`` where no intervention can be derived)."""
 
-    def derive(self, sample: ErrorSample, hypotheses: Sequence[str], class_names: Sequence[str]) -> list[Instruction | None]: ...
+    def derive(
+        self, sample: ErrorSample, hypotheses: Sequence[str], class_names: Sequence[str]
+    ) -> list[Instruction | None]: ...
 
 
 #: Words that point at an attribute of a synthetic generator (matched as word prefixes, lower case).
@@ -74,7 +76,9 @@ class KeywordAttributeDeriver:
     ) -> None:
         unknown = [a for a in editable if a not in vocabulary]
         if unknown:
-            raise UserInputError(f"editable attribute(s) {unknown} not in the generator vocabulary {sorted(vocabulary)}")
+            raise UserInputError(
+                f"editable attribute(s) {unknown} not in the generator vocabulary {sorted(vocabulary)}"
+            )
         self.vocabulary = {k: list(v) for k, v in vocabulary.items()}
         self.editable = list(editable)
         self.neutral = dict({"angle": 0} if neutral is None else neutral)
@@ -91,15 +95,24 @@ class KeywordAttributeDeriver:
     def _target_value(self, text: str, attribute: str, current: Any) -> Any:
         values = self.vocabulary[attribute]
         if values and isinstance(values[0], str):
-            found = sorted((m.start(), i) for i, v in enumerate(values) for m in re.finditer(r"\b" + re.escape(v.lower()) + r"\b", text))
+            found = sorted(
+                (m.start(), i)
+                for i, v in enumerate(values)
+                for m in re.finditer(r"\b" + re.escape(v.lower()) + r"\b", text)
+            )
             differing = [i for _, i in found if i != int(current)]
             if differing:
                 return differing[-1]
             fallback = self.neutral.get(attribute)
-            return None if fallback is None else (values.index(fallback) if isinstance(fallback, str) else int(fallback))
+            return (
+                None if fallback is None else (values.index(fallback) if isinstance(fallback, str) else int(fallback))
+            )
         # numbers count only as "<n> degrees" / "<n>°"; "upright" / "straight" mean 0
         text = text.replace("−", "-")
-        found = [(m.start(), float(m.group(1))) for m in re.finditer(r"(?<![\w.])([-+]?\d+(?:\.\d+)?)\s*(?:degrees?|deg\b|°)", text)]
+        found = [
+            (m.start(), float(m.group(1)))
+            for m in re.finditer(r"(?<![\w.])([-+]?\d+(?:\.\d+)?)\s*(?:degrees?|deg\b|°)", text)
+        ]
         found += [(m.start(), 0.0) for m in re.finditer(r"\b(?:upright|straight|level|unrotated)\b", text)]
         numbers = [v for _, v in sorted(found)]
         in_vocab = [n for n in numbers if min(values) <= n <= max(values) and n != float(current)]
@@ -122,7 +135,9 @@ class KeywordAttributeDeriver:
 
     def derive(self, sample: ErrorSample, hypotheses: Sequence[str], class_names: Sequence[str]) -> list[dict | None]:
         if sample.attrs is None:
-            raise UserInputError(f"sample {sample.sample_id!r} has no generator attributes; the keyword deriver needs them")
+            raise UserInputError(
+                f"sample {sample.sample_id!r} has no generator attributes; the keyword deriver needs them"
+            )
         return [self.derive_one(h, sample.attrs) for h in hypotheses]
 
 
@@ -131,7 +146,9 @@ class LLMInstructionDeriver:
     zero-shot prompt (``kind="prompt"``), following App. A.3 of paper 000 (our wording). It sees only
     the explanation and the two class names, never the image."""
 
-    def __init__(self, backend, kind: str = "image", template: str | None = None, prompt_template: str = "a photo of a {}") -> None:
+    def __init__(
+        self, backend, kind: str = "image", template: str | None = None, prompt_template: str = "a photo of a {}"
+    ) -> None:
         if kind not in ("image", "prompt"):
             raise UserInputError(f"intervention kind {kind!r}; expected 'image' or 'prompt'")
         self.backend = backend
@@ -140,12 +157,20 @@ class LLMInstructionDeriver:
         self.prompt_template = prompt_template
 
     def derive(self, sample: ErrorSample, hypotheses: Sequence[str], class_names: Sequence[str]) -> list[str | None]:
-        from nemo_train.nemo.backends.messages import user_message
+        from nemo_train.backends.messages import user_message
 
         true_name, pred_name = class_names[sample.label], class_names[sample.prediction]
         conversations = [
-            [user_message(self.template.format(true_name=true_name, pred_name=pred_name, hypothesis=h,
-                                               original_prompt=self.prompt_template.format(true_name)))]
+            [
+                user_message(
+                    self.template.format(
+                        true_name=true_name,
+                        pred_name=pred_name,
+                        hypothesis=h,
+                        original_prompt=self.prompt_template.format(true_name),
+                    )
+                )
+            ]
             for h in hypotheses
         ]
         replies = self.backend.chat_json_batch(conversations)
@@ -160,7 +185,9 @@ class LLMAttributeDeriver:
     """An MLLM picks the attribute and value an explanation is about, from a generator's vocabulary
     (the language-model counterpart of :class:`KeywordAttributeDeriver`); invalid replies give ``None``."""
 
-    def __init__(self, backend, vocabulary: Mapping[str, Sequence], editable: Sequence[str] = ("color", "angle")) -> None:
+    def __init__(
+        self, backend, vocabulary: Mapping[str, Sequence], editable: Sequence[str] = ("color", "angle")
+    ) -> None:
         self.backend = backend
         self.vocabulary = {k: list(v) for k, v in vocabulary.items()}
         self.editable = list(editable)
@@ -178,12 +205,18 @@ class LLMAttributeDeriver:
         return {"attribute": reply["attribute"], "value": min(values, key=lambda v: abs(v - number))}
 
     def derive(self, sample: ErrorSample, hypotheses: Sequence[str], class_names: Sequence[str]) -> list[dict | None]:
-        from nemo_train.nemo.backends.messages import user_message
+        from nemo_train.backends.messages import user_message
 
         vocab = "\n".join(f"- {a}: {', '.join(map(str, self.vocabulary[a]))}" for a in self.editable)
         true_name, pred_name = class_names[sample.label], class_names[sample.prediction]
         conversations = [
-            [user_message(prompts.ATTRIBUTE_INSTRUCTION.format(true_name=true_name, pred_name=pred_name, hypothesis=h, vocabulary=vocab))]
+            [
+                user_message(
+                    prompts.ATTRIBUTE_INSTRUCTION.format(
+                        true_name=true_name, pred_name=pred_name, hypothesis=h, vocabulary=vocab
+                    )
+                )
+            ]
             for h in hypotheses
         ]
         return [self._parse(reply[0] if reply else None) for reply in self.backend.chat_json_batch(conversations)]
@@ -211,20 +244,26 @@ class ExactAttributeEditor:
 
     def edit(self, sample: ErrorSample, instructions: Sequence[dict | None]) -> torch.Tensor:
         if sample.attrs is None:
-            raise UserInputError(f"sample {sample.sample_id!r} has no generator attributes; the exact editor needs them")
+            raise UserInputError(
+                f"sample {sample.sample_id!r} has no generator attributes; the exact editor needs them"
+            )
         rows = []
         for instruction in instructions:
             attrs = dict(sample.attrs)
             if instruction is not None:
                 if instruction["attribute"] not in attrs:
-                    raise UserInputError(f"instruction changes {instruction['attribute']!r}; the sample has attributes {sorted(attrs)}")
+                    raise UserInputError(
+                        f"instruction changes {instruction['attribute']!r}; the sample has attributes {sorted(attrs)}"
+                    )
                 attrs[instruction["attribute"]] = instruction["value"]
             rows.append(attrs)
         batch = {k: torch.tensor([r[k] for r in rows]) for k in rows[0]}
         edited = self.renderer.render_batch(**batch)
         if self.quantize:
             edited = edited.clamp(0, 1).mul(255).round().div(255)
-        return torch.where(torch.tensor([i is None for i in instructions]).view(-1, 1, 1, 1), sample.image.expand_as(edited), edited)
+        return torch.where(
+            torch.tensor([i is None for i in instructions]).view(-1, 1, 1, 1), sample.image.expand_as(edited), edited
+        )
 
 
 # --------------------------------------------------------------------------- estimation
@@ -256,7 +295,9 @@ class CounterfactualScorer:
             ``False`` classifies them one at a time (the reference path of ``scripts/bench_scitx.py``).
     """
 
-    def __init__(self, target, deriver: Deriver, editor: ImageEditor | None = None, mode: str = "image", batched: bool = True) -> None:
+    def __init__(
+        self, target, deriver: Deriver, editor: ImageEditor | None = None, mode: str = "image", batched: bool = True
+    ) -> None:
         if mode not in ("image", "prompt"):
             raise UserInputError(f"intervention mode {mode!r}; expected 'image' or 'prompt'")
         if mode == "image" and editor is None:

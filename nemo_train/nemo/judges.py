@@ -13,9 +13,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from nemo_train.backends.base import ChatBackend
+from nemo_train.backends.messages import system_message, user_message
 from nemo_train.errors import UserInputError
-from nemo_train.nemo.backends.base import ChatBackend
-from nemo_train.nemo.backends.messages import system_message, user_message
 
 SCORES = (0.0, 0.5, 1.0)
 
@@ -36,10 +36,42 @@ class FactorCriterion:
 
 
 _COLOUR_WORDS = (
-    "colour", "color", "colours", "colors", "coloured", "colored", "colouring", "coloring", "hue", "hues",
-    "red", "reddish", "green", "greenish", "blue", "bluish", "yellow", "yellowish", "orange", "purple",
-    "violet", "magenta", "pink", "cyan", "teal", "brown", "grey", "gray", "white", "black", "turquoise",
-    "lime", "olive", "navy", "crimson", "scarlet",
+    "colour",
+    "color",
+    "colours",
+    "colors",
+    "coloured",
+    "colored",
+    "colouring",
+    "coloring",
+    "hue",
+    "hues",
+    "red",
+    "reddish",
+    "green",
+    "greenish",
+    "blue",
+    "bluish",
+    "yellow",
+    "yellowish",
+    "orange",
+    "purple",
+    "violet",
+    "magenta",
+    "pink",
+    "cyan",
+    "teal",
+    "brown",
+    "grey",
+    "gray",
+    "white",
+    "black",
+    "turquoise",
+    "lime",
+    "olive",
+    "navy",
+    "crimson",
+    "scarlet",
 )
 
 CRITERIA: dict[str, FactorCriterion] = {
@@ -50,9 +82,29 @@ CRITERIA: dict[str, FactorCriterion] = {
             "sketch, drawing, cartoon, graffiti, embroidery, origami, sculpture, toy, tattoo, video-game "
             "render or other non-photographic depiction, rather than as a real photograph"
         ),
-        keywords=("style", "rendition", "painting", "painted", "sketch", "drawing", "drawn", "cartoon",
-                  "graffiti", "embroidery", "origami", "sculpture", "toy", "tattoo", "artistic", "illustration",
-                  "video game", "plush", "stylized", "stylised", "art"),
+        keywords=(
+            "style",
+            "rendition",
+            "painting",
+            "painted",
+            "sketch",
+            "drawing",
+            "drawn",
+            "cartoon",
+            "graffiti",
+            "embroidery",
+            "origami",
+            "sculpture",
+            "toy",
+            "tattoo",
+            "artistic",
+            "illustration",
+            "video game",
+            "plush",
+            "stylized",
+            "stylised",
+            "art",
+        ),
         partial_keywords=("texture", "simplified", "abstract", "unrealistic", "colors", "colours"),
     ),
     "objectnet": FactorCriterion(
@@ -61,8 +113,23 @@ CRITERIA: dict[str, FactorCriterion] = {
             "an unusual viewpoint, rotation or pose of the object (upside down, on its side, seen from "
             "above or behind) or an unusual background or setting for it"
         ),
-        keywords=("viewpoint", "view", "angle", "rotation", "rotated", "upside down", "sideways", "on its side",
-                  "pose", "orientation", "oriented", "tilted", "background", "setting", "perspective"),
+        keywords=(
+            "viewpoint",
+            "view",
+            "angle",
+            "rotation",
+            "rotated",
+            "upside down",
+            "sideways",
+            "on its side",
+            "pose",
+            "orientation",
+            "oriented",
+            "tilted",
+            "background",
+            "setting",
+            "perspective",
+        ),
         partial_keywords=("context", "position", "placement", "surroundings", "cluttered", "scene"),
     ),
     "imagenet_d": FactorCriterion(
@@ -71,8 +138,24 @@ CRITERIA: dict[str, FactorCriterion] = {
             "the background the object is placed in, or the texture or material the object is made of "
             "(for example a wooden, plastic, glass or woven version of the object)"
         ),
-        keywords=("background", "texture", "textured", "material", "made of", "wooden", "wood", "plastic",
-                  "glass", "metal", "metallic", "woven", "fabric", "stone", "paper", "surface pattern"),
+        keywords=(
+            "background",
+            "texture",
+            "textured",
+            "material",
+            "made of",
+            "wooden",
+            "wood",
+            "plastic",
+            "glass",
+            "metal",
+            "metallic",
+            "woven",
+            "fabric",
+            "stone",
+            "paper",
+            "surface pattern",
+        ),
         partial_keywords=("surface", "appearance", "pattern", "setting", "context", "finish"),
     ),
     "cmnist": FactorCriterion(
@@ -90,8 +173,20 @@ CRITERIA: dict[str, FactorCriterion] = {
             "the material of the object: metal versus rubber, i.e. a shiny, reflective metallic surface "
             "versus a matte one"
         ),
-        keywords=("material", "materials", "metal", "metallic", "rubber", "shiny", "matte", "reflective",
-                  "reflection", "reflections", "glossy", "specular"),
+        keywords=(
+            "material",
+            "materials",
+            "metal",
+            "metallic",
+            "rubber",
+            "shiny",
+            "matte",
+            "reflective",
+            "reflection",
+            "reflections",
+            "glossy",
+            "specular",
+        ),
         partial_keywords=("surface", "texture", "finish", "lighting", "appearance"),
     ),
 }
@@ -182,8 +277,12 @@ class LLMJudge:
     """
 
     def __init__(
-        self, backend: ChatBackend, criterion: str | FactorCriterion, name: str | None = None,
-        max_tokens: int = 256, max_reasks: int = 2,
+        self,
+        backend: ChatBackend,
+        criterion: str | FactorCriterion,
+        name: str | None = None,
+        max_tokens: int = 256,
+        max_reasks: int = 2,
     ) -> None:
         self.backend = backend
         self.criterion = get_criterion(criterion)
@@ -204,7 +303,10 @@ class LLMJudge:
     def judge(self, items: list[JudgeItem]) -> list[Judgement]:
         """Score each item (requests run ``backend.concurrency`` at a time)."""
         replies = self.backend.chat_json_batch(
-            [self.messages(item) for item in items], n=1, temperature=0.0, max_tokens=self.max_tokens,
+            [self.messages(item) for item in items],
+            n=1,
+            temperature=0.0,
+            max_tokens=self.max_tokens,
             max_reasks=self.max_reasks,
         )
         out = []
@@ -229,7 +331,9 @@ class KeywordJudge:
     benchmarks. Its name says so in every table it appears in.
     """
 
-    def __init__(self, criterion: str | FactorCriterion, name: str = "keyword-judge (closed-vocabulary synthetic only)") -> None:
+    def __init__(
+        self, criterion: str | FactorCriterion, name: str = "keyword-judge (closed-vocabulary synthetic only)"
+    ) -> None:
         self.criterion = get_criterion(criterion)
         if not self.criterion.keywords:
             raise UserInputError(f"criterion {self.criterion.name!r} has no keywords; KeywordJudge needs a vocabulary")

@@ -109,12 +109,16 @@ class ReferenceIndex:
             raise UserInputError(f"reference features of shape {tuple(features.shape)}; expected [N, D]")
         labels = torch.as_tensor(labels).long().flatten().cpu()
         if labels.numel() != features.shape[0]:
-            raise UserInputError(f"{labels.numel()} labels for {features.shape[0]} reference features; expected one each")
+            raise UserInputError(
+                f"{labels.numel()} labels for {features.shape[0]} reference features; expected one each"
+            )
         keep = torch.ones_like(labels, dtype=torch.bool)
         if correct is not None:
             keep = torch.as_tensor(correct).bool().flatten().cpu()
             if keep.numel() != labels.numel():
-                raise UserInputError(f"{keep.numel()} correctness flags for {labels.numel()} references; expected one each")
+                raise UserInputError(
+                    f"{keep.numel()} correctness flags for {labels.numel()} references; expected one each"
+                )
         if chunk_size < 1:
             raise UserInputError(f"chunk_size={chunk_size}; expected an integer >= 1")
         device = torch.device(device) if device is not None else features.device
@@ -134,7 +138,9 @@ class ReferenceIndex:
             try:
                 import faiss  # noqa: F401
             except ImportError:
-                raise UserInputError("use_faiss=True but faiss is not installed; pip install faiss-cpu or use_faiss=False") from None
+                raise UserInputError(
+                    "use_faiss=True but faiss is not installed; pip install faiss-cpu or use_faiss=False"
+                ) from None
 
     def __len__(self) -> int:
         return self.embeddings.shape[0]
@@ -206,17 +212,24 @@ class ReferenceIndex:
         return RetrievalResult(top, torch.where(torch.isfinite(top), indices, torch.full_like(indices, -1)))
 
     def retrieve(
-        self, queries: torch.Tensor, true_labels: torch.Tensor, predicted_labels: torch.Tensor, k: int,
+        self,
+        queries: torch.Tensor,
+        true_labels: torch.Tensor,
+        predicted_labels: torch.Tensor,
+        k: int,
         class_relevance: bool = True,
     ) -> list[list[int]]:
         """SciTX observations: per query, the ``k`` nearest correctly classified references of class
         ``y`` or ``y_hat`` (any class when ``class_relevance=False``), nearest first."""
         classes = None
         if class_relevance:
-            classes = torch.stack([torch.as_tensor(true_labels).long().flatten(),
-                                   torch.as_tensor(predicted_labels).long().flatten()], 1)
+            classes = torch.stack(
+                [torch.as_tensor(true_labels).long().flatten(), torch.as_tensor(predicted_labels).long().flatten()], 1
+            )
         return self.search(queries, k, classes).as_lists()
 
     def __repr__(self) -> str:
-        return (f"ReferenceIndex(references={len(self)}, dim={self.embeddings.shape[1]}, classes={len(self._blocks)}, "
-                f"faiss={self.use_faiss})")
+        return (
+            f"ReferenceIndex(references={len(self)}, dim={self.embeddings.shape[1]}, classes={len(self._blocks)}, "
+            f"faiss={self.use_faiss})"
+        )

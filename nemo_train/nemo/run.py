@@ -126,11 +126,11 @@ def make_backend(spec: dict | None, cache_dir: Path):
     spec = dict(spec)
     kind = spec.pop("kind", "openai")
     if kind == "openai":
-        from nemo_train.nemo.backends import OpenAICompatibleBackend
+        from nemo_train.backends import OpenAICompatibleBackend
 
         return OpenAICompatibleBackend(cache=cache_dir, **spec)
     if kind == "hf_local":
-        from nemo_train.nemo.backends import HFLocalBackend
+        from nemo_train.backends import HFLocalBackend
 
         return HFLocalBackend(cache=cache_dir, **spec)
     raise UserInputError(f"backend kind {kind!r}; expected 'openai' or 'hf_local'")
@@ -158,7 +158,9 @@ def make_panel(judges: list[dict] | None, criterion: str, cache_dir: Path):
     return JudgePanel([LLMJudge(make_backend(spec, cache_dir), criterion) for spec in judges])
 
 
-def make_scorer(benchmark, target, backend, editor: str | None, batched: bool = True, seed: int = 0, deriver: str = "auto"):
+def make_scorer(
+    benchmark, target, backend, editor: str | None, batched: bool = True, seed: int = 0, deriver: str = "auto"
+):
     """The counterfactual test: exact editor on generated data, a diffusers editor or prompt swap otherwise."""
     from nemo_train.nemo import interventions as iv
 
@@ -174,18 +176,38 @@ def make_scorer(benchmark, target, backend, editor: str | None, batched: bool = 
     if backend is None:
         raise UserInputError(f"benchmark {benchmark.name!r} needs an explainer endpoint to derive interventions")
     if editor == "prompt":
-        return iv.CounterfactualScorer(target, iv.LLMInstructionDeriver(backend, "prompt", prompt_template=target.template), mode="prompt", batched=batched)
+        return iv.CounterfactualScorer(
+            target,
+            iv.LLMInstructionDeriver(backend, "prompt", prompt_template=target.template),
+            mode="prompt",
+            batched=batched,
+        )
     if editor in (None, "exact"):
-        raise UserInputError(f"benchmark {benchmark.name!r} has no renderer; set editor to a diffusers model id/path or 'prompt'")
+        raise UserInputError(
+            f"benchmark {benchmark.name!r} has no renderer; set editor to a diffusers model id/path or 'prompt'"
+        )
     from nemo_train.nemo.editors import DiffusersEditor
 
-    return iv.CounterfactualScorer(target, iv.LLMInstructionDeriver(backend, "image"), DiffusersEditor(editor, seed=seed), batched=batched)
+    return iv.CounterfactualScorer(
+        target, iv.LLMInstructionDeriver(backend, "image"), DiffusersEditor(editor, seed=seed), batched=batched
+    )
 
 
-def make_methods(names: list[str], validation: bool, benchmark, target, backend, scorer, k: int, m: int, clip_model: str | None,
-                 hypotheses: str = "auto"):
+def make_methods(
+    names: list[str],
+    validation: bool,
+    benchmark,
+    target,
+    backend,
+    scorer,
+    k: int,
+    m: int,
+    clip_model: str | None,
+    hypotheses: str = "auto",
+):
     """Method objects in table order; ``validation`` adds each baseline's "+validation" variant."""
-    from nemo_train.nemo.methods import cam_mllm, change_mllm, error_retrieval, reference, scitx, validation as val
+    from nemo_train.nemo.methods import cam_mllm, change_mllm, error_retrieval, reference, scitx
+    from nemo_train.nemo.methods import validation as val
     from nemo_train.nemo.targets import ZeroShotTarget, tiny_random_clip
 
     unknown = [n for n in names if n not in METHODS]
@@ -200,7 +222,9 @@ def make_methods(names: list[str], validation: bool, benchmark, target, backend,
                 if benchmark.vocabulary is None:
                     raise UserInputError("SciTX without an explainer endpoint works only on generated benchmarks")
                 cause = benchmark.cause or {}
-                hyp = scitx.AttributeContrastHypothesizer(benchmark.vocabulary, cause.get("editable", ("color", "angle")), cause.get("object", "digit"))
+                hyp = scitx.AttributeContrastHypothesizer(
+                    benchmark.vocabulary, cause.get("editable", ("color", "angle")), cause.get("object", "digit")
+                )
             elif backend is None:
                 raise UserInputError(f"hypotheses {hypotheses!r} needs an explainer backend")
             elif hypotheses == "plain":
@@ -211,7 +235,11 @@ def make_methods(names: list[str], validation: bool, benchmark, target, backend,
             out.append(scitx.SciTX(target, hyp, scorer, k=k, m=m, captioner=captioner))
             continue
         if name == "error_retrieval":
-            encoder = ZeroShotTarget(clip_model, benchmark.class_names) if clip_model else tiny_random_clip(benchmark.class_names)
+            encoder = (
+                ZeroShotTarget(clip_model, benchmark.class_names)
+                if clip_model
+                else tiny_random_clip(benchmark.class_names)
+            )
             method = error_retrieval.ErrorRetrieval(encoder)
             if not clip_model:
                 method.name = "ErrorRetrieval(random CLIP)"
@@ -229,16 +257,29 @@ def make_methods(names: list[str], validation: bool, benchmark, target, backend,
     return out
 
 
-def load_benchmark(benchmark: str, target, n: int, seed: int, data_root: str | None, reference_root: str | None, test_styles: int = 2,
-                   mapping=None, data_kwargs: dict | None = None):
+def load_benchmark(
+    benchmark: str,
+    target,
+    n: int,
+    seed: int,
+    data_root: str | None,
+    reference_root: str | None,
+    test_styles: int = 2,
+    mapping=None,
+    data_kwargs: dict | None = None,
+):
     from nemo_train.nemo.benchmark import build_folder_benchmark, build_synthetic_benchmark
 
     if benchmark in SYNTHETIC_BENCHMARKS:
-        return build_synthetic_benchmark(benchmark, target=target, n=n, seed=seed, test_styles=test_styles, datamodule_kwargs=data_kwargs)
+        return build_synthetic_benchmark(
+            benchmark, target=target, n=n, seed=seed, test_styles=test_styles, datamodule_kwargs=data_kwargs
+        )
     if data_root is None:
         raise UserInputError(f"benchmark {benchmark!r} needs data_root (its image folder)")
     folders = mapping.folders if mapping is not None else None
-    return build_folder_benchmark(benchmark, data_root, target, benchmark, n=n, seed=seed, class_folders=folders, extra_reference=reference_root)
+    return build_folder_benchmark(
+        benchmark, data_root, target, benchmark, n=n, seed=seed, class_folders=folders, extra_reference=reference_root
+    )
 
 
 def _jsonable(value: Any) -> Any:
@@ -293,13 +334,22 @@ def _log_wandb(records: list[dict], summary, benchmark_name: str, images: dict[s
     for (method, target), s in summary.items():
         table.add_data(method, target, s["llm_match"], s["cei"], s["n"])
     judge_names = sorted({j for r in records for j in r["judges"]})
-    samples = wandb.Table(columns=["image", "y", "y_hat", "method", "target", "explanation", "edit", "edited image", "cei", *judge_names])
+    samples = wandb.Table(
+        columns=["image", "y", "y_hat", "method", "target", "explanation", "edit", "edited image", "cei", *judge_names]
+    )
     for r in records:
         image, edited = images.get(r["key"], (None, None))
         samples.add_data(
-            wandb.Image(image.permute(1, 2, 0).numpy()) if image is not None else None, r["label"], r["prediction"], r["method"],
-            r["target"], r["explanation"], json.dumps(r["instruction"]), wandb.Image(edited.permute(1, 2, 0).numpy()) if edited is not None else None,
-            r["cei"], *[r["judges"].get(j) for j in judge_names],
+            wandb.Image(image.permute(1, 2, 0).numpy()) if image is not None else None,
+            r["label"],
+            r["prediction"],
+            r["method"],
+            r["target"],
+            r["explanation"],
+            json.dumps(r["instruction"]),
+            wandb.Image(edited.permute(1, 2, 0).numpy()) if edited is not None else None,
+            r["cei"],
+            *[r["judges"].get(j) for j in judge_names],
         )
     run.log({f"nemo/{benchmark_name}/table": table, f"nemo/{benchmark_name}/samples": samples})
 
@@ -366,7 +416,9 @@ def nemo_eval(
         raise UserInputError(f"n={n}, k={k}, m={m}; each must be at least 1")
     missing = [spec for spec in targets if spec.endswith(".ckpt") and not Path(spec).is_file()]
     if missing:  # before anything is written to out_dir
-        raise UserInputError(f"classifier checkpoint(s) {missing} do not exist; train one with `nemo-train fit --config configs/cmnist/model_a.yaml`")
+        raise UserInputError(
+            f"classifier checkpoint(s) {missing} do not exist; train one with `nemo-train fit --config configs/cmnist/model_a.yaml`"
+        )
     methods = list(methods or ["scitx", "error_retrieval", "cam_mllm", "change_mllm"])
     out = Path(out_dir)
     store = ResultStore(out / "results.jsonl")
@@ -380,18 +432,26 @@ def nemo_eval(
     if not judges:
         offline.append("judging by the keyword judge")
     if offline:
-        print(f"note: offline parts in use ({'; '.join(offline)}); they suit only closed-vocabulary synthetic benchmarks.")
+        print(
+            f"note: offline parts in use ({'; '.join(offline)}); they suit only closed-vocabulary synthetic benchmarks."
+        )
     mapping, class_names = None, None
     if benchmark not in SYNTHETIC_BENCHMARKS:
         from nemo_train.nemo.targets import ClassMapping
 
         if data_root is None or not Path(data_root).is_dir():
-            raise UserInputError(f"benchmark {benchmark!r} needs data_root, an existing image folder; got {data_root!r}")
+            raise UserInputError(
+                f"benchmark {benchmark!r} needs data_root, an existing image folder; got {data_root!r}"
+            )
         if mapping_file is not None:
             mapping = ClassMapping.from_json(mapping_file)
         elif benchmark == "imagenet_r":
             mapping = ClassMapping.from_wnids(sorted(p.name for p in Path(data_root).iterdir() if p.is_dir()))
-        class_names = mapping.class_names if mapping is not None else sorted(p.name for p in Path(data_root).iterdir() if p.is_dir())
+        class_names = (
+            mapping.class_names
+            if mapping is not None
+            else sorted(p.name for p in Path(data_root).iterdir() if p.is_dir())
+        )
 
     started, skipped, done = time.perf_counter(), 0, 0
     keys: list[str] = []
@@ -428,15 +488,27 @@ def nemo_eval(
         print(f"explainer calls: {backend.stats.requests} sent, {backend.stats.cache_hits} from cache")
     if wandb:
         _log_wandb(records, summary, benchmark, images)
-    return {"summary": {f"{m}|{t}": v for (m, t), v in summary.items()}, "computed": done, "resumed": skipped,
-            "results": str(store.path)}
+    return {
+        "summary": {f"{m}|{t}": v for (m, t), v in summary.items()},
+        "computed": done,
+        "resumed": skipped,
+        "results": str(store.path),
+    }
 
 
 def _run_global(store: ResultStore, bench, target_name: str, backend, scorer, panel) -> list[str]:
     """Summarise the finished SciTX explanations of this target and score the summary on every error."""
-    from nemo_train.nemo.methods.global_explanation import GlobalExplanation, summarize_attribute_explanations, summarize_explanations
+    from nemo_train.nemo.methods.global_explanation import (
+        GlobalExplanation,
+        summarize_attribute_explanations,
+        summarize_explanations,
+    )
 
-    texts = [store.records[k]["explanation"] for k in (ResultStore.key(target_name, "SciTX", s.sample_id) for s in bench.errors) if k in store]
+    texts = [
+        store.records[k]["explanation"]
+        for k in (ResultStore.key(target_name, "SciTX", s.sample_id) for s in bench.errors)
+        if k in store
+    ]
     if not texts:
         raise UserInputError("global_explanation needs SciTX in methods")
     keys = [ResultStore.key(target_name, "Global", s.sample_id) for s in bench.errors]
@@ -446,7 +518,9 @@ def _run_global(store: ResultStore, bench, target_name: str, backend, scorer, pa
         text = summarize_explanations(backend, texts)
     else:
         cause = bench.cause or {}
-        text = summarize_attribute_explanations(texts, bench.vocabulary or {}, cause.get("object", "digit"), cause.get("attribute", "color"))
+        text = summarize_attribute_explanations(
+            texts, bench.vocabulary or {}, cause.get("object", "digit"), cause.get("attribute", "color")
+        )
     if not text:
         print("global explanation: the summary came back empty; skipped")
         return []
@@ -481,7 +555,9 @@ def demo_step(ctx) -> None:
     """
     checkpoint = ctx.checkpoints.get("cmnist_model_a")
     if checkpoint is None:
-        raise UserInputError("the nemo-eval demo step needs the cmnist_model_a checkpoint; run the cmnist_pair step first")
+        raise UserInputError(
+            "the nemo-eval demo step needs the cmnist_model_a checkpoint; run the cmnist_pair step first"
+        )
     out_dir = Path(ctx.out_dir) / "nemo_eval"
     result = nemo_eval(
         benchmark="cmnist",
@@ -502,8 +578,15 @@ def demo_step(ctx) -> None:
     if adapter is not None and Path(adapter).is_dir():
         print("\nSciTX with hypotheses from the fine-tuned tiny explainer (plain-sentence replies, keyword deriver):")
         explained = nemo_eval(
-            benchmark="cmnist", targets=[str(checkpoint)], methods=["scitx"], n=4 if ctx.fast else 10, m=2,
-            test_styles=1 if ctx.fast else 2, explainer={"kind": "hf_local", "model_name_or_path": str(adapter)},
-            hypotheses="plain", deriver="keyword", out_dir=str(out_dir / "tiny_explainer"),
+            benchmark="cmnist",
+            targets=[str(checkpoint)],
+            methods=["scitx"],
+            n=4 if ctx.fast else 10,
+            m=2,
+            test_styles=1 if ctx.fast else 2,
+            explainer={"kind": "hf_local", "model_name_or_path": str(adapter)},
+            hypotheses="plain",
+            deriver="keyword",
+            out_dir=str(out_dir / "tiny_explainer"),
         )
         ctx.artifacts["nemo_eval_explainer_results"] = Path(explained["results"])

@@ -42,7 +42,11 @@ class ClassMapping:
     """
 
     def __init__(
-        self, class_names: Sequence[str], ids: Sequence[Sequence[int]], num_source_classes: int = 1000, folders: Sequence[str] | None = None
+        self,
+        class_names: Sequence[str],
+        ids: Sequence[Sequence[int]],
+        num_source_classes: int = 1000,
+        folders: Sequence[str] | None = None,
     ) -> None:
         if len(class_names) != len(ids):
             raise UserInputError(f"class mapping has {len(class_names)} names but {len(ids)} id sets")
@@ -86,7 +90,9 @@ class ClassMapping:
             raise UserInputError(f"class mapping file {str(path)!r} does not exist")
         data = json.loads(path.read_text())
         if not isinstance(data, dict):
-            raise UserInputError(f"class mapping file {str(path)!r} must hold a JSON object name -> list of ImageNet ids")
+            raise UserInputError(
+                f"class mapping file {str(path)!r} must hold a JSON object name -> list of ImageNet ids"
+            )
         ids = [[v] if isinstance(v, int) else list(v) for v in data.values()]
         return cls(list(data), ids, num_source_classes)
 
@@ -99,7 +105,9 @@ class ClassMapping:
         order = {w: i for i, w in enumerate(info.label_names())}
         unknown = [w for w in wnids if w not in order]
         if unknown:
-            raise UserInputError(f"unknown ImageNet WordNet id(s) {unknown[:5]}; expected folder names like 'n01443537'")
+            raise UserInputError(
+                f"unknown ImageNet WordNet id(s) {unknown[:5]}; expected folder names like 'n01443537'"
+            )
         names = [info.index_to_description(order[w]).split(",")[0] for w in wnids]
         return cls(names, [[order[w]] for w in wnids], folders=wnids)
 
@@ -155,7 +163,9 @@ class ClassifierTarget(Target):
     def _resize(self, images: torch.Tensor) -> torch.Tensor:
         images = _check_images(images).to(self.device)
         if self.image_size and images.shape[-1] != self.image_size:
-            images = F.interpolate(images, size=(self.image_size, self.image_size), mode="bilinear", antialias=True, align_corners=False)
+            images = F.interpolate(
+                images, size=(self.image_size, self.image_size), mode="bilinear", antialias=True, align_corners=False
+            )
         return images
 
     def logits(self, images: torch.Tensor) -> torch.Tensor:
@@ -353,7 +363,9 @@ class ZeroShotTarget(Target):
 
     def _embed_image(self, images: torch.Tensor) -> torch.Tensor:
         images = _check_images(images).to(self.device)
-        images = F.interpolate(images, size=(self.image_size, self.image_size), mode="bicubic", antialias=True, align_corners=False).clamp(0, 1)
+        images = F.interpolate(
+            images, size=(self.image_size, self.image_size), mode="bicubic", antialias=True, align_corners=False
+        ).clamp(0, 1)
         pixels = (images - self.mean) / self.std
         return F.normalize(self._pooled(self.model.get_image_features(pixel_values=pixels)).float(), dim=-1)
 
@@ -416,7 +428,14 @@ def tiny_random_clip(class_names: Sequence[str], seed: int = 0, image_size: int 
     torch.manual_seed(seed)
     layers = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2)
     config = CLIPConfig(
-        text_config=dict(vocab_size=len(vocab), max_position_embeddings=128, bos_token_id=bos, eos_token_id=eos, pad_token_id=eos, **layers),
+        text_config=dict(
+            vocab_size=len(vocab),
+            max_position_embeddings=128,
+            bos_token_id=bos,
+            eos_token_id=eos,
+            pad_token_id=eos,
+            **layers,
+        ),
         vision_config=dict(image_size=image_size, patch_size=8, **layers),
         projection_dim=16,
     )

@@ -34,10 +34,22 @@ def test_callback_logs_table_metrics_after_validation_only():
     autoencoder = CompetencyAutoencoder(image_size=8, widths=(4,), latent_dim=4, lr=1e-2)
     estimator = PaRCE(MeanClassifier(), autoencoder, num_classes=2)
     callback = CounterfactualMetricsCallback(
-        estimator, constant_images([0.45, 0.5, 0.55]), holdout, methods=("Reco", "LGD", "LNN"), generator_options={"LGD": {"max_iter": 3}}
+        estimator,
+        constant_images([0.45, 0.5, 0.55]),
+        holdout,
+        methods=("Reco", "LGD", "LNN"),
+        generator_options={"LGD": {"max_iter": 3}},
     )
-    trainer = L.Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, num_sanity_val_steps=1, callbacks=[callback])
+    trainer = L.Trainer(
+        max_epochs=1,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=1,
+        callbacks=[callback],
+    )
     trainer.fit(autoencoder, train_dataloaders=train, val_dataloaders=_batches(values, labels))
     assert estimator.fitted and estimator.autoencoder is autoencoder
     assert set(callback.last_results) == {"Orig", "Reco", "LGD", "LNN"}

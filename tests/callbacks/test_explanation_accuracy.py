@@ -61,7 +61,9 @@ def scripted(monkeypatch):
         return [[texts[image]] for image in images]
 
     monkeypatch.setattr(generation, "generate_explanations", fake_generate)
-    return [ExplanationRecord(image=f"img{i}.png", explanation="ref", cause=cause) for i, (cause, _) in enumerate(CASES)]
+    return [
+        ExplanationRecord(image=f"img{i}.png", explanation="ref", cause=cause) for i, (cause, _) in enumerate(CASES)
+    ]
 
 
 def test_per_cause_accuracy_matches_hand_counts(scripted):

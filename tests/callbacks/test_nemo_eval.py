@@ -61,7 +61,13 @@ class TinyModule(L.LightningModule):
 def toy_setup():
     target = RedGreenTarget()
     errors = [
-        ErrorSample(f"e{i}", PALETTE[1][:, None, None].expand(3, 4, 4).clone(), 0, 1, {"digit": 3, "color": 1, "angle": 10, "style": 0})
+        ErrorSample(
+            f"e{i}",
+            PALETTE[1][:, None, None].expand(3, 4, 4).clone(),
+            0,
+            1,
+            {"digit": 3, "color": 1, "angle": 10, "style": 0},
+        )
         for i in range(2)
     ]
     bench = NemoBenchmark("toy", target.class_names, "cmnist", errors, None, SolidRenderer(), VOCAB)
@@ -83,8 +89,16 @@ def test_logs_hand_computed_cei_and_llm_match_and_skips_sanity_check():
 
     callback = NemoEvalCallback(bench, scorer, panel, explain_fn=explain_fn)
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 2)), batch_size=4)
-    trainer = L.Trainer(max_epochs=2, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, num_sanity_val_steps=1, callbacks=[callback])
+    trainer = L.Trainer(
+        max_epochs=2,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=1,
+        callbacks=[callback],
+    )
     trainer.fit(TinyModule(), data, data)
     assert calls == [2, 2]  # once per validation epoch, never in the sanity check
     cei_colour = 100 * (p_true(1, 0) - p_true(0, 1))  # green -> red
@@ -108,11 +122,20 @@ def test_wandb_table_only_with_a_wandb_logger():
 
     other = SimpleNamespace(log_table=lambda *a, **k: pytest.fail("a non-W&B logger got a table"))
     wandb_logger = FakeWandb()
-    trainer = SimpleNamespace(sanity_checking=False, current_epoch=0, global_rank=0, world_size=1, is_global_zero=True,
-                              loggers=[other, wandb_logger], global_step=7)
+    trainer = SimpleNamespace(
+        sanity_checking=False,
+        current_epoch=0,
+        global_rank=0,
+        world_size=1,
+        is_global_zero=True,
+        loggers=[other, wandb_logger],
+        global_step=7,
+    )
     module = TinyModule()
     module.log_dict = lambda *a, **k: None
-    callback = NemoEvalCallback(bench, scorer, panel, explain_fn=lambda m, images: ["colour green, correct ones are red"] * len(images))
+    callback = NemoEvalCallback(
+        bench, scorer, panel, explain_fn=lambda m, images: ["colour green, correct ones are red"] * len(images)
+    )
     callback.on_validation_epoch_end(trainer, module)
     ((key, columns, rows),) = wandb_logger.tables
     assert key == "nemo/explanations" and columns[3] == "explanation" and len(rows) == 2

@@ -5,7 +5,6 @@ import os
 os.environ.setdefault("WANDB_MODE", "disabled")
 
 import pytest  # noqa: E402
-
 from competency_toys import ShrinkAutoencoder, toy_estimator_fitted  # noqa: E402
 
 

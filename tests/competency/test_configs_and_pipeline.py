@@ -65,7 +65,9 @@ def test_competency_data_is_the_classifier_training_data(path):
     # counterfactual preset and its autoencoder preset use the data of the classifier preset they name.
     config = yaml.safe_load(path.read_text())
     classifier = _classifier_preset(config["classifier_checkpoint"])["data"]
-    autoencoder = yaml.safe_load((CONFIGS / path.name.replace("counterfactuals_", "").replace(".yaml", "_autoencoder.yaml")).read_text())["data"]
+    autoencoder = yaml.safe_load(
+        (CONFIGS / path.name.replace("counterfactuals_", "").replace(".yaml", "_autoencoder.yaml")).read_text()
+    )["data"]
 
     def training_data(data: dict) -> tuple[str, dict]:
         return data["class_path"], {k: v for k, v in data["init_args"].items() if k not in LOADING_ONLY}
@@ -78,9 +80,14 @@ def test_competency_data_is_the_classifier_training_data(path):
 def test_counterfactuals_command_prints_table_one(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(PIPELINE_COMMANDS, "counterfactuals", "nemo_train.competency.pipeline:counterfactuals")
     config = {
-        "datamodule": {"class_path": "datamodules.cmnist.CMNISTDataModule", "init_args": {"train_size": 1000, "test_styles": 1, "batch_size": 32}},
-        "autoencoder": {"class_path": "nemo_train.competency.autoencoder.CompetencyAutoencoder",
-                        "init_args": {"image_size": 28, "widths": [8, 16], "latent_dim": 16}},
+        "datamodule": {
+            "class_path": "datamodules.cmnist.CMNISTDataModule",
+            "init_args": {"train_size": 1000, "test_styles": 1, "batch_size": 32},
+        },
+        "autoencoder": {
+            "class_path": "nemo_train.competency.autoencoder.CompetencyAutoencoder",
+            "init_args": {"image_size": 28, "widths": [8, 16], "latent_dim": 16},
+        },
         "out_dir": str(tmp_path / "out"),
         "per_cause": 2,
         "threshold": 0.1,
@@ -99,26 +106,57 @@ def test_counterfactuals_command_prints_table_one(tmp_path, monkeypatch, capsys)
     assert set(results["table"]) == {"Orig", "IGD", "FGD", "Reco", "LGD", "LNN"}
     written = json.loads((tmp_path / "out" / "results.json").read_text())
     assert written["table"]["Orig"]["success"] == 0.0  # the six-cause set holds low-competency images only
-    for name in ("table.txt", "grid.png", "reliability.png", "classifier.ckpt", "parce/parce.json", "parce/parce.safetensors"):
+    for name in (
+        "table.txt",
+        "grid.png",
+        "reliability.png",
+        "classifier.ckpt",
+        "parce/parce.json",
+        "parce/parce.safetensors",
+    ):
         assert (tmp_path / "out" / name).is_file()
     # the run records what it used, so the benchmark can time the same classifier and estimator
     assert written["run"]["classifier_checkpoint"] == str(tmp_path / "out" / "classifier.ckpt")
-    assert written["run"]["estimator_dir"] == str(tmp_path / "out" / "parce") and written["run"]["channels_last"] is True
+    assert (
+        written["run"]["estimator_dir"] == str(tmp_path / "out" / "parce") and written["run"]["channels_last"] is True
+    )
     assert written["run"]["datamodule"] == {
         "class_path": "datamodules.cmnist.CMNISTDataModule",
-        "init_args": {"data_dir": None, "bias": "model_a", "train_size": 1000, "test_styles": 1, "batch_size": 32, "num_workers": 0, "seed": 0},
+        "init_args": {
+            "data_dir": None,
+            "bias": "model_a",
+            "train_size": 1000,
+            "test_styles": 1,
+            "batch_size": 32,
+            "num_workers": 0,
+            "seed": 0,
+        },
     }
     assert written["run"]["cause_directions"] == {"brightness": "up", "contrast": "down", "saturation": "down"}
     # the sweep script rebuilds the run's data and estimator from that record
     sweep = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "sweep_causes.py"), "--run_dir", str(tmp_path / "out"), "--images", "12", "--severities", "1"],
-        capture_output=True, text=True, check=True, cwd=ROOT,
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "sweep_causes.py"),
+            "--run_dir",
+            str(tmp_path / "out"),
+            "--images",
+            "12",
+            "--severities",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
     )
     rows = [line for line in sweep.stdout.splitlines() if line.startswith("| ") and "---" not in line]
     assert len(rows) == 1 + 1 + 3 + 2 * 3  # header, clean, 3 causes with one direction, 3 with two
     assert "| brightness | down | 1 |" in sweep.stdout and "| brightness | up (default) | 1 |" in sweep.stdout
     # a second run trains a new autoencoder (the parser builds it from another random state): the seed decides
-    run_pipeline("counterfactuals", ["--config", str(path), "--estimator_dir", str(tmp_path / "parce2"), "--methods", "[Reco]"])
+    run_pipeline(
+        "counterfactuals", ["--config", str(path), "--estimator_dir", str(tmp_path / "parce2"), "--methods", "[Reco]"]
+    )
     first, second = (tmp_path / "out" / "parce" / "parce.safetensors"), (tmp_path / "parce2" / "parce.safetensors")
     assert first.read_bytes() == second.read_bytes()
 
@@ -133,7 +171,9 @@ def test_estimator_uses_a_trained_autoencoder_checkpoint_without_training(tmp_pa
 
     datamodule = CMNISTDataModule(train_size=600, test_styles=1, batch_size=64)
     trained = CompetencyAutoencoder(image_size=28, widths=(8, 16), latent_dim=8)
-    trainer = L.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer = L.Trainer(
+        max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False
+    )
     trainer.fit(trained, datamodule)
     path = tmp_path / "autoencoder.ckpt"
     trainer.save_checkpoint(str(path))
@@ -145,7 +185,9 @@ def test_estimator_uses_a_trained_autoencoder_checkpoint_without_training(tmp_pa
         assert torch.equal(estimator.autoencoder.state_dict()[key], value)
     assert (tmp_path / "parce" / "parce.json").is_file()
     with pytest.raises(UserInputError, match="autoencoder checkpoint"):
-        prepare_estimator(classifier, datamodule, untrained, 5, 0.9, "cpu", tmp_path / "other", str(tmp_path / "missing.ckpt"))
+        prepare_estimator(
+            classifier, datamodule, untrained, 5, 0.9, "cpu", tmp_path / "other", str(tmp_path / "missing.ckpt")
+        )
 
 
 def test_counterfactuals_command_rejects_bad_values(tmp_path):

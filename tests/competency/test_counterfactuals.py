@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-
 from competency_toys import constant_images
+
 from nemo_train.competency.counterfactuals import METHODS, LatentNearestNeighbor, build_generator, vector_distance
 from nemo_train.errors import UserInputError
 
@@ -85,7 +85,9 @@ def test_lgd_escapes_an_underflowed_score_only_with_the_log_objective(latent_est
     images = constant_images([0.6])
     paper = build_generator("LGD", latent_estimator, lr=0.1, max_iter=30)(images)
     assert not paper.success.any() and paper.scores[0] == 0
-    assert float(paper.images.mean()) > 0.53  # no pull towards the dark, competent region from the reconstruction at 0.54
+    assert (
+        float(paper.images.mean()) > 0.53
+    )  # no pull towards the dark, competent region from the reconstruction at 0.54
     logged = build_generator("LGD", latent_estimator, lr=0.1, max_iter=30, objective="log_score")(images)
     assert logged.success.all() and float(logged.images.mean()) < 0.2834
 

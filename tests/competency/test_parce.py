@@ -5,14 +5,13 @@ import math
 import numpy as np
 import pytest
 import torch
+from competency_toys import MeanClassifier, constant_images
 from scipy.special import logsumexp
 from scipy.stats import norm
 
 from nemo_train.competency.autoencoder import CompetencyAutoencoder
 from nemo_train.competency.parce import Z_GRID, PaRCE, parce_log_score, parce_score, reliability
 from nemo_train.errors import UserInputError
-
-from competency_toys import MeanClassifier, constant_images
 
 
 def _reference_score(losses, probs, means, stds, z, k=2.0):
@@ -86,7 +85,9 @@ def test_save_and_load_round_trip_without_pickle(toy_estimator, tmp_path):
     loaded = PaRCE.load(tmp_path, MeanClassifier())
     images = constant_images([0.1, 0.4, 0.8])
     # the loaded autoencoder is a plain CompetencyAutoencoder: compare statistics and scores of a real one
-    assert torch.equal(loaded.class_means, toy_estimator.class_means) and float(loaded.zscore) == float(toy_estimator.zscore)
+    assert torch.equal(loaded.class_means, toy_estimator.class_means) and float(loaded.zscore) == float(
+        toy_estimator.zscore
+    )
     assert loaded.holdout_accuracy == toy_estimator.holdout_accuracy
     real = PaRCE(MeanClassifier(), CompetencyAutoencoder(image_size=8, widths=(4,), latent_dim=4), 2)
     real.fit_from(torch.rand(10), torch.rand(10, 2).softmax(-1), torch.arange(10) % 2)

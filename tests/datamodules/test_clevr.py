@@ -36,13 +36,20 @@ def test_render_is_deterministic_and_matches_batch(renderer):
     assert a.shape == (3, 48, 48) and a.dtype == torch.float32
     assert torch.equal(a, b)
     assert 0.0 <= a.min() and a.max() <= 1.0
-    batch = renderer.render_batch(torch.tensor([2, 0]), torch.tensor([1, 0]), torch.tensor([3, 1]), torch.tensor([0, 2]), torch.tensor([5, 7]))
+    batch = renderer.render_batch(
+        torch.tensor([2, 0]), torch.tensor([1, 0]), torch.tensor([3, 1]), torch.tensor([0, 2]), torch.tensor([5, 7])
+    )
     assert torch.allclose(batch[1], a, atol=1e-6)
     assert torch.allclose(batch[0], renderer.render("sphere", "rubber", "green", "small", style=5), atol=1e-6)
 
 
 def test_attribute_vocabulary():
-    assert CLEVRRenderer.attributes == {"shape": SHAPES, "material": MATERIALS, "color": COLOR_NAMES, "size": ["small", "medium", "large"]}
+    assert CLEVRRenderer.attributes == {
+        "shape": SHAPES,
+        "material": MATERIALS,
+        "color": COLOR_NAMES,
+        "size": ["small", "medium", "large"],
+    }
     assert len(COLOR_NAMES) == 8 and "gray" in COLOR_NAMES and "cyan" in COLOR_NAMES
     assert np.prod([len(v) for v in ATTRIBUTES.values()]) == 144
 
@@ -85,7 +92,9 @@ def test_colour_sets_the_mean_hue(renderer):
 
 
 def test_size_grows_the_object_and_style_moves_it(renderer):
-    areas = [_saturated(renderer.render("cube", "rubber", "red", size))[1].sum() for size in ("small", "medium", "large")]
+    areas = [
+        _saturated(renderer.render("cube", "rubber", "red", size))[1].sum() for size in ("small", "medium", "large")
+    ]
     assert areas[0] < areas[1] < areas[2]
     assert areas[2] / areas[0] > 2.5
     canonical = _saturated(renderer.render("sphere", "rubber", "blue", "medium", style=0))[1]
@@ -126,7 +135,9 @@ def test_bias_spec_validation():
         MaterialBias.parse({"favoured_colour": "red"})
     with pytest.raises(UserInputError, match="unknown CLEVR bias preset 'glass'"):
         MaterialBias.parse("glass")
-    probs = MaterialBias.parse({"favoured_material": "rubber", "favoured_fraction": 0.9, "shortcut_fraction": 0.7}).material_probs()
+    probs = MaterialBias.parse(
+        {"favoured_material": "rubber", "favoured_fraction": 0.9, "shortcut_fraction": 0.7}
+    ).material_probs()
     rubber, metal = MATERIALS.index("rubber"), MATERIALS.index("metal")
     assert torch.allclose(probs[SHAPES.index("cube"), [rubber, metal]], torch.tensor([0.9, 0.1]))
     assert torch.allclose(probs[SHAPES.index("cylinder"), [rubber, metal]], torch.tensor([0.3, 0.7]))
@@ -134,7 +145,12 @@ def test_bias_spec_validation():
 
 
 def test_splits_follow_the_bias_and_the_test_grid_is_complete():
-    dm = CLEVRDataModule(bias={"favoured_material": "metal", "favoured_fraction": 0.9, "shortcut_shape": "sphere"}, image_size=16, train_size=1200, test_styles=2)
+    dm = CLEVRDataModule(
+        bias={"favoured_material": "metal", "favoured_fraction": 0.9, "shortcut_shape": "sphere"},
+        image_size=16,
+        train_size=1200,
+        test_styles=2,
+    )
     dm.setup("fit")
     assert (len(dm.train_set), len(dm.val_set), len(dm.test_set)) == (1200, 300, 288)
     assert dm.num_classes == 3 and dm.class_names == SHAPES and dm.group_names == ["aligned", "conflicting"]
@@ -156,7 +172,9 @@ def test_splits_follow_the_bias_and_the_test_grid_is_complete():
     assert set(t["style"].tolist()).isdisjoint(attrs["style"].tolist())
     # Stored images are the renderer's output for the stored attributes.
     i = 17
-    again = dm.renderer.render(*(int(t[k][i]) for k in ("shape", "material", "color", "size")), style=int(t["style"][i]))
+    again = dm.renderer.render(
+        *(int(t[k][i]) for k in ("shape", "material", "color", "size")), style=int(t["style"][i])
+    )
     assert (dm.test_set[i]["image"] - again).abs().max() <= 1 / 255 + 1e-6
     batch = next(iter(dm.train_dataloader()))
     assert batch["image"].shape == (128, 3, 16, 16) and batch["label"].dtype == torch.int64
@@ -176,11 +194,25 @@ def _write_real_clevr(root, renderer, corrupt: int = 1, layout: str = "records")
         name = f"CLEVR_{i:06d}.png"
         img = renderer.render(s, m, c, z, style=i + 1)
         Image.fromarray(img.mul(255).round().byte().permute(1, 2, 0).numpy()).save(root / "images" / name)
-        records.append({"file": f"images/{name}", "shape": SHAPES[s], "material": MATERIALS[m], "color": COLOR_NAMES[c], "size": ATTRIBUTES["size"][z]})
+        records.append(
+            {
+                "file": f"images/{name}",
+                "shape": SHAPES[s],
+                "material": MATERIALS[m],
+                "color": COLOR_NAMES[c],
+                "size": ATTRIBUTES["size"][z],
+            }
+        )
     for i in range(corrupt):
         (root / "images" / records[i]["file"].split("/")[-1]).write_bytes(b"\x89PNG broken")
     if layout == "scenes":
-        scenes = [{"image_filename": r["file"].split("/")[-1], "objects": [{k: r[k] for k in ("shape", "material", "color", "size")}]} for r in records]
+        scenes = [
+            {
+                "image_filename": r["file"].split("/")[-1],
+                "objects": [{k: r[k] for k in ("shape", "material", "color", "size")}],
+            }
+            for r in records
+        ]
         (root / "attributes.json").write_text(json.dumps({"info": {}, "scenes": scenes}))
     else:
         (root / "attributes.json").write_text(json.dumps(records))
@@ -218,7 +250,9 @@ def test_missing_or_malformed_folder(tmp_path):
     dm = CLEVRDataModule(data_dir=str(tmp_path))
     with pytest.raises(UserInputError, match="no attributes.json"):
         dm.setup()
-    (tmp_path / "attributes.json").write_text(json.dumps([{"file": "a.png", "shape": "cube", "material": "metal", "color": "pink", "size": "large"}]))
+    (tmp_path / "attributes.json").write_text(
+        json.dumps([{"file": "a.png", "shape": "cube", "material": "metal", "color": "pink", "size": "large"}])
+    )
     with pytest.raises(UserInputError, match="unknown CLEVR color 'pink'"):
         dm.setup()
 
@@ -232,7 +266,13 @@ def test_config_instantiates(material, tmp_path):
 
     path = Path(__file__).resolve().parents[2] / "configs" / "clevr" / f"{material}.yaml"
     cli = NemoLightningCLI(
-        args=["--config", str(path), "--trainer.accelerator=cpu", "--trainer.logger=false", f"--trainer.default_root_dir={tmp_path}"],
+        args=[
+            "--config",
+            str(path),
+            "--trainer.accelerator=cpu",
+            "--trainer.logger=false",
+            f"--trainer.default_root_dir={tmp_path}",
+        ],
         run=False,
     )
     assert isinstance(cli.datamodule, CLEVRDataModule) and cli.datamodule.bias.favoured_material == material
@@ -251,14 +291,21 @@ def test_trained_cnn_shows_the_planted_material_bias(material, tmp_path):
 
     from nemo_train.models import ClassifierModule
 
-    config = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs" / "clevr" / f"{material}.yaml").read_text())
+    config = yaml.safe_load(
+        (Path(__file__).resolve().parents[2] / "configs" / "clevr" / f"{material}.yaml").read_text()
+    )
     data_args = {**config["data"]["init_args"], "test_styles": 2}
     L.seed_everything(0, verbose=False)
     dm = CLEVRDataModule(**data_args)
     module = ClassifierModule(**config["model"]["init_args"])
     trainer = L.Trainer(
-        max_epochs=config["trainer"]["max_epochs"], accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, default_root_dir=tmp_path,
+        max_epochs=config["trainer"]["max_epochs"],
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
     )
     trainer.fit(module, dm)
     metrics = trainer.test(module, dm, verbose=False)[0]

@@ -81,7 +81,12 @@ def test_splits_follow_the_bias():
     # conflicting = digits 0-4 in a colour other than red: 5 digits x 9 colours x 13 angles
     assert test.groups.sum() == 5 * 9 * 13
     item = test[0]
-    assert set(item) == {"image", "label", "group", "attrs"} and set(item["attrs"]) == {"digit", "color", "angle", "style"}
+    assert set(item) == {"image", "label", "group", "attrs"} and set(item["attrs"]) == {
+        "digit",
+        "color",
+        "angle",
+        "style",
+    }
 
 
 def test_sample_attrs_re_render_the_sample():

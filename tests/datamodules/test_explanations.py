@@ -106,10 +106,17 @@ def test_bad_pairs_are_skipped_and_counted(processor, tmp_path):
         ExplanationRecord(image=str(tmp_path / "broken.png"), explanation="The image is pixelated."),
         ExplanationRecord(image=good, explanation="noise " * 300),
     ]
-    with pytest.warns(UserWarning, match=r"skipped 4 of 5 pairs.*1 empty explanation.*1 missing image.*too long.*1 unreadable image"):
+    with pytest.warns(
+        UserWarning, match=r"skipped 4 of 5 pairs.*1 empty explanation.*1 missing image.*too long.*1 unreadable image"
+    ):
         dataset = ExplanationPairsDataset(records, ConversationEncoder(processor, max_length=128))
     assert len(dataset) == 1
-    assert dict(dataset.skipped) == {"missing image": 1, "empty explanation": 1, "unreadable image": 1, "too long (> 128 tokens)": 1}
+    assert dict(dataset.skipped) == {
+        "missing image": 1,
+        "empty explanation": 1,
+        "unreadable image": 1,
+        "too long (> 128 tokens)": 1,
+    }
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with pytest.raises(UserInputError, match="no usable image-explanation pair"):
@@ -141,7 +148,9 @@ def test_records_round_trip(tmp_path):
 
 
 def test_datamodule_batches_and_side_by_side_counterfactual(processor, pairs):
-    dm = ExplanationDataModule(train_jsonl=str(pairs["train"]), val_jsonl=str(pairs["val"]), use_counterfactual=True, batch_size=4)
+    dm = ExplanationDataModule(
+        train_jsonl=str(pairs["train"]), val_jsonl=str(pairs["val"]), use_counterfactual=True, batch_size=4
+    )
     dm.setup("fit")
     batch = next(iter(dm.train_dataloader()))
     assert batch["input_ids"].shape[0] == 4 and batch["labels"].shape == batch["input_ids"].shape

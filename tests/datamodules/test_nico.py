@@ -41,7 +41,9 @@ def test_render_is_deterministic_and_matches_batch(renderer):
 
 def test_context_sets_the_background_statistics(renderer):
     def background_stats(context):
-        images = renderer.render_batch(torch.zeros(16, dtype=torch.long), torch.full((16,), CONTEXTS.index(context)), torch.arange(16))
+        images = renderer.render_batch(
+            torch.zeros(16, dtype=torch.long), torch.full((16,), CONTEXTS.index(context)), torch.arange(16)
+        )
         border = torch.cat([images[..., :3, :].flatten(2), images[..., -3:, :].flatten(2)], -1)  # top and bottom rows
         hsv = rgb_to_hsv(border.permute(0, 2, 1).reshape(-1, 3).numpy())
         return border.mean().item(), border.mean((0, 2)), hsv
@@ -100,7 +102,10 @@ def test_correlation_level_is_achieved_exactly(correlation):
             mine = context[label == ci]
             share = (mine == CONTEXTS.index(CORRELATED_CONTEXT[name])).float().mean().item()
             assert abs(share - correlation) <= 1.0 / len(mine), (name, share)
-        assert torch.equal(split.groups, (context != torch.tensor([CONTEXTS.index(CORRELATED_CONTEXT[c]) for c in CLASSES])[label]).long())
+        assert torch.equal(
+            split.groups,
+            (context != torch.tensor([CONTEXTS.index(CORRELATED_CONTEXT[c]) for c in CLASSES])[label]).long(),
+        )
     assert len(dm.train_set) == 300 and len(dm.val_set) == 75
     # Unbiased test: every class-context pair equally often.
     pairs = dm.test_set.attrs["object"] * 6 + dm.test_set.attrs["context"]
@@ -188,7 +193,13 @@ def test_config_instantiates(level, tmp_path):
 
     path = Path(__file__).resolve().parents[2] / "configs" / "nico" / f"nico{level}_resnet50.yaml"
     cli = NemoLightningCLI(
-        args=["--config", str(path), "--trainer.accelerator=cpu", "--trainer.logger=false", f"--trainer.default_root_dir={tmp_path}"],
+        args=[
+            "--config",
+            str(path),
+            "--trainer.accelerator=cpu",
+            "--trainer.logger=false",
+            f"--trainer.default_root_dir={tmp_path}",
+        ],
         run=False,
     )
     assert isinstance(cli.datamodule, NICODataModule) and cli.datamodule.hparams.correlation == level / 100

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -20,7 +18,13 @@ STRATEGIES = sorted((CONFIGS / "strategies").glob("*.yaml"))
 @pytest.mark.parametrize("path", PRESETS, ids=lambda p: p.name)
 def test_preset_instantiates_without_loading_weights(path, tmp_path, explainer_cache):
     cli = NemoLightningCLI(
-        args=["--config", str(path), "--trainer.accelerator=cpu", "--trainer.logger=false", f"--trainer.default_root_dir={tmp_path}"],
+        args=[
+            "--config",
+            str(path),
+            "--trainer.accelerator=cpu",
+            "--trainer.logger=false",
+            f"--trainer.default_root_dir={tmp_path}",
+        ],
         run=False,
     )
     from datamodules.explanations import ExplanationDataModule
@@ -32,7 +36,11 @@ def test_preset_instantiates_without_loading_weights(path, tmp_path, explainer_c
     if "qlora" in path.name:  # paper 004, App. C
         hp = cli.model.hparams
         assert (hp.lora_r, hp.lora_alpha, hp.lora_dropout, hp.lr, hp.load_in_4bit) == (16, 16, 0.0, 2e-4, True)
-        assert cli.datamodule.hparams.batch_size == 4 and cli.trainer.accumulate_grad_batches == 4 and cli.trainer.max_epochs == 10
+        assert (
+            cli.datamodule.hparams.batch_size == 4
+            and cli.trainer.accumulate_grad_batches == 4
+            and cli.trainer.max_epochs == 10
+        )
 
 
 class _ParseOnly(NemoLightningCLI):
@@ -79,9 +87,16 @@ def test_tiny_config_fits_through_the_cli(six_cause_pairs, tmp_path, explainer_c
 
     run_lightning_cli(
         [
-            "fit", "--config", str(CONFIGS / "tiny.yaml"), "--trainer.accelerator=cpu", "--trainer.logger=false",
-            "--trainer.max_epochs=1", "--trainer.check_val_every_n_epoch=1", "--trainer.enable_progress_bar=false",
-            f"--data.init_args.train_jsonl={six_cause_pairs['train']}", f"--data.init_args.val_jsonl={six_cause_pairs['val']}",
+            "fit",
+            "--config",
+            str(CONFIGS / "tiny.yaml"),
+            "--trainer.accelerator=cpu",
+            "--trainer.logger=false",
+            "--trainer.max_epochs=1",
+            "--trainer.check_val_every_n_epoch=1",
+            "--trainer.enable_progress_bar=false",
+            f"--data.init_args.train_jsonl={six_cause_pairs['train']}",
+            f"--data.init_args.val_jsonl={six_cause_pairs['val']}",
         ]
     )
     run = tmp_path / "checkpoints" / "explainer_tiny"

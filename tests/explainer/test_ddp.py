@@ -37,10 +37,20 @@ SCRIPT = textwrap.dedent(
 def test_two_process_ddp_on_cpu_trains(six_cause_pairs, explainer_cache, tmp_path):
     script = tmp_path / "ddp_fit.py"
     script.write_text(SCRIPT)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "NEMO_TRAIN_CACHE": str(explainer_cache), "WANDB_MODE": "disabled"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "OMP_NUM_THREADS": "1",
+        "NEMO_TRAIN_CACHE": str(explainer_cache),
+        "WANDB_MODE": "disabled",
+    }
     done = subprocess.run(
         [sys.executable, str(script), str(six_cause_pairs["train"]), str(six_cause_pairs["val"]), str(tmp_path)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]

@@ -18,5 +18,7 @@ def test_demo_step_records_a_loadable_adapter(tmp_path, explainer_cache, capsys)
     assert set(result) == {"spatial", "brightness", "contrast", "saturation", "noise", "pixelation", "average"}
     assert all(0.0 <= v <= 1.0 and not math.isnan(v) for v in result.values())
     assert "Saturation" in capsys.readouterr().out
-    texts = generate_explanations(str(adapter), [tmp_path / "explainer_tiny" / "pairs" / "images" / "000000.png"], max_new_tokens=4)
+    texts = generate_explanations(
+        str(adapter), [tmp_path / "explainer_tiny" / "pairs" / "images" / "000000.png"], max_new_tokens=4
+    )
     assert len(texts) == 1 and len(texts[0]) == 1

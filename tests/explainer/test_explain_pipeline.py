@@ -25,7 +25,16 @@ def adapter(tmp_path_factory, explainer_cache):
 
 def test_explain_writes_one_line_per_pair_and_resumes(explain_command, adapter, six_cause_pairs, tmp_path, capsys):
     output = tmp_path / "out.jsonl"
-    args = ["--model", str(adapter), "--pairs", str(six_cause_pairs["val"]), "--output", str(output), "--max_new_tokens", "6"]
+    args = [
+        "--model",
+        str(adapter),
+        "--pairs",
+        str(six_cause_pairs["val"]),
+        "--output",
+        str(output),
+        "--max_new_tokens",
+        "6",
+    ]
     run_pipeline("explain", [*args, "--num_samples", "2", "--temperature", "1.0"])
     rows = [json.loads(line) for line in output.read_text().splitlines()]
     n = len(six_cause_pairs["val"].read_text().splitlines())
@@ -46,8 +55,18 @@ def test_explain_images_with_counterfactuals(explain_command, adapter, six_cause
     output = tmp_path / "out.jsonl"
     run_pipeline(
         "explain",
-        ["--model", str(adapter), "--images", json.dumps([r.image for r in records]),
-         "--counterfactuals", json.dumps([r.counterfactual for r in records]), "--output", str(output), "--max_new_tokens", "4"],
+        [
+            "--model",
+            str(adapter),
+            "--images",
+            json.dumps([r.image for r in records]),
+            "--counterfactuals",
+            json.dumps([r.counterfactual for r in records]),
+            "--output",
+            str(output),
+            "--max_new_tokens",
+            "4",
+        ],
     )
     rows = [json.loads(line) for line in output.read_text().splitlines()]
     assert [r["image"] for r in rows] == [r.image for r in records] and all("correct" not in r for r in rows)
@@ -59,4 +78,6 @@ def test_explain_bad_input(explain_command, adapter, tmp_path):
     with pytest.raises(UserInputError, match="does not exist"):
         run_pipeline("explain", ["--model", str(adapter), "--images", json.dumps([str(tmp_path / "gone.png")])])
     with pytest.raises(UserInputError, match="2 counterfactuals for 1 images"):
-        run_pipeline("explain", ["--model", str(adapter), "--images", '["a.png"]', "--counterfactuals", '["b.png", "c.png"]'])
+        run_pipeline(
+            "explain", ["--model", str(adapter), "--images", '["a.png"]', "--counterfactuals", '["b.png", "c.png"]']
+        )

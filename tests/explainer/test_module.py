@@ -115,7 +115,9 @@ def test_checkpoint_holds_only_trainable_weights_and_reloads(trained):
     module, dm, root = trained
     checkpoint = torch.load(root / "last.ckpt", map_location="cpu", weights_only=True)
     assert set(checkpoint["state_dict"]) == set(module.trainable_parameter_names())
-    assert any("lora_B" in k for k in checkpoint["state_dict"]) and any("lm_head" in k for k in checkpoint["state_dict"])
+    assert any("lora_B" in k for k in checkpoint["state_dict"]) and any(
+        "lm_head" in k for k in checkpoint["state_dict"]
+    )
     reloaded = ExplainerModule.load_from_checkpoint(root / "last.ckpt", map_location="cpu", weights_only=True)
     assert _greedy(reloaded.eval(), dm) == _greedy(module, dm)
 

@@ -10,8 +10,8 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 import pytest
 import torch
 
+from nemo_train.backends import ScriptedBackend
 from nemo_train.metrics.nemo import CEI, LLMMatch, cei, llm_match
-from nemo_train.nemo.backends import ScriptedBackend
 from nemo_train.nemo.judges import JudgeItem, JudgePanel, KeywordJudge, LLMJudge
 
 
@@ -95,10 +95,16 @@ def test_llm_match_with_scripted_llm_judges_and_keyword_judge():
         JudgeItem("The digit is rotated by 30 degrees.", "3", "8"),
     ]
     # two scripted LLM judges answering in JSON (one in a fenced block, one with prose around it)
-    strict = ScriptedBackend(['{"reasoning": "names colour", "score": 1}', '{"reasoning": "no", "score": 0}'],
-                             model="strict")
-    lenient = ScriptedBackend(['Sure!\n```json\n{"reasoning": "colour", "score": 1}\n```',
-                               'Here it is: {"reasoning": "pose only", "score": 0.5} done'], model="lenient")
+    strict = ScriptedBackend(
+        ['{"reasoning": "names colour", "score": 1}', '{"reasoning": "no", "score": 0}'], model="strict"
+    )
+    lenient = ScriptedBackend(
+        [
+            'Sure!\n```json\n{"reasoning": "colour", "score": 1}\n```',
+            'Here it is: {"reasoning": "pose only", "score": 0.5} done',
+        ],
+        model="lenient",
+    )
     panel = JudgePanel([LLMJudge(strict, "cmnist"), LLMJudge(lenient, "cmnist"), KeywordJudge("cmnist")])
     verdicts = panel.judge(items)
     assert [v.scores for v in verdicts] == [
@@ -125,8 +131,13 @@ def _ddp_worker(rank: int, world_size: int, port: int, results) -> None:
         else:
             cei_metric.update(torch.tensor([0.6]), torch.tensor([0.1]))  # 50
             match.update([[0.0, None]])
-        results[rank] = (cei_metric.compute().item(), sorted(cei_metric.per_sample().tolist()),
-                         match.compute().item(), match.per_judge(), match.failures.item())
+        results[rank] = (
+            cei_metric.compute().item(),
+            sorted(cei_metric.per_sample().tolist()),
+            match.compute().item(),
+            match.per_judge(),
+            match.failures.item(),
+        )
     finally:
         dist.destroy_process_group()
 

@@ -44,7 +44,9 @@ def test_unknown_backbone_and_unreachable_weights(monkeypatch):
 
 def test_num_classes_mismatch_is_reported():
     module = ClassifierModule(num_classes=5)
-    trainer = L.Trainer(fast_dev_run=1, accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer = L.Trainer(
+        fast_dev_run=1, accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False
+    )
     with pytest.raises(UserInputError, match="num_classes=5"):
         trainer.fit(module, CMNISTDataModule(train_size=64))
 

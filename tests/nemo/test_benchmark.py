@@ -45,7 +45,9 @@ def test_cmnist_benchmark_holds_bias_conflicting_errors(cmnist_target):
 
 
 def test_cmnist_benchmark_sampling_is_seeded(cmnist_target):
-    ids = lambda seed: [e.sample_id for e in build_cmnist_benchmark(target=cmnist_target, n=5, seed=seed, test_styles=1).errors]  # noqa: E731
+    def ids(seed):
+        return [e.sample_id for e in build_cmnist_benchmark(target=cmnist_target, n=5, seed=seed, test_styles=1).errors]
+
     assert ids(1) == ids(1)
     assert ids(1) != ids(2)
 
@@ -88,7 +90,9 @@ def test_folder_benchmark_keeps_misclassified_and_builds_reference(tmp_path):
     for i in range(3):
         _write(root / "dark" / f"bad{i}.png", (250, 10, 10))  # dark labelled, predicted red
     _write(extra / "red" / "ref.png", (240, 0, 0))
-    bench = build_folder_benchmark("toyset", root, BrightnessTarget(), "imagenet_d", n=2, seed=0, extra_reference=extra, image_size=16)
+    bench = build_folder_benchmark(
+        "toyset", root, BrightnessTarget(), "imagenet_d", n=2, seed=0, extra_reference=extra, image_size=16
+    )
     assert len(bench.errors) == 2
     assert all(e.label == 0 and e.prediction == 1 and "bad" in e.path for e in bench.errors)
     assert bench.errors[0].image.shape == (3, 16, 16)
@@ -110,13 +114,19 @@ def test_clevr_benchmark_and_exact_material_edit():
 
     torch.manual_seed(0)
     target = ClassifierTarget(ClassifierModule(backbone="bias_cnn", num_classes=3), ["cube", "cylinder", "sphere"])
-    bench = build_synthetic_benchmark("clevr", target=target, n=4, seed=0, test_styles=1, datamodule_kwargs={"image_size": 32})
-    assert bench.criterion == "clevr" and bench.cause["attribute"] == "material" and bench.cause["values"][0] == ["rubber"]
+    bench = build_synthetic_benchmark(
+        "clevr", target=target, n=4, seed=0, test_styles=1, datamodule_kwargs={"image_size": 32}
+    )
+    assert (
+        bench.criterion == "clevr" and bench.cause["attribute"] == "material" and bench.cause["values"][0] == ["rubber"]
+    )
     assert len(bench.errors) + len(bench.reference) == 144
     error = bench.errors[0]
     assert error.attrs["material"] == 0 and error.prediction != error.label  # metal (conflicting) and wrong
     assert bench.reference.captions[0].startswith("a ") and bench.reference.captions[0].split()[-1] in bench.class_names
-    edited = ExactAttributeEditor(bench.renderer).edit(error, [{"attribute": "material", "value": 1}, {"attribute": "size", "value": error.attrs["size"]}])
+    edited = ExactAttributeEditor(bench.renderer).edit(
+        error, [{"attribute": "material", "value": 1}, {"attribute": "size", "value": error.attrs["size"]}]
+    )
     assert torch.equal(edited[1], error.image) and not torch.equal(edited[0], error.image)
     with pytest.raises(UserInputError, match="generated dataset"):
         build_synthetic_benchmark("mnist", target=target)

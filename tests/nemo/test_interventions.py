@@ -10,8 +10,10 @@ import torch
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 
+from nemo_toys import VOCAB, RedGreenTarget, SolidRenderer, solid  # noqa: E402
+
+from nemo_train.backends import ScriptedBackend  # noqa: E402
 from nemo_train.errors import UserInputError  # noqa: E402
-from nemo_train.nemo.backends import ScriptedBackend  # noqa: E402
 from nemo_train.nemo.benchmark import ErrorSample  # noqa: E402
 from nemo_train.nemo.interventions import (  # noqa: E402
     CounterfactualScorer,
@@ -20,8 +22,8 @@ from nemo_train.nemo.interventions import (  # noqa: E402
     LLMAttributeDeriver,
     LLMInstructionDeriver,
 )
-from nemo_toys import VOCAB, RedGreenTarget, SolidRenderer, solid  # noqa: E402
 from nemo_train.nemo.targets import tiny_random_clip  # noqa: E402
+
 
 def green_sample(angle: int = 10) -> ErrorSample:
     image = solid(1)
@@ -40,7 +42,10 @@ def softmax2(a: float, b: float) -> float:
         ("The digit is drawn in green, while correct 3s are mostly red.", {"attribute": "color", "value": 0}),
         ("Its colour is green; the model expects blue strokes.", {"attribute": "color", "value": 2}),
         ("The digit is rotated 10 degrees; upright it would be read correctly.", {"attribute": "angle", "value": 0}),
-        ("The digit is rotated 10 degrees whereas correct 3s sit at -20 degrees.", {"attribute": "angle", "value": -20}),
+        (
+            "The digit is rotated 10 degrees whereas correct 3s sit at -20 degrees.",
+            {"attribute": "angle", "value": -20},
+        ),
         ("The handwriting is unusual.", None),
         ("The colour is green.", None),  # names the attribute but no other value: no derivable edit
     ],
@@ -53,7 +58,10 @@ def test_keyword_deriver(text, expected):
 def test_keyword_deriver_ignores_class_numbers():
     # "3s" is a class name, not an angle: only "<n> degrees" counts as a rotation value
     deriver = KeywordAttributeDeriver(VOCAB)
-    assert deriver.derive_one("The tilt of 10 degrees makes it unlike upright 3s", {"color": 1, "angle": 10}) == {"attribute": "angle", "value": 0}
+    assert deriver.derive_one("The tilt of 10 degrees makes it unlike upright 3s", {"color": 1, "angle": 10}) == {
+        "attribute": "angle",
+        "value": 0,
+    }
 
 
 def test_keyword_deriver_rejects_unknown_attribute():
@@ -65,7 +73,9 @@ def test_keyword_deriver_rejects_unknown_attribute():
 def test_exact_editor_changes_only_the_named_attribute():
     renderer = SolidRenderer()
     sample = green_sample()
-    edited = ExactAttributeEditor(renderer).edit(sample, [{"attribute": "color", "value": 2}, None, {"attribute": "angle", "value": 0}])
+    edited = ExactAttributeEditor(renderer).edit(
+        sample, [{"attribute": "color", "value": 2}, None, {"attribute": "angle", "value": 0}]
+    )
     assert renderer.calls == 1  # all edits rendered in one call
     assert torch.equal(edited[0], solid(2))
     assert torch.equal(edited[1], sample.image)  # None leaves the image as is
@@ -79,7 +89,9 @@ def test_exact_editor_on_cmnist_matches_a_rerender():
     renderer = CMNISTRenderer(digits, labels)
     image = renderer.render(3, "green", 15, 1)
     sample = ErrorSample("c", image, 3, 8, {"digit": 3, "color": 1, "angle": 15, "style": 1})
-    edited = ExactAttributeEditor(renderer).edit(sample, [{"attribute": "color", "value": 0}, {"attribute": "angle", "value": 0}])
+    edited = ExactAttributeEditor(renderer).edit(
+        sample, [{"attribute": "color", "value": 0}, {"attribute": "angle", "value": 0}]
+    )
     quantized = lambda image: image.mul(255).round().div(255)  # noqa: E731  (edits are stored like uint8 data)
     assert torch.equal(edited[0], quantized(renderer.render(3, "red", 15, 1)))
     assert torch.equal(edited[1], quantized(renderer.render(3, "green", 0, 1)))
@@ -120,7 +132,9 @@ def test_batched_equals_one_at_a_time():
     results = []
     for batched in (True, False):
         target = RedGreenTarget()
-        scorer = CounterfactualScorer(target, KeywordAttributeDeriver(VOCAB), ExactAttributeEditor(SolidRenderer()), batched=batched)
+        scorer = CounterfactualScorer(
+            target, KeywordAttributeDeriver(VOCAB), ExactAttributeEditor(SolidRenderer()), batched=batched
+        )
         results.append([t.cei for t in scorer.score(green_sample(), hypotheses, target.class_names)])
         assert target.batch_sizes == ([4] if batched else [1, 1, 1, 1])
     assert results[0] == pytest.approx(results[1])
@@ -128,8 +142,14 @@ def test_batched_equals_one_at_a_time():
 
 # ------------------------------------------------------------------ LLM derivers
 def test_llm_attribute_deriver_validates_against_vocabulary():
-    replies = iter(['{"attribute": "color", "value": "red"}', '{"attribute": "color", "value": "mauve"}',
-                    '{"attribute": "angle", "value": 3}', '{"attribute": "digit", "value": 8}'])
+    replies = iter(
+        [
+            '{"attribute": "color", "value": "red"}',
+            '{"attribute": "color", "value": "mauve"}',
+            '{"attribute": "angle", "value": 3}',
+            '{"attribute": "digit", "value": 8}',
+        ]
+    )
     backend = ScriptedBackend(lambda messages: next(replies))
     deriver = LLMAttributeDeriver(backend, VOCAB)
     out = deriver.derive(green_sample(), ["a", "b", "c", "d"], ["0", "1"])
@@ -139,7 +159,9 @@ def test_llm_attribute_deriver_validates_against_vocabulary():
 
 
 def test_llm_instruction_deriver_sees_only_the_explanation():
-    backend = ScriptedBackend(['{"reasoning": "r", "solution": "Make the background a plain wall"}', "no json here", "still none", "nope"])
+    backend = ScriptedBackend(
+        ['{"reasoning": "r", "solution": "Make the background a plain wall"}', "no json here", "still none", "nope"]
+    )
     deriver = LLMInstructionDeriver(backend, "image")
     sample = green_sample()
     out = deriver.derive(sample, ["sandy background", "second"], ["vase", "confectionery"])
@@ -173,26 +195,60 @@ def test_prompt_mode_needs_zero_shot_target():
 # ------------------------------------------------------------------ diffusers editor
 def tiny_instruct_pix2pix():
     """A randomly initialised InstructPix2Pix pipeline (a few thousand parameters), built offline."""
-    from diffusers import AutoencoderKL, EulerAncestralDiscreteScheduler, StableDiffusionInstructPix2PixPipeline, UNet2DConditionModel
+    from diffusers import (
+        AutoencoderKL,
+        EulerAncestralDiscreteScheduler,
+        StableDiffusionInstructPix2PixPipeline,
+        UNet2DConditionModel,
+    )
     from transformers import CLIPTextConfig, CLIPTextModel
 
     tokenizer = tiny_random_clip(["x"]).tokenizer
     tokenizer.model_max_length = 77
     torch.manual_seed(0)
     unet = UNet2DConditionModel(
-        block_out_channels=(8, 16), layers_per_block=1, sample_size=8, in_channels=8, out_channels=4,
-        down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"), up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
-        cross_attention_dim=32, norm_num_groups=4, attention_head_dim=4,
+        block_out_channels=(8, 16),
+        layers_per_block=1,
+        sample_size=8,
+        in_channels=8,
+        out_channels=4,
+        down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
+        up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
+        cross_attention_dim=32,
+        norm_num_groups=4,
+        attention_head_dim=4,
     )
-    vae = AutoencoderKL(block_out_channels=[8, 16], down_block_types=["DownEncoderBlock2D"] * 2,
-                        up_block_types=["UpDecoderBlock2D"] * 2, latent_channels=4, norm_num_groups=4, sample_size=32)
-    text_encoder = CLIPTextModel(CLIPTextConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-        max_position_embeddings=77, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.eos_token_id,
-    ))
-    return StableDiffusionInstructPix2PixPipeline(vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, unet=unet,
-                                                  scheduler=EulerAncestralDiscreteScheduler(), safety_checker=None,
-                                                  feature_extractor=None, requires_safety_checker=False)
+    vae = AutoencoderKL(
+        block_out_channels=[8, 16],
+        down_block_types=["DownEncoderBlock2D"] * 2,
+        up_block_types=["UpDecoderBlock2D"] * 2,
+        latent_channels=4,
+        norm_num_groups=4,
+        sample_size=32,
+    )
+    text_encoder = CLIPTextModel(
+        CLIPTextConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            max_position_embeddings=77,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.eos_token_id,
+        )
+    )
+    return StableDiffusionInstructPix2PixPipeline(
+        vae=vae,
+        text_encoder=text_encoder,
+        tokenizer=tokenizer,
+        unet=unet,
+        scheduler=EulerAncestralDiscreteScheduler(),
+        safety_checker=None,
+        feature_extractor=None,
+        requires_safety_checker=False,
+    )
 
 
 def test_diffusers_editor_is_batched_seeded_and_keeps_size():

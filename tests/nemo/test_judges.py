@@ -9,14 +9,14 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 import pytest
 
+from nemo_train.backends import ScriptedBackend
 from nemo_train.errors import UserInputError
-from nemo_train.nemo.backends import ScriptedBackend
 from nemo_train.nemo.judges import (
     CRITERIA,
     Judge,
     JudgeItem,
-    JudgePanel,
     Judgement,
+    JudgePanel,
     KeywordJudge,
     LLMJudge,
     get_criterion,
@@ -34,8 +34,21 @@ def test_every_nemo_and_synthetic_benchmark_has_a_criterion():
 
 @pytest.mark.parametrize(
     "raw, expected",
-    [(1, 1.0), (0, 0.0), (0.5, 0.5), ("1.0", 1.0), ("0.5", 0.5), ("partial", 0.5), ("Full", 1.0),
-     (0.7, None), (2, None), ("maybe", None), (None, None), (True, None), (float("nan"), None)],
+    [
+        (1, 1.0),
+        (0, 0.0),
+        (0.5, 0.5),
+        ("1.0", 1.0),
+        ("0.5", 0.5),
+        ("partial", 0.5),
+        ("Full", 1.0),
+        (0.7, None),
+        (2, None),
+        ("maybe", None),
+        (None, None),
+        (True, None),
+        (float("nan"), None),
+    ],
 )
 def test_snap_score(raw, expected):
     assert snap_score(raw) == expected
@@ -76,7 +89,9 @@ def test_llm_judge_failure_is_recorded_and_the_rest_still_scored():
     assert backend.stats.json_failures == 1
 
 
-@pytest.mark.parametrize("colour", ["red", "green", "blue", "yellow", "magenta", "cyan", "orange", "pink", "purple", "grey"])
+@pytest.mark.parametrize(
+    "colour", ["red", "green", "blue", "yellow", "magenta", "cyan", "orange", "pink", "purple", "grey"]
+)
 def test_keyword_judge_on_every_cmnist_colour(colour):
     judge = KeywordJudge("cmnist")
     assert judge.score_text(f"The model relies on the {colour} strokes of the digit.").score == 1.0

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import os
 
-import pytest
 import torch
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 
-from nemo_train.nemo.backends import ScriptedBackend  # noqa: E402
+from nemo_toys import COLORS, VOCAB, RedGreenTarget, SolidRenderer, solid  # noqa: E402
+
+from nemo_train.backends import ScriptedBackend  # noqa: E402
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark, ReferenceSet  # noqa: E402
 from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver  # noqa: E402
 from nemo_train.nemo.methods.cam_mllm import CamMLLM, describe_heat, gradcam_overlay  # noqa: E402
@@ -19,8 +20,8 @@ from nemo_train.nemo.methods.error_retrieval import ErrorRetrieval  # noqa: E402
 from nemo_train.nemo.methods.global_explanation import summarize_attribute_explanations, summarize_explanations  # noqa: E402
 from nemo_train.nemo.methods.scitx import AttributeContrastHypothesizer, MLLMHypothesizer, SciTX  # noqa: E402
 from nemo_train.nemo.methods.validation import WithValidation  # noqa: E402
-from nemo_toys import COLORS, VOCAB, RedGreenTarget, SolidRenderer, solid  # noqa: E402
 from nemo_train.nemo.targets import ClassifierTarget, tiny_random_clip  # noqa: E402
+
 
 def toy_benchmark(target) -> NemoBenchmark:
     # (colour, label): red->0 and green->1 are correct, green labelled 0 is a reference the target gets wrong
@@ -29,8 +30,15 @@ def toy_benchmark(target) -> NemoBenchmark:
     labels = torch.tensor([y for _, y, _ in rows])
     attrs = [{"digit": 3, "color": c, "angle": a, "style": 0} for c, _, a in rows]
     captions = [f"a {COLORS[c]} square at {a} degrees #{i}" for i, (c, _, a) in enumerate(rows)]
-    reference = ReferenceSet(images, labels, target.predict(images), torch.nn.functional.normalize(target.features(images), dim=-1),
-                             captions, attrs, image_size=8)
+    reference = ReferenceSet(
+        images,
+        labels,
+        target.predict(images),
+        torch.nn.functional.normalize(target.features(images), dim=-1),
+        captions,
+        attrs,
+        image_size=8,
+    )
     error = ErrorSample("e0", solid(1), label=0, prediction=1, attrs={"digit": 3, "color": 1, "angle": 10, "style": 0})
     return NemoBenchmark("toy", target.class_names, "cmnist", [error], reference, SolidRenderer(), VOCAB)
 
@@ -103,7 +111,13 @@ def test_change_mllm_uses_nearest_correct_reference():
 
 def test_cam_mllm_sends_a_gradcam_overlay():
     torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 2))
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(4, 2),
+    )
     net.features = lambda x: x.mean((2, 3))
     target = ClassifierTarget(net, ["a", "b"])
     image = torch.zeros(3, 16, 16)
@@ -122,8 +136,11 @@ def test_cam_mllm_sends_a_gradcam_overlay():
 
 def test_error_retrieval_ranks_by_clip_similarity_and_validation_picks_argmax():
     encoder = tiny_random_clip(["reddish", "greenish"], seed=0, image_size=8)
-    corpus = ["The square is green, where correct ones are red.", "The square is rotated 10 degrees.",
-              "The square is green, where correct ones are blue."]
+    corpus = [
+        "The square is green, where correct ones are red.",
+        "The square is rotated 10 degrees.",
+        "The square is green, where correct ones are blue.",
+    ]
     method = ErrorRetrieval(encoder, corpus)
     target = RedGreenTarget()
     bench = toy_benchmark(target)
@@ -138,9 +155,11 @@ def test_error_retrieval_ranks_by_clip_similarity_and_validation_picks_argmax():
 
 
 def test_global_explanation_offline_and_llm():
-    texts = ["The digit is drawn in green, while the correctly classified 3s it resembles are mostly red; x",
-             "The digit is drawn in blue, while the correctly classified 1s it resembles are mostly red; x",
-             "The digit is rotated 10 degrees, whereas ... mostly upright (0 degrees)"]
+    texts = [
+        "The digit is drawn in green, while the correctly classified 3s it resembles are mostly red; x",
+        "The digit is drawn in blue, while the correctly classified 1s it resembles are mostly red; x",
+        "The digit is rotated 10 degrees, whereas ... mostly upright (0 degrees)",
+    ]
     summary = summarize_attribute_explanations(texts, VOCAB)
     assert "colour" in summary and "red" in summary and "2 explanations" in summary
     backend = ScriptedBackend(['{"global_explanation": "It relies on colour."}'])
@@ -153,7 +172,9 @@ def test_plain_text_hypothesizer_for_the_fine_tuned_explainer():
 
     target = RedGreenTarget()
     bench = toy_benchmark(target)
-    backend = ScriptedBackend(["The green colour misled it; correct ones are red.", "The square is rotated 10 degrees."])
+    backend = ScriptedBackend(
+        ["The green colour misled it; correct ones are red.", "The square is rotated 10 degrees."]
+    )
     method = SciTX(target, PlainTextHypothesizer(backend, question="Why?"), scorer_for(target), k=2, m=2)
     explanation = method.explain(bench.errors[0], bench)
     assert explanation.text == "The green colour misled it; correct ones are red."

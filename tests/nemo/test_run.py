@@ -30,8 +30,14 @@ def checkpoint(trained_cmnist_classifier, tmp_path_factory):
 
     module, _ = trained_cmnist_classifier
     path = tmp_path_factory.mktemp("ckpt") / "model_a.ckpt"
-    torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams),
-                "pytorch-lightning_version": lightning.__version__}, path)
+    torch.save(
+        {
+            "state_dict": module.state_dict(),
+            "hyper_parameters": dict(module.hparams),
+            "pytorch-lightning_version": lightning.__version__,
+        },
+        path,
+    )
     return str(path)
 
 
@@ -56,7 +62,9 @@ def test_kill_minus_nine_then_resume(checkpoint, tmp_path):
     args = dict(targets=[checkpoint], methods=METHODS, n=8, seed=0, test_styles=1)
     code = f"from nemo_train.nemo.run import nemo_eval; nemo_eval(out_dir={str(killed_dir)!r}, **{args!r})"
     env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     results = killed_dir / "results.jsonl"
     deadline = time.time() + 240
     while time.time() < deadline and proc.poll() is None:
@@ -93,7 +101,6 @@ def test_torn_last_line_is_dropped(tmp_path):
 
 def test_cli_with_config_file_and_llm_cache(checkpoint, tmp_path, monkeypatch, capsys):
     """Through the CLI with --config; an explainer endpoint on loopback; a rerun pays no call twice."""
-    sys.path.insert(0, str(Path(__file__).parent))
     from loopback_openai_server import LoopbackOpenAIServer, completion
 
     def responder(request):
@@ -179,5 +186,14 @@ def test_wandb_table_per_sample(checkpoint, tmp_path, monkeypatch):
     ((data,),) = [logged]
     table, samples = data["nemo/cmnist/table"], data["nemo/cmnist/samples"]
     assert table.data[0][:2] == ["KnownCause", "model_a"]
-    assert len(samples.data) == 3 and samples.columns[:8] == ["image", "y", "y_hat", "method", "target", "explanation", "edit", "edited image"]
+    assert len(samples.data) == 3 and samples.columns[:8] == [
+        "image",
+        "y",
+        "y_hat",
+        "method",
+        "target",
+        "explanation",
+        "edit",
+        "edited image",
+    ]
     assert all(row[0] is not None and row[7] is not None for row in samples.data)  # original and edited image

@@ -83,8 +83,14 @@ def test_checkpoint_target_round_trip(tmp_path):
     torch.manual_seed(0)
     module = ClassifierModule(backbone="bias_cnn", num_classes=10)
     path = tmp_path / "m.ckpt"
-    torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams),
-                "pytorch-lightning_version": lightning.__version__}, path)
+    torch.save(
+        {
+            "state_dict": module.state_dict(),
+            "hyper_parameters": dict(module.hparams),
+            "pytorch-lightning_version": lightning.__version__,
+        },
+        path,
+    )
     target = load_checkpoint_target(path)
     images = torch.rand(3, 3, 28, 28)
     assert isinstance(target, ClassifierTarget) and target.class_names == [str(i) for i in range(10)]
@@ -101,7 +107,9 @@ def test_gradcam_on_transformer_targets(kind):
     from nemo_train.nemo.methods.cam_mllm import gradcam_overlay
 
     if kind == "vit":
-        target = TimmTarget("vit_tiny_patch16_224", pretrained=False, model_kwargs={"img_size": 32, "patch_size": 8, "depth": 2})
+        target = TimmTarget(
+            "vit_tiny_patch16_224", pretrained=False, model_kwargs={"img_size": 32, "patch_size": 8, "depth": 2}
+        )
     else:
         target = tiny_random_clip(["cat", "dog"], seed=0)
     image = torch.rand(3, 32, 32, generator=torch.Generator().manual_seed(0))

@@ -36,7 +36,9 @@ class Method(Protocol):
     def explain(self, sample: ErrorSample, benchmark: NemoBenchmark) -> Explanation: ...
 
 
-def ask_causes(backend, messages: list[dict], n: int = 1, temperature: float = 0.0, key: str = "cause_of_error") -> list[str]:
+def ask_causes(
+    backend, messages: list[dict], n: int = 1, temperature: float = 0.0, key: str = "cause_of_error"
+) -> list[str]:
     """``n`` replies to ``messages`` as JSON, keeping the non-empty ``key`` strings (duplicates dropped)."""
     replies = backend.chat_json(messages, n=n, temperature=temperature)
     out: list[str] = []
@@ -47,7 +49,9 @@ def ask_causes(backend, messages: list[dict], n: int = 1, temperature: float = 0
     return out
 
 
-def select_by_cei(scorer, sample: ErrorSample, candidates: Sequence[str], class_names: Sequence[str]) -> tuple[Trial | None, list[Trial]]:
+def select_by_cei(
+    scorer, sample: ErrorSample, candidates: Sequence[str], class_names: Sequence[str]
+) -> tuple[Trial | None, list[Trial]]:
     """Score every candidate with ``scorer`` (one batch) and return the argmax-CEI trial and all trials.
 
     Ties go to the earlier candidate (``argmax`` returns the first maximum), as in Alg. 1 (strict ``>``).

@@ -10,7 +10,9 @@ from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
 from nemo_train.nemo.methods.base import Explanation, ask_causes
 
 
-def gradcam_overlay(target, image: torch.Tensor, class_index: int, layer=None, reshape_transform=None) -> tuple[torch.Tensor, torch.Tensor]:
+def gradcam_overlay(
+    target, image: torch.Tensor, class_index: int, layer=None, reshape_transform=None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Grad-CAM heat map ``[H, W]`` in [0, 1] of ``class_index`` and its overlay ``[3, H, W]`` on ``image``.
 
     Uses pytorch-grad-cam's ``GradCAM`` on ``target`` (``forward = logits``); ``layer`` defaults to the
@@ -26,7 +28,9 @@ def gradcam_overlay(target, image: torch.Tensor, class_index: int, layer=None, r
         layer = target.gradcam_layer()
     with GradCAM(model=target, target_layers=[layer], reshape_transform=reshape_transform) as cam:
         with torch.enable_grad():
-            heat = cam(input_tensor=image[None].to(target.device), targets=[ClassifierOutputTarget(int(class_index))])[0]
+            heat = cam(input_tensor=image[None].to(target.device), targets=[ClassifierOutputTarget(int(class_index))])[
+                0
+            ]
     rgb = image.permute(1, 2, 0).cpu().numpy().astype("float32")
     overlay = show_cam_on_image(rgb, heat, use_rgb=True)
     return torch.from_numpy(heat).float(), torch.from_numpy(overlay).permute(2, 0, 1).float() / 255.0
@@ -43,8 +47,10 @@ def describe_heat(heat: torch.Tensor, image: torch.Tensor) -> str:
     foreground = (image.max(0).values > 0.1).float()
     on_object = float((mass * foreground).sum())
     where = "on the figure's strokes" if on_object > 0.5 else "mostly on the empty background around the figure"
-    return (f"The heat map concentrates on the {vertical} {horizontal} part of the image, {where} "
-            f"({on_object:.0%} of the attention); the model may have relied on that local part of the shape.")
+    return (
+        f"The heat map concentrates on the {vertical} {horizontal} part of the image, {where} "
+        f"({on_object:.0%} of the attention); the model may have relied on that local part of the shape."
+    )
 
 
 class CamMLLM:
@@ -65,11 +71,13 @@ class CamMLLM:
         self._last_overlay = overlay
         if self.backend is None:
             return [describe_heat(heat, sample.image)]
-        from nemo_train.nemo.backends.messages import user_message
+        from nemo_train.backends.messages import user_message
 
         names = benchmark.class_names
         text = prompts.CAM_MLLM.format(true_name=names[sample.label], pred_name=names[sample.prediction])
-        return ask_causes(self.backend, [user_message(text, images=[overlay])], n=m, temperature=self.temperature if m > 1 else 0.0)
+        return ask_causes(
+            self.backend, [user_message(text, images=[overlay])], n=m, temperature=self.temperature if m > 1 else 0.0
+        )
 
     def explain(self, sample: ErrorSample, benchmark: NemoBenchmark) -> Explanation:
         found = self.candidates(sample, benchmark, 1)

@@ -40,7 +40,11 @@ class ChangeMLLM:
             if name not in sample.attrs or name not in ref_attrs or sample.attrs[name] == ref_attrs[name]:
                 continue
             values = vocab.get(name, [])
-            named = (lambda v: values[int(v)]) if values and isinstance(values[0], str) else (lambda v: f"{int(v)} degrees" if name == "angle" else str(v))
+            named = (
+                (lambda v: values[int(v)])
+                if values and isinstance(values[0], str)
+                else (lambda v: f"{int(v)} degrees" if name == "angle" else str(v))
+            )
             label = "rotation" if name == "angle" else name.replace("color", "colour")
             diffs.append(f"its {label} is {named(sample.attrs[name])} where the reference is {named(ref_attrs[name])}")
         true = benchmark.class_names[sample.label]
@@ -54,11 +58,14 @@ class ChangeMLLM:
             return []
         if self.backend is None:
             return [self._offline(sample, benchmark, index)]
-        from nemo_train.nemo.backends.messages import user_message
+        from nemo_train.backends.messages import user_message
 
         names = benchmark.class_names
-        text = prompts.CHANGE_MLLM.format(true_name=names[sample.label], pred_name=names[sample.prediction],
-                                          ref_name=names[int(benchmark.reference.labels[index])])
+        text = prompts.CHANGE_MLLM.format(
+            true_name=names[sample.label],
+            pred_name=names[sample.prediction],
+            ref_name=names[int(benchmark.reference.labels[index])],
+        )
         message = user_message(text, images=[sample.image, benchmark.reference.image(index)])
         return ask_causes(self.backend, [message], n=m, temperature=self.temperature if m > 1 else 0.0)
 

@@ -15,7 +15,7 @@ from nemo_train.nemo.methods.base import Explanation
 
 def summarize_explanations(backend, explanations: Sequence[str], max_items: int = 200) -> str:
     """An MLLM's summary of the explanations (``global_explanation`` key of its JSON reply)."""
-    from nemo_train.nemo.backends.messages import user_message
+    from nemo_train.backends.messages import user_message
 
     items = [e for e in explanations if e][:max_items]
     if not items:
@@ -41,8 +41,10 @@ def summarize_attribute_explanations(
         return ""
     value, count = named.most_common(1)[0]
     word = {"color": "colour"}.get(attribute, attribute)
-    return (f"Across {len(explanations)} errors the classifier is misled by the {obj}'s {word}: {count} explanations "
-            f"say the misread {obj}s would be recognised if they were {value}.")
+    return (
+        f"Across {len(explanations)} errors the classifier is misled by the {obj}'s {word}: {count} explanations "
+        f"say the misread {obj}s would be recognised if they were {value}."
+    )
 
 
 class GlobalExplanation:

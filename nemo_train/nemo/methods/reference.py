@@ -10,7 +10,9 @@ from nemo_train.nemo.methods.base import Explanation
 
 def _cause(benchmark: NemoBenchmark, sample: ErrorSample) -> dict:
     if benchmark.cause is None or sample.attrs is None:
-        raise UserInputError(f"benchmark {benchmark.name!r} has no known cause; the reference explainers need a generated benchmark")
+        raise UserInputError(
+            f"benchmark {benchmark.name!r} has no known cause; the reference explainers need a generated benchmark"
+        )
     return benchmark.cause
 
 
@@ -29,8 +31,10 @@ class KnownCauseExplainer:
         if not trained:
             return Explanation(f"The {obj}'s {word} {current} is typical of its class.")
         true = benchmark.class_names[sample.label]
-        text = (f"The classifier relies on {word}: in training every {true} was {trained[0]}, "
-                f"and this one is {current}, so it was read as another {obj}.")
+        text = (
+            f"The classifier relies on {word}: in training every {true} was {trained[0]}, "
+            f"and this one is {current}, so it was read as another {obj}."
+        )
         return Explanation(text, [text])
 
 
@@ -43,15 +47,21 @@ class DistractorExplainer:
 
     def explain(self, sample: ErrorSample, benchmark: NemoBenchmark) -> Explanation:
         if sample.attrs is None or self.attribute not in sample.attrs:
-            raise UserInputError(f"sample {sample.sample_id!r} has no {self.attribute!r} attribute; the distractor needs one")
+            raise UserInputError(
+                f"sample {sample.sample_id!r} has no {self.attribute!r} attribute; the distractor needs one"
+            )
         if self.attribute == "angle":
             angle = int(sample.attrs["angle"])
-            text = (f"The digit is rotated {angle} degrees; the classifier may not recognise the tilted shape "
-                    "and would read it correctly if it stood upright.")
+            text = (
+                f"The digit is rotated {angle} degrees; the classifier may not recognise the tilted shape "
+                "and would read it correctly if it stood upright."
+            )
             return Explanation(text, [text])
         values = benchmark.vocabulary[self.attribute]
         current = int(sample.attrs[self.attribute])
         other = values[(current + 1) % len(values)]
-        text = (f"The object's {self.attribute} is {values[current]}; the classifier may not recognise objects of that "
-                f"{self.attribute} and would read it correctly if it were {other}.")
+        text = (
+            f"The object's {self.attribute} is {values[current]}; the classifier may not recognise objects of that "
+            f"{self.attribute} and would read it correctly if it were {other}."
+        )
         return Explanation(text, [text])

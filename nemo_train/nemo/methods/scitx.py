@@ -49,7 +49,11 @@ def reference_index(reference: ReferenceSet) -> ReferenceIndex:
 
 
 def retrieve_observations(
-    sample: ErrorSample, query: torch.Tensor, reference: ReferenceSet, k: int, class_relevance: bool = True,
+    sample: ErrorSample,
+    query: torch.Tensor,
+    reference: ReferenceSet,
+    k: int,
+    class_relevance: bool = True,
     balanced: bool = True,
 ) -> list[int]:
     """Indices of the ``k`` nearest correctly classified references, nearest first.
@@ -65,14 +69,20 @@ def retrieve_observations(
         return index.search(query, k).as_lists()[0]
     if balanced:
         half = -(-k // 2)
-        return [i for c in (sample.label, sample.prediction) for i in index.search(query, half, torch.tensor([[c]])).as_lists()[0]]
+        return [
+            i
+            for c in (sample.label, sample.prediction)
+            for i in index.search(query, half, torch.tensor([[c]])).as_lists()[0]
+        ]
     return index.search(query, k, torch.tensor([[sample.label, sample.prediction]])).as_lists()[0]
 
 
 class Hypothesizer(Protocol):
     """Proposes up to ``m`` failure causes for one error given its observations."""
 
-    def hypothesize(self, sample: ErrorSample, observations: list[Observation], class_names: Sequence[str], m: int) -> list[str]: ...
+    def hypothesize(
+        self, sample: ErrorSample, observations: list[Observation], class_names: Sequence[str], m: int
+    ) -> list[str]: ...
 
 
 class MLLMHypothesizer:
@@ -86,12 +96,15 @@ class MLLMHypothesizer:
         set_b = [o.caption for o in observations if o.label == sample.prediction]
         set_c = [o.caption for o in observations if o.label not in (sample.label, sample.prediction)]
         return self.template.format(
-            true_name=class_names[sample.label], pred_name=class_names[sample.prediction],
-            set_a=prompts.bullet_list(set_a), set_b=prompts.bullet_list(set_b), set_c=prompts.bullet_list(set_c),
+            true_name=class_names[sample.label],
+            pred_name=class_names[sample.prediction],
+            set_a=prompts.bullet_list(set_a),
+            set_b=prompts.bullet_list(set_b),
+            set_c=prompts.bullet_list(set_c),
         )
 
     def hypothesize(self, sample, observations, class_names, m):
-        from nemo_train.nemo.backends.messages import user_message
+        from nemo_train.backends.messages import user_message
 
         message = user_message(self.prompt(sample, observations, class_names), images=[sample.image])
         return ask_causes(self.backend, [message], n=m, temperature=self.temperature if m > 1 else 0.0)
@@ -105,13 +118,22 @@ class PlainTextHypothesizer:
     def __init__(self, backend, question: str | None = None, temperature: float = 0.7, max_tokens: int = 48) -> None:
         from nemo_train.explainer.causes import BIAS_PROMPT
 
-        self.backend, self.question, self.temperature, self.max_tokens = backend, question or BIAS_PROMPT, temperature, max_tokens
+        self.backend, self.question, self.temperature, self.max_tokens = (
+            backend,
+            question or BIAS_PROMPT,
+            temperature,
+            max_tokens,
+        )
 
     def hypothesize(self, sample, observations, class_names, m):
-        from nemo_train.nemo.backends.messages import user_message
+        from nemo_train.backends.messages import user_message
 
-        replies = self.backend.chat([user_message(self.question, images=[sample.image])], n=m,
-                                    temperature=self.temperature if m > 1 else 0.0, max_tokens=self.max_tokens)
+        replies = self.backend.chat(
+            [user_message(self.question, images=[sample.image])],
+            n=m,
+            temperature=self.temperature if m > 1 else 0.0,
+            max_tokens=self.max_tokens,
+        )
         return list(dict.fromkeys(r.strip() for r in replies if r and r.strip()))
 
 
@@ -128,12 +150,14 @@ class AttributeContrastHypothesizer:
 
     TEMPLATES = {
         "color": "The {obj} is {value}, while the correctly classified {true}s it resembles are mostly {other}; "
-                 "the classifier seems to tie {value} to classes such as {pred}.",
+        "the classifier seems to tie {value} to classes such as {pred}.",
         "angle": "The {obj} is {value_pose}, whereas the correctly classified {true}s it resembles are mostly {other_pose}; "
-                 "this tilt may make it look like a {pred}.",
+        "this tilt may make it look like a {pred}.",
     }
 
-    def __init__(self, vocabulary: dict[str, list], attributes: Sequence[str] = ("color", "angle"), obj: str = "digit") -> None:
+    def __init__(
+        self, vocabulary: dict[str, list], attributes: Sequence[str] = ("color", "angle"), obj: str = "digit"
+    ) -> None:
         self.vocabulary, self.attributes, self.obj = vocabulary, list(attributes), obj
 
     def _name(self, attribute: str, value: Any) -> str:
@@ -146,7 +170,9 @@ class AttributeContrastHypothesizer:
 
     def hypothesize(self, sample, observations, class_names, m):
         if sample.attrs is None:
-            raise UserInputError(f"sample {sample.sample_id!r} has no generator attributes; the offline hypothesizer needs them")
+            raise UserInputError(
+                f"sample {sample.sample_id!r} has no generator attributes; the offline hypothesizer needs them"
+            )
         same_class = [o.attrs for o in observations if o.label == sample.label and o.attrs]
         out = []
         for attribute in self.attributes:
@@ -155,13 +181,23 @@ class AttributeContrastHypothesizer:
             if not counts:
                 continue
             other = counts.most_common(1)[0][0]
-            text = self.TEMPLATES.get(attribute, "The {obj}'s {attribute} is {value}, whereas the correctly classified {true}s it resembles "
-                                                 "are mostly {other}; this {attribute} may make it look like a {pred}.")
-            out.append(text.format(
-                obj=self.obj, attribute=attribute, true=class_names[sample.label], pred=class_names[sample.prediction],
-                value=self._name(attribute, current), other=self._name(attribute, other),
-                value_pose=self._pose(current) if attribute == "angle" else "", other_pose=self._pose(other) if attribute == "angle" else "",
-            ))
+            text = self.TEMPLATES.get(
+                attribute,
+                "The {obj}'s {attribute} is {value}, whereas the correctly classified {true}s it resembles "
+                "are mostly {other}; this {attribute} may make it look like a {pred}.",
+            )
+            out.append(
+                text.format(
+                    obj=self.obj,
+                    attribute=attribute,
+                    true=class_names[sample.label],
+                    pred=class_names[sample.prediction],
+                    value=self._name(attribute, current),
+                    other=self._name(attribute, other),
+                    value_pose=self._pose(current) if attribute == "angle" else "",
+                    other_pose=self._pose(other) if attribute == "angle" else "",
+                )
+            )
         return out[:m]
 
 
@@ -179,7 +215,16 @@ class SciTX:
 
     name = "SciTX"
 
-    def __init__(self, target, hypothesizer: Hypothesizer, scorer, k: int = 8, m: int = 3, captioner=None, class_relevance: bool = True) -> None:
+    def __init__(
+        self,
+        target,
+        hypothesizer: Hypothesizer,
+        scorer,
+        k: int = 8,
+        m: int = 3,
+        captioner=None,
+        class_relevance: bool = True,
+    ) -> None:
         if k < 1 or m < 1:
             raise UserInputError(f"SciTX needs k >= 1 and m >= 1; got k={k}, m={m}")
         self.target, self.hypothesizer, self.scorer = target, hypothesizer, scorer
@@ -190,7 +235,11 @@ class SciTX:
         ref = benchmark.reference
         query = self.target.features(sample.image[None])[0].cpu()
         indices = retrieve_observations(sample, query, ref, self.k, self.class_relevance)
-        sims = F.normalize(ref.features[indices].float(), dim=-1) @ F.normalize(query.float(), dim=0) if indices else torch.empty(0)
+        sims = (
+            F.normalize(ref.features[indices].float(), dim=-1) @ F.normalize(query.float(), dim=0)
+            if indices
+            else torch.empty(0)
+        )
         out = []
         for i, s in zip(indices, sims.tolist()):
             if ref.captions is not None:
@@ -219,6 +268,6 @@ class MLLMCaptioner:
         self.backend = backend
 
     def __call__(self, image: torch.Tensor) -> str:
-        from nemo_train.nemo.backends.messages import user_message
+        from nemo_train.backends.messages import user_message
 
         return self.backend.chat([user_message(self.PROMPT, images=[image])], temperature=0.0)[0].strip()

@@ -13,7 +13,9 @@ class WithValidation:
 
     def __init__(self, base, scorer, m: int = 3) -> None:
         if not hasattr(base, "candidates"):
-            raise UserInputError(f"{type(base).__name__} cannot propose several candidates; +validation needs candidates()")
+            raise UserInputError(
+                f"{type(base).__name__} cannot propose several candidates; +validation needs candidates()"
+            )
         if m < 1:
             raise UserInputError(f"m={m}; expected at least one candidate")
         self.base, self.scorer, self.m = base, scorer, m

@@ -19,10 +19,10 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 import pytest
 import torch
 
+from nemo_train.backends import ScriptedBackend, user_message
+from nemo_train.backends.cache import ResponseCache, cache_key
+from nemo_train.backends.messages import to_openai_messages
 from nemo_train.errors import UserInputError
-from nemo_train.nemo.backends import ScriptedBackend, user_message
-from nemo_train.nemo.backends.messages import to_openai_messages
-from nemo_train.nemo.cache import ResponseCache, cache_key
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -103,7 +103,7 @@ def test_writer_killed_mid_write_leaves_a_readable_cache(tmp_path):
     writer = textwrap.dedent(
         f"""
         import sys
-        from nemo_train.nemo.cache import ResponseCache
+        from nemo_train.backends.cache import ResponseCache
         cache = ResponseCache({str(path)!r})
         big = "x" * 200_000
         i = 0

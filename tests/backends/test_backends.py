@@ -12,10 +12,10 @@ import pytest
 import torch
 from PIL import Image
 
+from nemo_train.backends import BackendError, HFLocalBackend, ScriptedBackend, system_message, user_message
+from nemo_train.backends.base import REASK_TEXT
+from nemo_train.backends.messages import to_local_messages, to_openai_messages, to_pil
 from nemo_train.errors import UserInputError
-from nemo_train.nemo.backends import BackendError, HFLocalBackend, ScriptedBackend, system_message, user_message
-from nemo_train.nemo.backends.base import REASK_TEXT
-from nemo_train.nemo.backends.messages import to_local_messages, to_openai_messages, to_pil
 
 
 def test_tensor_and_pil_images_become_png_data_urls():
@@ -28,8 +28,7 @@ def test_tensor_and_pil_images_become_png_data_urls():
     first, second, text = converted[1]["content"]
     assert text == {"type": "text", "text": "what?"}
     decoded = [
-        Image.open(io.BytesIO(base64.b64decode(part["image_url"]["url"].split(",", 1)[1])))
-        for part in (first, second)
+        Image.open(io.BytesIO(base64.b64decode(part["image_url"]["url"].split(",", 1)[1]))) for part in (first, second)
     ]
     assert decoded[0].getpixel((0, 0)) == (255, 0, 0) and decoded[0].getpixel((1, 1)) == (0, 0, 0)
     assert decoded[1].size == (3, 1) and decoded[1].getpixel((2, 0)) == (0, 0, 255)
@@ -144,7 +143,11 @@ def test_hf_local_batched_generation_matches_one_at_a_time(tiny_model_dir, tmp_p
     g = torch.Generator().manual_seed(3)
     conversations = [
         [user_message("Why?", [torch.rand(3, 28, 28, generator=g)])],
-        [user_message("Why was this digit classified as a seven instead of a one?", [torch.rand(3, 28, 28, generator=g)])],
+        [
+            user_message(
+                "Why was this digit classified as a seven instead of a one?", [torch.rand(3, 28, 28, generator=g)]
+            )
+        ],
         [system_message("Be brief."), user_message("Explain the error.", [torch.rand(3, 28, 28, generator=g)])],
     ]
     single = HFLocalBackend(tiny_model_dir, device="cpu")

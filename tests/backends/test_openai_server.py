@@ -13,16 +13,23 @@ import pytest
 import torch
 from loopback_openai_server import LoopbackOpenAIServer, Reply, completion, error
 
-from nemo_train.nemo.backends import BackendError, OpenAICompatibleBackend, user_message
-from nemo_train.nemo.backends.messages import from_data_url, to_pil
+from nemo_train.backends import BackendError, OpenAICompatibleBackend, user_message
+from nemo_train.backends.messages import from_data_url, to_pil
 
 SECRET = "sk-test-7f3a9c1e5b2d4f6a8c0e"
 KEY_ENV = "NEMO_TEST_API_KEY"
 
 
 def make_backend(server: LoopbackOpenAIServer, **kwargs) -> OpenAICompatibleBackend:
-    settings = dict(model="test-model", api_key_env=KEY_ENV, timeout=5.0, max_retries=3, backoff=0.01,
-                    max_backoff=0.05, concurrency=2)
+    settings = dict(
+        model="test-model",
+        api_key_env=KEY_ENV,
+        timeout=5.0,
+        max_retries=3,
+        backoff=0.01,
+        max_backoff=0.05,
+        concurrency=2,
+    )
     settings.update(kwargs)
     return OpenAICompatibleBackend(server.base_url, **settings)
 
@@ -44,7 +51,11 @@ def test_request_body_headers_and_image_encoding():
     assert request["headers"]["content-type"] == "application/json"
     body = request["body"]
     assert {k: body[k] for k in ("model", "n", "temperature", "max_tokens", "seed")} == {
-        "model": "test-model", "n": 2, "temperature": 0.7, "max_tokens": 33, "seed": 5,
+        "model": "test-model",
+        "n": 2,
+        "temperature": 0.7,
+        "max_tokens": 33,
+        "seed": 5,
     }
     (message,) = body["messages"]
     assert message["role"] == "user"
@@ -100,7 +111,9 @@ def test_timeout_is_retried_then_reported():
 
 
 def test_malformed_json_is_reasked_then_recorded_as_failure():
-    with LoopbackOpenAIServer([completion("no json here"), completion("still {not json"), completion("nope")]) as server:
+    with LoopbackOpenAIServer(
+        [completion("no json here"), completion("still {not json"), completion("nope")]
+    ) as server:
         backend = make_backend(server)
         assert backend.chat_json([user_message("give json")], max_reasks=2) == [None]
     assert len(server.requests) == 3
@@ -199,7 +212,7 @@ def test_bad_settings_raise_user_input_error():
 
 
 def test_backoff_doubles_and_obeys_retry_after(monkeypatch):
-    import nemo_train.nemo.backends.openai_compat as openai_compat
+    import nemo_train.backends.openai_compat as openai_compat
 
     slept = []
     monkeypatch.setattr(openai_compat.time, "sleep", slept.append)
@@ -216,7 +229,7 @@ def test_backoff_doubles_and_obeys_retry_after(monkeypatch):
 def test_connection_errors_are_retried_then_reported(monkeypatch):
     import socket
 
-    import nemo_train.nemo.backends.openai_compat as openai_compat
+    import nemo_train.backends.openai_compat as openai_compat
 
     monkeypatch.setattr(openai_compat.time, "sleep", lambda seconds: None)
     with socket.socket() as probe:  # a port nothing listens on
@@ -230,8 +243,12 @@ def test_connection_errors_are_retried_then_reported(monkeypatch):
 
 def test_field_names_for_reasoning_models():
     with LoopbackOpenAIServer([completion("ok")]) as server:
-        backend = make_backend(server, max_tokens_field="max_completion_tokens", drop_params=["temperature"],
-                               extra_body={"reasoning_effort": "low"})
+        backend = make_backend(
+            server,
+            max_tokens_field="max_completion_tokens",
+            drop_params=["temperature"],
+            extra_body={"reasoning_effort": "low"},
+        )
         backend.chat([user_message("hi")], max_tokens=64, seed=3)
     body = server.requests[0]["body"]
     assert body["max_completion_tokens"] == 64 and body["reasoning_effort"] == "low" and body["seed"] == 3

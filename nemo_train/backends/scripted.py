@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
-from nemo_train.nemo.backends.base import BackendError, ChatBackend
-from nemo_train.nemo.backends.messages import Message
+from nemo_train.backends.base import BackendError, ChatBackend
+from nemo_train.backends.messages import Message
 
 Responder = Callable[[list[Message]], str]
 

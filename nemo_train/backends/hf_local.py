@@ -9,9 +9,9 @@ from typing import Any
 
 import torch
 
+from nemo_train.backends.base import ChatBackend
+from nemo_train.backends.messages import Message, to_local_messages
 from nemo_train.errors import UserInputError
-from nemo_train.nemo.backends.base import ChatBackend
-from nemo_train.nemo.backends.messages import Message, to_local_messages
 
 
 def _is_explainer_folder(path: str) -> bool:
@@ -107,7 +107,12 @@ class HFLocalBackend(ChatBackend):
         return self._generate_many([messages], n=n, temperature=temperature, max_tokens=max_tokens, seed=seed)[0]
 
     def chat_batch(
-        self, conversations: list[list[Message]], *, n: int = 1, temperature: float = 0.0, max_tokens: int = 512,
+        self,
+        conversations: list[list[Message]],
+        *,
+        n: int = 1,
+        temperature: float = 0.0,
+        max_tokens: int = 512,
         seed: int | None = None,
     ) -> list[list[str]]:
         """Replies to each conversation; those not in the cache are generated ``batch_size`` at a time
@@ -127,7 +132,9 @@ class HFLocalBackend(ChatBackend):
         return results
 
     @torch.inference_mode()
-    def _generate_many(self, conversations: list[list[Message]], *, n, temperature, max_tokens, seed) -> list[list[str]]:
+    def _generate_many(
+        self, conversations: list[list[Message]], *, n, temperature, max_tokens, seed
+    ) -> list[list[str]]:
         model, processor = self.load()
         tokenizer = getattr(processor, "tokenizer", processor)
         texts, images = [], []
@@ -137,7 +144,11 @@ class HFLocalBackend(ChatBackend):
             images += conversation_images
         bos = getattr(tokenizer, "bos_token", None)
         inputs = processor(
-            text=texts, images=images or None, return_tensors="pt", padding=True, padding_side="left",
+            text=texts,
+            images=images or None,
+            return_tensors="pt",
+            padding=True,
+            padding_side="left",
             add_special_tokens=not (bos and texts[0].startswith(bos)),
         )
         device = next(model.parameters()).device

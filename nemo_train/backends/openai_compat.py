@@ -11,9 +11,9 @@ from typing import Any
 
 import httpx
 
+from nemo_train.backends.base import BackendError, ChatBackend
+from nemo_train.backends.messages import Message, to_openai_messages
 from nemo_train.errors import UserInputError
-from nemo_train.nemo.backends.base import BackendError, ChatBackend
-from nemo_train.nemo.backends.messages import Message, to_openai_messages
 from nemo_train.secrets import REDACTED, scrub_secrets
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,9 @@ class OpenAICompatibleBackend(ChatBackend):
     ) -> None:
         super().__init__(cache=cache, concurrency=concurrency)
         if not base_url.startswith(("http://", "https://")):
-            raise UserInputError(f"base_url={base_url!r}; expected an http:// or https:// URL such as http://localhost:8000/v1")
+            raise UserInputError(
+                f"base_url={base_url!r}; expected an http:// or https:// URL such as http://localhost:8000/v1"
+            )
         if timeout <= 0 or max_retries < 0 or backoff < 0:
             raise UserInputError(
                 f"timeout={timeout}, max_retries={max_retries}, backoff={backoff}; expected timeout > 0 and the others >= 0"
@@ -83,8 +85,11 @@ class OpenAICompatibleBackend(ChatBackend):
 
     def cache_params(self) -> dict[str, Any]:
         return {
-            "base_url": self.base_url, "json_mode": self.json_mode, "extra_body": self.extra_body,
-            "max_tokens_field": self.max_tokens_field, "drop_params": self.drop_params,
+            "base_url": self.base_url,
+            "json_mode": self.json_mode,
+            "extra_body": self.extra_body,
+            "max_tokens_field": self.max_tokens_field,
+            "drop_params": self.drop_params,
         }
 
     def _headers(self) -> dict[str, str]:
@@ -117,7 +122,9 @@ class OpenAICompatibleBackend(ChatBackend):
             return self._post(self._body(messages, n, temperature, max_tokens, seed), n)
         replies = []
         for i in range(n):
-            replies += self._post(self._body(messages, 1, temperature, max_tokens, None if seed is None else seed + i), 1)
+            replies += self._post(
+                self._body(messages, 1, temperature, max_tokens, None if seed is None else seed + i), 1
+            )
         return replies
 
     def _scrub(self, text: str) -> str:
@@ -149,14 +156,20 @@ class OpenAICompatibleBackend(ChatBackend):
                     return self._replies(response, n)
                 problem = f"HTTP {response.status_code}"
                 if response.status_code not in RETRY_STATUS:
-                    hint = f"; is ${self.api_key_env} set?" if response.status_code in (401, 403) and self.api_key_env else ""
+                    hint = (
+                        f"; is ${self.api_key_env} set?"
+                        if response.status_code in (401, 403) and self.api_key_env
+                        else ""
+                    )
                     # the body is the server's words: scrub any echoed secret before it reaches a log
                     raise BackendError(self._scrub(f"{self.model} at {url}: {problem}: {response.text[:200]!r}{hint}"))
             if attempt == self.max_retries:
                 break
             delay = self._delay(attempt, response)
             self.stats.add("retries")
-            log.warning("%s at %s: %s; retry %d/%d in %.2fs", self.model, url, problem, attempt + 1, self.max_retries, delay)
+            log.warning(
+                "%s at %s: %s; retry %d/%d in %.2fs", self.model, url, problem, attempt + 1, self.max_retries, delay
+            )
             time.sleep(delay)
         raise BackendError(f"{self.model} at {url}: {problem} after {self.max_retries} retries")
 

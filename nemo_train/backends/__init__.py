@@ -5,17 +5,17 @@ providers), ``HFLocalBackend`` runs a local Hugging Face image-text-to-text mode
 LoRA adapter), ``ScriptedBackend`` replays scripted replies for tests.
 """
 
-from nemo_train.nemo.backends.base import BackendError, BackendStats, ChatBackend
-from nemo_train.nemo.backends.hf_local import HFLocalBackend
-from nemo_train.nemo.backends.messages import (
+from nemo_train.backends.base import BackendError, BackendStats, ChatBackend
+from nemo_train.backends.hf_local import HFLocalBackend
+from nemo_train.backends.messages import (
     assistant_message,
     image_part,
     system_message,
     text_part,
     user_message,
 )
-from nemo_train.nemo.backends.openai_compat import OpenAICompatibleBackend
-from nemo_train.nemo.backends.scripted import ScriptedBackend
+from nemo_train.backends.openai_compat import OpenAICompatibleBackend
+from nemo_train.backends.scripted import ScriptedBackend
 
 __all__ = [
     "BackendError",

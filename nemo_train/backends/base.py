@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nemo_train.backends.cache import ResponseCache, cache_key
+from nemo_train.backends.jsonparse import extract_json
+from nemo_train.backends.messages import Message, assistant_message, to_openai_messages, user_message
 from nemo_train.errors import UserInputError
-from nemo_train.nemo.backends.messages import Message, assistant_message, to_openai_messages, user_message
-from nemo_train.nemo.cache import ResponseCache, cache_key
-from nemo_train.nemo.jsonparse import extract_json
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,9 @@ class ChatBackend(ABC):
         self._store(key, replies, n)
         return replies
 
-    def _cache_key(self, messages: list[Message], *, n: int, temperature: float, max_tokens: int, seed: int | None) -> str | None:
+    def _cache_key(
+        self, messages: list[Message], *, n: int, temperature: float, max_tokens: int, seed: int | None
+    ) -> str | None:
         """Check the request parameters; the cache key of the request (``None`` without a cache)."""
         if n < 1:
             raise UserInputError(f"n={n}; expected an integer >= 1")
@@ -146,8 +148,9 @@ class ChatBackend(ABC):
         """
         replies = self.chat(messages, n=n, temperature=temperature, max_tokens=max_tokens, seed=seed)
         return [
-            self._parse_or_reask(messages, reply, temperature=temperature, max_tokens=max_tokens, seed=seed,
-                                 max_reasks=max_reasks)
+            self._parse_or_reask(
+                messages, reply, temperature=temperature, max_tokens=max_tokens, seed=seed, max_reasks=max_reasks
+            )
             for reply in replies
         ]
 
@@ -171,7 +174,13 @@ class ChatBackend(ABC):
         )
 
     def _parse_or_reask(
-        self, messages: list[Message], reply: str, *, temperature: float, max_tokens: int, seed: int | None,
+        self,
+        messages: list[Message],
+        reply: str,
+        *,
+        temperature: float,
+        max_tokens: int,
+        seed: int | None,
         max_reasks: int,
     ) -> dict[str, Any] | None:
         parsed = extract_json(reply)

@@ -60,7 +60,9 @@ class ResponseCache:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError):
-            raise UserInputError(f"cache folder {str(self.path.parent)!r} is a file; expected a folder or a .sqlite path") from None
+            raise UserInputError(
+                f"cache folder {str(self.path.parent)!r} is a file; expected a folder or a .sqlite path"
+            ) from None
         self.timeout = timeout
         self._local = threading.local()
         with self._connection() as conn:

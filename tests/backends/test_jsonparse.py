@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nemo_train.nemo.jsonparse import extract_json
+from nemo_train.backends.jsonparse import extract_json
 
 
 @pytest.mark.parametrize(

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 
 
 @dataclass
@@ -31,7 +32,9 @@ def completion(*contents: str, model: str = "test-model") -> Reply:
 
 def error(status: int, **headers: str) -> Reply:
     """An error reply (e.g. 429 with ``retry_after="0"``)."""
-    return Reply(status, {"error": {"message": f"scripted {status}"}}, {k.replace("_", "-"): v for k, v in headers.items()})
+    return Reply(
+        status, {"error": {"message": f"scripted {status}"}}, {k.replace("_", "-"): v for k, v in headers.items()}
+    )
 
 
 class LoopbackOpenAIServer:
@@ -92,7 +95,7 @@ class LoopbackOpenAIServer:
         host, port = self._httpd.server_address[:2]
         return f"http://{host}:{port}/v1"
 
-    def __enter__(self) -> "LoopbackOpenAIServer":
+    def __enter__(self) -> LoopbackOpenAIServer:
         self._thread.start()
         return self
 
