@@ -394,36 +394,67 @@ def read_attribute_records(data_dir: str | Path) -> list[dict[str, Any]]:
     if not meta.is_file():
         raise UserInputError(f"CLEVR data folder {str(root)!r} has no attributes.json (expected {str(meta)!r})")
     try:
-        raw = json.loads(meta.read_text())
+        raw = json.loads(meta.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise UserInputError(f"{str(meta)!r} is not UTF-8 text (byte {err.start}); expected UTF-8 JSON") from None
     except json.JSONDecodeError as err:
         raise UserInputError(f"{str(meta)!r} is not valid JSON: {err}") from None
     if isinstance(raw, dict) and "scenes" in raw:
-        records = []
-        for scene in raw["scenes"]:
-            objects = scene.get("objects", [])
-            if len(objects) != 1:
-                raise UserInputError(
-                    f"scene {scene.get('image_filename')!r} has {len(objects)} objects; single-object CLEVR expects 1"
-                )
-            name = scene["image_filename"]
-            file = f"images/{name}" if (root / "images" / name).exists() else name
-            records.append({"file": file, **{k: objects[0][k] for k in ("shape", "material", "color", "size")}})
+        records = _scene_records(raw["scenes"], root, meta)
     elif isinstance(raw, list):
         records = raw
     else:
         raise UserInputError(f"{str(meta)!r} must hold a list of records or a CLEVR scenes object")
     out = []
     for i, rec in enumerate(records):
-        missing = [k for k in ("file", "shape", "material", "color", "size") if k not in rec]
+        where = f"record {i} of {str(meta)!r}"
+        if not isinstance(rec, dict):
+            raise UserInputError(f"{where} is {type(rec).__name__} {rec!r}; expected an object with {list(_FIELDS)}")
+        missing = [k for k in _FIELDS if k not in rec]
         if missing:
-            raise UserInputError(f"record {i} of {str(meta)!r} lacks field(s) {missing}")
-        out.append(
-            {
-                "path": root / rec["file"],
-                **{k: attribute_index(k, rec[k]) for k in ("shape", "material", "color", "size")},
-            }
-        )
+            raise UserInputError(f"{where} lacks field(s) {missing}")
+        wrong = [k for k in _FIELDS if not isinstance(rec[k], str)]
+        if wrong:
+            raise UserInputError(
+                f"{where} has non-string {', '.join(f'{k}={rec[k]!r}' for k in wrong)}; expected text "
+                "(a file path relative to the folder and attribute names)"
+            )
+        try:
+            values = {k: attribute_index(k, rec[k]) for k in ATTRIBUTES}
+        except UserInputError as err:
+            raise UserInputError(f"{where}: {err}") from None
+        out.append({"path": root / rec["file"], **values})
     return out
+
+
+_FIELDS = ("file", "shape", "material", "color", "size")
+
+
+def _scene_records(scenes: Any, root: Path, meta: Path) -> list[dict[str, Any]]:
+    """Records of the official CLEVR scenes layout (single-object scenes only)."""
+    if not isinstance(scenes, list):
+        raise UserInputError(f"'scenes' of {str(meta)!r} is {type(scenes).__name__}; expected a list of scenes")
+    records = []
+    for i, scene in enumerate(scenes):
+        where = f"scene {i} of {str(meta)!r}"
+        if not isinstance(scene, dict) or not isinstance(scene.get("image_filename"), str):
+            raise UserInputError(
+                f"{where} has no image_filename text; expected {{'image_filename': ..., 'objects': [...]}}"
+            )
+        objects = scene.get("objects", [])
+        if not isinstance(objects, list) or len(objects) != 1:
+            count = len(objects) if isinstance(objects, list) else type(objects).__name__
+            raise UserInputError(
+                f"scene {scene['image_filename']!r} has {count} objects; single-object CLEVR expects 1"
+            )
+        obj = objects[0]
+        missing = [k for k in ATTRIBUTES if not isinstance(obj, dict) or k not in obj]
+        if missing:
+            raise UserInputError(f"the object of {where} ({scene['image_filename']!r}) lacks field(s) {missing}")
+        name = scene["image_filename"]
+        file = f"images/{name}" if (root / "images" / name).exists() else name
+        records.append({"file": file, **{k: obj[k] for k in ATTRIBUTES}})
+    return records
 
 
 # --------------------------------------------------------------------------------------------- data module
@@ -533,6 +564,12 @@ class CLEVRDataModule(SplitDataModule):
         pool = pool[torch.rand(len(pool), generator=gen) < keep_prob]
         pool = pool[torch.randperm(len(pool), generator=gen)][: hp.train_size + hp.train_size // 4]
         n_val = max(1, len(pool) // 5)
+        if len(pool) - n_val < 1:
+            raise UserInputError(
+                f"CLEVR data folder {hp.data_dir!r} has {len(kept)} readable image(s), {int(is_test.sum())} of them "
+                f"held out for testing, leaving {len(pool)} for the training and validation splits under this bias; "
+                "expected at least 2 (a quarter of every attribute cell is the test split: add renders)"
+            )
 
         def subset(index: torch.Tensor) -> AttributeImageDataset:
             sub = {k: v[index] for k, v in attrs.items()}

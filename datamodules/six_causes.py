@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
+from datamodules.base import check_loader
 from nemo_train.errors import UserInputError
 
 #: The six causes of low competency, in the order of the paper's tables.
@@ -235,6 +236,7 @@ class SixCausesDataModule(L.LightningDataModule):
             raise UserInputError(f"severity_range={tuple(severity_range)}; expected 0 < low <= high <= 1")
         if per_cause < 1:
             raise UserInputError(f"per_cause={per_cause}; expected at least 1")
+        check_loader(batch_size, 0)
         self.directions = check_directions(directions)
         self.source, self.competency = source, competency
         self.threshold, self.per_cause, self.severity_range = threshold, per_cause, (low, high)
