@@ -7,6 +7,9 @@ Plain Python usable without the CLI: :func:`load_or_train_classifier`, :func:`pr
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import lightning as L
@@ -17,6 +20,18 @@ from nemo_train.competency.autoencoder import CompetencyAutoencoder
 from nemo_train.competency.parce import PaRCE
 from nemo_train.errors import UserInputError
 from nemo_train.models import ClassifierModule
+
+
+@contextmanager
+def quiet_lightning() -> Iterator[None]:
+    """Lightning's info lines (accelerator found, tips) off while training inside a pipeline; warnings stay."""
+    logger = logging.getLogger("lightning.pytorch")
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def quiet_trainer(epochs: int, accelerator: str, out_dir: Path | None = None) -> L.Trainer:
@@ -59,8 +74,9 @@ def load_or_train_classifier(
             )
         return load_classifier(checkpoint)
     module = ClassifierModule(backbone="bias_cnn", num_classes=datamodule.num_classes, lr=3e-3)
-    trainer = quiet_trainer(epochs, accelerator)
-    trainer.fit(module, datamodule)
+    with quiet_lightning():
+        trainer = quiet_trainer(epochs, accelerator)
+        trainer.fit(module, datamodule)
     if save_to is not None:
         save_to.parent.mkdir(parents=True, exist_ok=True)
         trainer.save_checkpoint(str(save_to), weights_only=True)
@@ -91,7 +107,8 @@ def prepare_estimator(
             autoencoder_checkpoint, map_location="cpu", weights_only=True
         )
     else:
-        quiet_trainer(epochs, accelerator).fit(autoencoder, datamodule)
+        with quiet_lightning():
+            quiet_trainer(epochs, accelerator).fit(autoencoder, datamodule)
     estimator = PaRCE(
         classifier, autoencoder.eval(), datamodule.num_classes, threshold=threshold, loss_scale=loss_scale
     )
