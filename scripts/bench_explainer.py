@@ -47,12 +47,17 @@ def run_one(path: str, args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
     from datamodules.explanations import ExplanationDataModule
     from nemo_train.explainer import ExplainerModule
+    from nemo_train.models.vlm import load_processor
 
     four_bit = path.endswith("4bit")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     L.seed_everything(0, verbose=False)
     dm = ExplanationDataModule(
-        model_name_or_path=args.model, data_dir=args.data_dir, per_cause=args.per_cause, batch_size=args.batch_size
+        model_name_or_path=args.model,
+        processor_loader=load_processor,
+        data_dir=args.data_dir,
+        per_cause=args.per_cause,
+        batch_size=args.batch_size,
     )
     dm.prepare_data()
     dm.setup("fit")

@@ -1,0 +1,59 @@
+"""4-bit (bitsandbytes) details of QLoRA fine-tuning that the libraries leave to the caller.
+
+* bitsandbytes' CPU kernels (on CPUs with AVX512-BF16) repack a ``Linear4bit`` weight into an inference
+  layout on the first eval-mode, no-grad forward, and a later training forward then fails with "a view of
+  a leaf Variable that requires grad is being used in an in-place operation".
+  :func:`restore_training_layout` puts the weights back after evaluation or generation.
+* Modules trained in full (peft ``modules_to_save``) cannot be quantized: :func:`skip_patterns` keeps them
+  in full precision, and :func:`check_modules_to_save` names any that still hold 4-bit weights.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+from nemo_train.errors import UserInputError
+
+# bitsandbytes is imported inside the functions: it is only needed with 4-bit weights, and its import
+# logs a kernel-loading message on CPU.
+
+
+def restore_training_layout(model: torch.nn.Module) -> int:
+    """Undo bitsandbytes' CPU inference packing of every ``Linear4bit`` in ``model``; returns how many."""
+    from bitsandbytes.functional import _convert_weight_packed_for_cpu_inverse
+    from bitsandbytes.nn import Linear4bit
+
+    restored = 0
+    for module in model.modules():
+        if not isinstance(module, Linear4bit):
+            continue
+        state = getattr(module.weight, "quant_state", None)
+        if state is not None and getattr(state, "packing_format_for_cpu", False):
+            module.weight.data, module.weight.quant_state = _convert_weight_packed_for_cpu_inverse(
+                module.weight.data, state
+            )
+            restored += 1
+    return restored
+
+
+def skip_patterns(modules_to_save: list[str] | None) -> list[str]:
+    """``llm_int8_skip_modules`` patterns that keep each ``modules_to_save`` entry unquantized."""
+    return [rf"(.*\.)?{re.escape(name)}" for name in modules_to_save or []]
+
+
+def check_modules_to_save(model: torch.nn.Module, modules_to_save: list[str] | None) -> None:
+    """One-line error when a module to train in full holds 4-bit weights (peft cannot train them)."""
+    from bitsandbytes.nn import Params4bit
+
+    for target in modules_to_save or []:
+        for name, module in model.named_modules():
+            if name != target and not name.endswith("." + target):
+                continue
+            quantized = [n for n, p in module.named_parameters() if isinstance(p, Params4bit)]
+            if quantized:
+                raise UserInputError(
+                    f"modules_to_save entry {target!r} holds {len(quantized)} 4-bit weight(s) (e.g. {name}.{quantized[0]}); "
+                    "a quantized module cannot be trained in full: add it to quant_skip_modules or remove it from modules_to_save"
+                )
