@@ -15,7 +15,12 @@ from transformers import AutoModelForImageTextToText, BitsAndBytesConfig, get_li
 
 from nemo_train.errors import UserInputError
 from nemo_train.explainer.distributed import adapter_state_dict, clean_name, trainable_names, zero_stage
-from nemo_train.explainer.quantization import check_modules_to_save, restore_training_layout, skip_patterns
+from nemo_train.explainer.quantization import (
+    check_modules_to_save,
+    keep_training_layout,
+    restore_training_layout,
+    skip_patterns,
+)
 from nemo_train.models.vlm import EXPLAINER_META, TINY_MODEL, load_processor, resolve_model_path
 
 #: LoRA targets: attention and MLP projections of the language model only (the default).
@@ -162,6 +167,7 @@ class ExplainerModule(L.LightningModule):
         base = self._load_base().train()  # from_pretrained returns eval mode; Lightning keeps module modes
         checkpointing = {"use_reentrant": False}
         if hp.load_in_4bit:
+            keep_training_layout(base)  # one weight layout for evaluation and training on CPU
             check_modules_to_save(base, hp.modules_to_save)
             base = prepare_model_for_kbit_training(
                 base, use_gradient_checkpointing=hp.gradient_checkpointing, gradient_checkpointing_kwargs=checkpointing

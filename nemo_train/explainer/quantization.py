@@ -1,9 +1,11 @@
 """4-bit (bitsandbytes) details of QLoRA fine-tuning that the libraries leave to the caller.
 
 * bitsandbytes' CPU kernels (on CPUs with AVX512-BF16) repack a ``Linear4bit`` weight into an inference
-  layout on the first eval-mode, no-grad forward, and a later training forward then fails with "a view of
-  a leaf Variable that requires grad is being used in an in-place operation".
-  :func:`restore_training_layout` puts the weights back after evaluation or generation.
+  layout on the first eval-mode, no-grad forward: a later training forward then fails with "a view of a
+  leaf Variable that requires grad is being used in an in-place operation", and layers narrower than the
+  packing block fail at once. :func:`keep_training_layout` turns that repacking off, so validation,
+  generation and training use one layout (:func:`restore_training_layout` undoes a repacking that
+  happened anyway).
 * Modules trained in full (peft ``modules_to_save``) cannot be quantized: :func:`skip_patterns` keeps them
   in full precision, and :func:`check_modules_to_save` names any that still hold 4-bit weights.
 """
@@ -18,6 +20,16 @@ from nemo_train.errors import UserInputError
 
 # bitsandbytes is imported inside the functions: it is only needed with 4-bit weights, and its import
 # logs a kernel-loading message on CPU.
+
+
+def keep_training_layout(model: torch.nn.Module) -> int:
+    """Turn off bitsandbytes' CPU inference repacking in every ``Linear4bit`` of ``model``; returns how many."""
+    from bitsandbytes.nn import Linear4bit
+
+    layers = [m for m in model.modules() if isinstance(m, Linear4bit)]
+    for layer in layers:
+        layer.support_avx512bf16_for_cpu = False
+    return len(layers)
 
 
 def restore_training_layout(model: torch.nn.Module) -> int:
