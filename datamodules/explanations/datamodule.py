@@ -112,7 +112,7 @@ class ExplanationDataModule(L.LightningDataModule):
         processor_loader: turns ``model_name_or_path`` into a processor (default ``AutoProcessor``).
         train_jsonl, val_jsonl: pair files. Without ``train_jsonl`` the embedded six-cause pairs are built
             into ``data_dir`` (CMNIST images with one of six corruptions, ``per_cause`` each).
-        data_dir: where the embedded pairs go.
+        data_dir: where the embedded pairs go (default ``<trainer.default_root_dir>/pairs``, else ``./pairs``).
         per_cause, seed, severity_range: size, seed and corruption strength of the embedded pairs (rebuilt
             when these change).
         use_counterfactual: show the counterfactual beside the image when a pair has one.
@@ -127,7 +127,7 @@ class ExplanationDataModule(L.LightningDataModule):
         processor_loader: Callable[[str], Any] = auto_processor,
         train_jsonl: str | None = None,
         val_jsonl: str | None = None,
-        data_dir: str = "pairs",
+        data_dir: str | None = None,
         per_cause: int = 100,
         seed: int = 0,
         severity_range: tuple[float, float] = (0.75, 1.0),
@@ -150,10 +150,16 @@ class ExplanationDataModule(L.LightningDataModule):
         self.val_set: ExplanationPairsDataset | None = None
         self.group_names = list(CAUSES)
 
+    def data_dir(self) -> Path:
+        """Where the embedded pairs are built."""
+        if self.hparams.data_dir is not None:
+            return Path(self.hparams.data_dir)
+        return Path(self.trainer.default_root_dir if self.trainer is not None else ".") / "pairs"
+
     def _paths(self) -> tuple[Path, Path | None]:
         hp = self.hparams
         if hp.train_jsonl is None:
-            root = Path(hp.data_dir)
+            root = self.data_dir()
             return root / "train.jsonl", root / "val.jsonl"
         return Path(hp.train_jsonl), Path(hp.val_jsonl) if hp.val_jsonl else None
 
@@ -162,7 +168,7 @@ class ExplanationDataModule(L.LightningDataModule):
         return {"per_cause": hp.per_cause, "seed": hp.seed, "severity_range": list(hp.severity_range)}
 
     def _embedded_ready(self) -> bool:
-        manifest = Path(self.hparams.data_dir) / "recipe.json"
+        manifest = self.data_dir() / "recipe.json"
         return manifest.is_file() and json.loads(manifest.read_text()) == self._embedded_recipe()
 
     def prepare_data(self) -> None:
@@ -171,9 +177,9 @@ class ExplanationDataModule(L.LightningDataModule):
         if hp.train_jsonl is None and not self._embedded_ready():
             recipe = self._embedded_recipe()
             build_six_cause_pairs(
-                hp.data_dir, per_cause=hp.per_cause, seed=hp.seed, severity_range=tuple(hp.severity_range)
+                self.data_dir(), per_cause=hp.per_cause, seed=hp.seed, severity_range=tuple(hp.severity_range)
             )
-            (Path(hp.data_dir) / "recipe.json").write_text(json.dumps(recipe))
+            (self.data_dir() / "recipe.json").write_text(json.dumps(recipe))
         self.processor_loader(hp.model_name_or_path)
 
     def prompt_settings(self) -> dict[str, Any]:

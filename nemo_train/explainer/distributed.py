@@ -16,6 +16,7 @@ import lightning as L
 import torch
 from lightning.pytorch.strategies import DeepSpeedStrategy, FSDPStrategy
 from peft import get_peft_model_state_dict
+from torch.distributed.fsdp import FullyShardedDataParallel
 
 #: Prefixes that wrappers put into parameter names (FSDP, activation checkpointing, ``torch.compile``).
 WRAPPER_PREFIXES = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
@@ -110,8 +111,6 @@ def generation_context(trainer: L.Trainer | None) -> Iterator[dict[str, Any]]:
     DeepSpeed ZeRO-3: ``synced_gpus=True`` keeps every rank stepping until all have finished.
     """
     if is_fsdp(trainer):
-        from torch.distributed.fsdp import FullyShardedDataParallel
-
         with FullyShardedDataParallel.summon_full_params(trainer.strategy.model, writeback=False):
             yield {}
     elif zero_stage(trainer) == 3:

@@ -140,8 +140,6 @@ def generate_explanations(
                     outputs += [[d] * num_samples for d in decoded]
     finally:
         model.train(was_training)
-        if was_training:
-            module.restore_training_layout()
     return outputs
 
 

@@ -12,13 +12,13 @@ from peft import LoraConfig, PeftModel, get_peft_model, prepare_model_for_kbit_t
 from peft.utils import SAFETENSORS_WEIGHTS_NAME as SAFE_WEIGHTS_NAME
 from safetensors.torch import save_file
 from transformers import AutoModelForImageTextToText, BitsAndBytesConfig, get_linear_schedule_with_warmup
+from transformers.integrations import HfDeepSpeedConfig
 
 from nemo_train.errors import UserInputError
 from nemo_train.explainer.distributed import adapter_state_dict, clean_name, trainable_names, zero_stage
 from nemo_train.explainer.quantization import (
     check_modules_to_save,
     keep_training_layout,
-    restore_training_layout,
     skip_patterns,
 )
 from nemo_train.models.vlm import EXPLAINER_META, TINY_MODEL, load_processor, resolve_model_path
@@ -150,8 +150,6 @@ class ExplainerModule(L.LightningModule):
             device = self.trainer.strategy.root_device if self._trainer is not None else torch.device("cpu")
             kwargs["device_map"] = {"": str(device)}
         if zero_stage(self._trainer) == 3:
-            from transformers.integrations import HfDeepSpeedConfig  # imports deepspeed, only present with it
-
             self._hf_deepspeed_config = HfDeepSpeedConfig(self.trainer.strategy.config)
         path = resolve_model_path(hp.model_name_or_path)
         try:
@@ -224,17 +222,6 @@ class ExplainerModule(L.LightningModule):
         datamodule = getattr(self.trainer, "datamodule", None)
         if datamodule is not None and hasattr(datamodule, "prompt_settings"):
             self.prompting = datamodule.prompt_settings()
-
-    def restore_training_layout(self) -> None:
-        """Undo bitsandbytes' CPU inference packing of 4-bit weights (after evaluation or generation)."""
-        if self.hparams.load_in_4bit and self.model is not None:
-            restore_training_layout(self.model)
-
-    def on_validation_end(self) -> None:
-        self.restore_training_layout()
-
-    def on_train_start(self) -> None:
-        self.restore_training_layout()
 
     # ------------------------------------------------------------------------------------ checkpoints
 

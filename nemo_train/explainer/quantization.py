@@ -4,8 +4,7 @@
   layout on the first eval-mode, no-grad forward: a later training forward then fails with "a view of a
   leaf Variable that requires grad is being used in an in-place operation", and layers narrower than the
   packing block fail at once. :func:`keep_training_layout` turns that repacking off, so validation,
-  generation and training use one layout (:func:`restore_training_layout` undoes a repacking that
-  happened anyway).
+  generation and training use one layout.
 * Modules trained in full (peft ``modules_to_save``) cannot be quantized: :func:`skip_patterns` keeps them
   in full precision, and :func:`check_modules_to_save` names any that still hold 4-bit weights.
 """
@@ -15,39 +14,17 @@ from __future__ import annotations
 import re
 
 import torch
+from bitsandbytes.nn import Linear4bit, Params4bit
 
 from nemo_train.errors import UserInputError
-
-# bitsandbytes is imported inside the functions: it is only needed with 4-bit weights, and its import
-# logs a kernel-loading message on CPU.
 
 
 def keep_training_layout(model: torch.nn.Module) -> int:
     """Turn off bitsandbytes' CPU inference repacking in every ``Linear4bit`` of ``model``; returns how many."""
-    from bitsandbytes.nn import Linear4bit
-
     layers = [m for m in model.modules() if isinstance(m, Linear4bit)]
     for layer in layers:
         layer.support_avx512bf16_for_cpu = False
     return len(layers)
-
-
-def restore_training_layout(model: torch.nn.Module) -> int:
-    """Undo bitsandbytes' CPU inference packing of every ``Linear4bit`` in ``model``; returns how many."""
-    from bitsandbytes.functional import _convert_weight_packed_for_cpu_inverse
-    from bitsandbytes.nn import Linear4bit
-
-    restored = 0
-    for module in model.modules():
-        if not isinstance(module, Linear4bit):
-            continue
-        state = getattr(module.weight, "quant_state", None)
-        if state is not None and getattr(state, "packing_format_for_cpu", False):
-            module.weight.data, module.weight.quant_state = _convert_weight_packed_for_cpu_inverse(
-                module.weight.data, state
-            )
-            restored += 1
-    return restored
 
 
 def skip_patterns(modules_to_save: list[str] | None) -> list[str]:
@@ -57,8 +34,6 @@ def skip_patterns(modules_to_save: list[str] | None) -> list[str]:
 
 def check_modules_to_save(model: torch.nn.Module, modules_to_save: list[str] | None) -> None:
     """One-line error when a module to train in full holds 4-bit weights (peft cannot train them)."""
-    from bitsandbytes.nn import Params4bit
-
     for target in modules_to_save or []:
         for name, module in model.named_modules():
             if name != target and not name.endswith("." + target):

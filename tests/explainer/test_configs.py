@@ -89,7 +89,7 @@ def test_tiny_config_fits_through_the_cli(six_cause_pairs, tmp_path, explainer_c
         ]
     )
     run = tmp_path / "checkpoints" / "explainer_tiny"
-    assert (run / "last.ckpt").is_file() and (run / "best.ckpt").is_file()
+    assert (run / "checkpoints" / "last.ckpt").is_file() and (run / "checkpoints" / "best.ckpt").is_file()
     assert (run / "adapter" / "adapter_model.safetensors").is_file()
     # best.ckpt monitors val/explanation_acc, so the accuracy callback ran and logged it
-    assert torch.load(run / "best.ckpt", weights_only=True)["state_dict"]
+    assert torch.load(run / "checkpoints" / "best.ckpt", weights_only=True)["state_dict"]

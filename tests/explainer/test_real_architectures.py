@@ -8,7 +8,6 @@ LoRA, Lightning's sanity check on); its adapter reloads with ``PeftModel.from_pr
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -70,14 +69,8 @@ def fitted(request, tiny_real, six_cause_pairs, tmp_path_factory):
         "--data.init_args.num_workers=0",
         "--data.init_args.max_length=512",
     ]
-    cwd = os.getcwd()
-    os.chdir(root)  # the presets write under checkpoints/<experiment>/
-    try:
-        run_lightning_cli(args)
-    finally:
-        os.chdir(cwd)
-    (checkpoints,) = [p for p in (root / "checkpoints").iterdir() if p.is_dir()]
-    return family, mode, checkpoints, root / "adapter"
+    run_lightning_cli(args)  # every output under --trainer.default_root_dir
+    return family, mode, root / "checkpoints", root / "adapter"
 
 
 def test_preset_fits_two_epochs_with_validation_and_writes_a_loadable_adapter(fitted, six_cause_pairs, tmp_path):
