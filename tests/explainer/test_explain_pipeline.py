@@ -41,6 +41,13 @@ def test_explain_writes_one_line_per_pair_and_resumes(explain_command, adapter, 
     assert len(rows) == n
     assert all(len(r["explanations"]) == 2 and len(r["correct"]) == 2 and r["cause"] for r in rows)
     assert "Spatial" in capsys.readouterr().out  # the per-cause table is printed
+    # the headline number: mean over causes of the first explanation's hit rate, worked out from the rows
+    accuracy = json.loads((tmp_path / "out.jsonl.accuracy.json").read_text())
+    per_cause = {}
+    for row in rows:
+        per_cause.setdefault(row["cause"], []).append(row["correct"][0])
+    means = [sum(v) / len(v) for v in per_cause.values()]
+    assert accuracy["average"] == pytest.approx(sum(means) / len(means))
     # a killed run resumes: drop the last line and run again
     output.write_text("\n".join(output.read_text().splitlines()[:-1]) + "\n")
     run_pipeline("explain", [*args, "--generation.num_samples", "2", "--generation.temperature", "1.0"])
