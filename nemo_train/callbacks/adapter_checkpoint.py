@@ -7,16 +7,15 @@ from typing import Any
 
 import lightning as L
 
-from nemo_train.explainer.distributed import clean_name, gather_trainable_state, trainable_names
+from nemo_train.explainer.distributed import gather_trainable_state
 
 
 class AdapterCheckpoint(L.Callback):
     """Saves ``ExplainerModule``'s adapter to ``dirpath`` (default ``<trainer.default_root_dir>/adapter``).
 
-    The weights come whole, never as shards: from the checkpoint's state dict when a checkpoint is saved
-    (Lightning gathers it to rank 0 under FSDP), gathered from the partitions under DeepSpeed ZeRO-3, and
-    at the end of training from :func:`nemo_train.explainer.distributed.gather_trainable_state`. Only
-    rank 0 writes.
+    The weights come whole, never as shards (:func:`nemo_train.explainer.distributed.gather_trainable_state`:
+    a full state dict under FSDP, gathered partitions under DeepSpeed ZeRO-3, the live parameters
+    otherwise); every rank takes part in the gathering, only rank 0 writes.
 
     Args:
         dirpath: the adapter folder.
@@ -38,11 +37,7 @@ class AdapterCheckpoint(L.Callback):
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         if not self.on_checkpoint:
             return
-        wanted = trainable_names(pl_module)
-        state = {clean_name(k): v for k, v in checkpoint.get("state_dict", {}).items() if clean_name(k) in wanted}
-        if len(state) < len(wanted) or any(v.numel() == 0 for v in state.values()):  # ZeRO-3: gather (every rank)
-            state = gather_trainable_state(trainer, pl_module)
-        self._write(trainer, pl_module, state)
+        self._write(trainer, pl_module, gather_trainable_state(trainer, pl_module))
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._write(trainer, pl_module, gather_trainable_state(trainer, pl_module))

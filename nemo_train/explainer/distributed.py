@@ -16,7 +16,7 @@ import lightning as L
 import torch
 from lightning.pytorch.strategies import DeepSpeedStrategy, FSDPStrategy
 from peft import get_peft_model_state_dict
-from torch.distributed.fsdp import FullyShardedDataParallel
+from torch.distributed.fsdp import FullStateDictConfig, FullyShardedDataParallel, StateDictType
 
 #: Prefixes that wrappers put into parameter names (FSDP, activation checkpointing, ``torch.compile``).
 WRAPPER_PREFIXES = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
@@ -87,12 +87,16 @@ class NoSplitModulesPolicy:
 def gather_trainable_state(trainer: L.Trainer | None, pl_module: L.LightningModule) -> dict[str, torch.Tensor]:
     """The trainable weights of ``pl_module`` by clean ``state_dict`` name, whole (never shards).
 
-    Collective under FSDP (full state dict, rank 0 gets the tensors) and DeepSpeed ZeRO-3 (parameters
-    gathered): call it on every rank. On one device it is a plain read.
+    Collective under FSDP (a full state dict whatever the strategy's ``state_dict_type``; rank 0 gets
+    the tensors, on CPU) and DeepSpeed ZeRO-3 (parameters gathered): call it on every rank. On one
+    device (and DDP) it is a plain read.
     """
     wanted = trainable_names(pl_module)
     if is_fsdp(trainer):
-        state = trainer.strategy.lightning_module_state_dict()  # full, gathered to rank 0
+        model = trainer.strategy.model
+        full = FullStateDictConfig(offload_to_cpu=True, rank0_only=True)
+        with FullyShardedDataParallel.state_dict_type(model, StateDictType.FULL_STATE_DICT, full):
+            state = model.state_dict()
         return {clean_name(k): v for k, v in state.items() if clean_name(k) in wanted}
     named = [(clean_name(n), p) for n, p in pl_module.named_parameters() if p.requires_grad]
     if zero_stage(trainer) == 3:

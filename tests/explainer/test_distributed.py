@@ -7,6 +7,7 @@ import pytest
 import torch
 from peft import PeftModel
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+from torch.distributed.fsdp.wrap import _recursive_wrap
 from transformers import AutoModelForImageTextToText
 
 from nemo_train.errors import UserInputError
@@ -94,8 +95,11 @@ def test_wrap_policy_units_follow_no_split_modules(tiny_real, family, expected):
     assert policy(model, recurse=True)  # FSDP asks about the root first: the policy reads the classes there
     wrapped = {type(m).__name__ for m in model.modules() if policy(m, recurse=False)}
     assert wrapped == expected
-    n_units = sum(policy(m, recurse=False) for m in model.modules())
-    assert n_units >= 4  # several units, not one for the whole model
+    # torch's own wrapping recursion (what FSDP and activation checkpointing run), with a stand-in unit
+    fresh = AutoModelForImageTextToText.from_pretrained(tiny_real[family])
+    _recursive_wrap(fresh, NoSplitModulesPolicy(), FakeFSDPUnit, set(), set(), only_wrap_children=True)
+    units = [m for m in fresh.modules() if isinstance(m, FakeFSDPUnit)]
+    assert len(units) >= 4 and {type(u._fsdp_wrapped_module).__name__ for u in units} == expected
 
 
 def test_generation_context_is_plain_on_one_device():
