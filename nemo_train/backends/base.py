@@ -75,8 +75,10 @@ class ChatBackend(ABC):
         return {}
 
     def fingerprint(self) -> dict[str, Any]:
-        """What changes this backend's replies (for result fingerprints): class, model and cache params."""
-        return {"class": type(self).__name__, "model": self.model, **self.cache_params()}
+        """What changes this backend's replies (for result fingerprints): class, model and the settings of
+        :meth:`cache_params` except the endpoint's address (the same model served elsewhere answers the same)."""
+        params = {k: v for k, v in self.cache_params().items() if k != "base_url"}
+        return {"class": type(self).__name__, "model": self.model, **params}
 
     def attach_cache(self, path: str | Path) -> None:
         """Use an on-disk reply cache at ``path`` unless one was configured."""
