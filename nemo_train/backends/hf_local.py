@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from peft import PeftModel
+from transformers import AutoModelForImageTextToText, AutoProcessor
 
 from nemo_train.backends.base import ChatBackend
 from nemo_train.backends.messages import Message, to_local_messages
@@ -90,15 +92,11 @@ class HFLocalBackend(ChatBackend):
                 module = load_explainer(explainer_folder)
                 self._model, self._processor = module.model.to(self.device).eval(), module.processor
                 return self._model, self._processor
-            from transformers import AutoModelForImageTextToText, AutoProcessor
-
             path = _resolve_model_path(self.model_name_or_path)
             self._processor = AutoProcessor.from_pretrained(path)
             dtype = self.dtype if self.dtype == "auto" else getattr(torch, self.dtype)
             model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype)
             if self.adapter is not None:
-                from peft import PeftModel
-
                 model = PeftModel.from_pretrained(model, self.adapter)
             self._model = model.to(self.device).eval()
         return self._model, self._processor

@@ -16,15 +16,19 @@ the exact editor re-renders with. Builders:
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+from PIL import Image
+from torchvision.transforms import functional as TF
 from tqdm.auto import tqdm
 
 from nemo_train.errors import UserInputError
+from nemo_train.nemo.targets import load_checkpoint_target
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".JPEG", ".JPG", ".PNG")
 
@@ -91,8 +95,6 @@ class NemoBenchmark:
 
 def load_image(path: str | Path, size: int = 224) -> torch.Tensor:
     """An RGB image file as float ``[3, size, size]`` in [0, 1] (shorter side resized, centre crop)."""
-    from PIL import Image
-    from torchvision.transforms import functional as TF
 
     try:
         with Image.open(path) as im:
@@ -213,10 +215,6 @@ def build_synthetic_benchmark(
     samples are drawn with ``seed``; every other grid image is the reference database, captioned from its
     attributes. The benchmark keeps the renderer, so edits are exact re-renders.
     """
-    import importlib
-
-    from nemo_train.nemo.targets import load_checkpoint_target
-
     if dataset not in SYNTHETIC:
         raise UserInputError(f"unknown generated dataset {dataset!r}; expected one of {sorted(SYNTHETIC)}")
     spec = SYNTHETIC[dataset]

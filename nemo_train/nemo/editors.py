@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from nemo_train.backends.messages import to_pil
 from nemo_train.errors import UserInputError
 from nemo_train.nemo.benchmark import ErrorSample
 
@@ -56,6 +57,7 @@ class DiffusersEditor:
     ) -> None:
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         if isinstance(pipeline, str):
+            # diffusers is heavy and only needed for image-folder benchmarks: imported on first use
             from diffusers import DiffusionPipeline
 
             torch_dtype = (
@@ -80,8 +82,6 @@ class DiffusersEditor:
 
     def edit(self, sample: ErrorSample, instructions: Sequence[str | None]) -> torch.Tensor:
         """``[M, 3, H, W]`` edits of ``sample.image``; a ``None`` instruction returns the image unchanged."""
-        from nemo_train.backends.messages import to_pil
-
         image = sample.image
         height, width = image.shape[-2:]
         source = to_pil(F.interpolate(image[None], size=(self.size, self.size), mode="bilinear", antialias=True)[0])

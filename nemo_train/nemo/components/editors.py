@@ -15,6 +15,7 @@ from nemo_train.backends.base import ChatBackend
 from nemo_train.errors import UserInputError
 from nemo_train.nemo import interventions as iv
 from nemo_train.nemo.benchmark import NemoBenchmark
+from nemo_train.nemo.editors import DiffusersEditor
 
 
 class EditorSpec(ABC):
@@ -82,9 +83,6 @@ class DiffusersEdit(EditorSpec):
     def build_scorer(self, benchmark, target, backend, seed, batched):
         if backend is None:
             raise UserInputError(f"benchmark {benchmark.name!r} needs an explainer endpoint to write edit instructions")
-        # diffusers is heavy and optional for generated benchmarks: imported only when this editor is used
-        from nemo_train.nemo.editors import DiffusersEditor
-
         editor = DiffusersEditor(
             self.model,
             seed=seed,

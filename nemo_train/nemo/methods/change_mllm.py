@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import torch
 
+from nemo_train.backends.messages import user_message
 from nemo_train.nemo import prompts
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
 from nemo_train.nemo.methods.base import Explanation, ask_causes
+from nemo_train.nemo.methods.scitx import reference_index
 
 
 class ChangeMLLM:
@@ -26,8 +28,6 @@ class ChangeMLLM:
 
     def reference(self, sample: ErrorSample, benchmark: NemoBenchmark) -> int | None:
         """Index of the nearest correctly classified reference of class ``y`` (or ``y_hat``)."""
-        from nemo_train.nemo.methods.scitx import reference_index
-
         query = self.target.features(sample.image[None]).cpu()
         cls = sample.label if self.reference_class == "true" else sample.prediction
         found = reference_index(benchmark.reference).search(query, 1, torch.tensor([[cls]])).as_lists()[0]
@@ -58,8 +58,6 @@ class ChangeMLLM:
             return []
         if self.backend is None:
             return [self._offline(sample, benchmark, index)]
-        from nemo_train.backends.messages import user_message
-
         names = benchmark.class_names
         text = prompts.CHANGE_MLLM.format(
             true_name=names[sample.label],

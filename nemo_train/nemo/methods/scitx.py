@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 
+from nemo_train.backends.messages import user_message
 from nemo_train.errors import UserInputError
 from nemo_train.nemo import prompts
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark, ReferenceSet
@@ -104,8 +105,6 @@ class MLLMHypothesizer:
         )
 
     def hypothesize(self, sample, observations, class_names, m):
-        from nemo_train.backends.messages import user_message
-
         message = user_message(self.prompt(sample, observations, class_names), images=[sample.image])
         return ask_causes(self.backend, [message], n=m, temperature=self.temperature if m > 1 else 0.0)
 
@@ -116,6 +115,7 @@ class PlainTextHypothesizer:
     hypothesis. It gets no observations (its closed training vocabulary has no place for captions)."""
 
     def __init__(self, backend, question: str | None = None, temperature: float = 0.7, max_tokens: int = 48) -> None:
+        # the tiny explainer's training question; moves to the shared vocabulary module below both packages
         from nemo_train.explainer.causes import BIAS_PROMPT
 
         self.backend, self.question, self.temperature, self.max_tokens = (
@@ -126,8 +126,6 @@ class PlainTextHypothesizer:
         )
 
     def hypothesize(self, sample, observations, class_names, m):
-        from nemo_train.backends.messages import user_message
-
         replies = self.backend.chat(
             [user_message(self.question, images=[sample.image])],
             n=m,
@@ -268,6 +266,4 @@ class MLLMCaptioner:
         self.backend = backend
 
     def __call__(self, image: torch.Tensor) -> str:
-        from nemo_train.backends.messages import user_message
-
         return self.backend.chat([user_message(self.PROMPT, images=[image])], temperature=0.0)[0].strip()
