@@ -130,6 +130,7 @@ class TimmTarget(Target):
         mapping: benchmark classes as ImageNet id sets; ``None`` keeps the model's own classes.
         pretrained: load hub weights (``False`` gives a random model of the same architecture, for tests).
         model_kwargs: extra ``timm.create_model`` arguments (tiny test configs).
+        weights_file: a local ``.safetensors`` / ``.pth`` state dict to load instead of the hub weights.
     """
 
     def __init__(
@@ -138,11 +139,25 @@ class TimmTarget(Target):
         mapping: ClassMapping | None = None,
         pretrained: bool = True,
         model_kwargs: Mapping | None = None,
+        weights_file: str | Path | None = None,
     ) -> None:
         super().__init__()
         if model_name.split(".")[0] not in timm.list_models():
             raise UserInputError(f"unknown timm model {model_name!r}; expected a name from timm.list_models()")
-        self.model = timm.create_model(model_name, pretrained=pretrained, **dict(model_kwargs or {})).eval()
+        kwargs = dict(model_kwargs or {})
+        if weights_file is not None:
+            if not Path(weights_file).is_file():
+                raise UserInputError(f"timm weights file {str(weights_file)!r} does not exist")
+            kwargs["pretrained_cfg_overlay"] = {"file": str(weights_file)}
+        try:
+            self.model = timm.create_model(model_name, pretrained=pretrained or weights_file is not None, **kwargs)
+        except (OSError, RuntimeError, ValueError) as err:  # offline hub, missing file, wrong state dict
+            source = repr(str(weights_file)) if weights_file is not None else "the hub"
+            raise UserInputError(
+                f"cannot load weights of timm model {model_name!r} from {source} ({type(err).__name__}: "
+                f"{str(err).splitlines()[0][:150] if str(err) else ''}); give weights_file or pretrained: false"
+            ) from None
+        self.model.eval()
         cfg = timm.data.resolve_data_config({}, model=self.model)
         self.input_size = tuple(cfg["input_size"][1:])
         patch_embed_size = getattr(getattr(self.model, "patch_embed", None), "img_size", None)
@@ -237,12 +252,19 @@ class ZeroShotTarget(Target):
         if "{}" not in template:
             raise UserInputError(f"prompt template {template!r} must contain '{{}}' where the class name goes")
         if isinstance(model, str):
-            processor = AutoImageProcessor.from_pretrained(model)
-            tokenizer = tokenizer or AutoTokenizer.from_pretrained(model)
+            name = model
+            try:
+                processor = AutoImageProcessor.from_pretrained(name)
+                tokenizer = tokenizer or AutoTokenizer.from_pretrained(name)
+                model = AutoModel.from_pretrained(name)
+            except (OSError, ValueError) as err:  # not on the hub / offline / not a CLIP or SigLIP folder
+                raise UserInputError(
+                    f"cannot load zero-shot model {name!r} ({type(err).__name__}: {str(err).splitlines()[0][:150]}); "
+                    "expected a hub id or a local folder with the model and its processor"
+                ) from None
             size = processor.size
             image_size = image_size or size.get("shortest_edge") or size.get("height")
             mean, std = processor.image_mean, processor.image_std
-            model = AutoModel.from_pretrained(model)
         if tokenizer is None:
             raise UserInputError("ZeroShotTarget needs a tokenizer when the model is passed as a module")
         self.model = model.eval()

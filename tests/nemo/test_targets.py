@@ -11,7 +11,14 @@ import torch
 os.environ.setdefault("WANDB_MODE", "disabled")
 
 from nemo_train.errors import UserInputError  # noqa: E402
-from nemo_train.nemo.targets import ClassifierTarget, ClassMapping, TimmTarget, load_checkpoint_target, tiny_random_clip  # noqa: E402
+from nemo_train.nemo.targets import (  # noqa: E402
+    ClassifierTarget,
+    ClassMapping,
+    TimmTarget,
+    ZeroShotTarget,
+    load_checkpoint_target,
+    tiny_random_clip,
+)
 
 
 def test_imagenet_r_style_mask_equals_softmax_over_the_subset():
@@ -116,3 +123,29 @@ def test_gradcam_on_transformer_targets(kind):
     heat, overlay = gradcam_overlay(target, image, 1, target.gradcam_layer(), target.gradcam_reshape())
     assert heat.shape == (32, 32) and overlay.shape == (3, 32, 32)
     assert torch.isfinite(heat).all() and heat.max() <= 1
+
+
+def test_timm_target_from_a_local_weights_file_and_a_missing_hub_model(tmp_path, monkeypatch):
+    from safetensors.torch import save_file
+
+    from nemo_train.errors import UserInputError
+    from nemo_train.nemo.components import TimmModel
+
+    kwargs = dict(img_size=32, patch_size=16, embed_dim=32, depth=1, num_heads=2)
+    source = TimmTarget("vit_tiny_patch16_224", pretrained=False, model_kwargs=kwargs)
+    weights = tmp_path / "vit.safetensors"
+    save_file({k: v.contiguous() for k, v in source.model.state_dict().items()}, str(weights))
+    loaded = TimmTarget("vit_tiny_patch16_224", model_kwargs=kwargs, weights_file=weights)
+    for (name, a), b in zip(source.model.state_dict().items(), loaded.model.state_dict().values()):
+        assert torch.equal(a, b), name
+    spec = TimmModel("vit_tiny_patch16_224", weights_file=str(weights))
+    assert spec.identity()["sha256"] and spec.default_name() == "vit_tiny_patch16_224"
+    with pytest.raises(UserInputError, match="does not exist"):
+        TimmModel("vit_tiny_patch16_224", weights_file=str(tmp_path / "missing.pth")).check()
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # no network here either way
+    with pytest.raises(UserInputError, match="cannot load weights of timm model .* from the hub"):
+        TimmTarget("vit_tiny_patch16_224.augreg_in21k_ft_in1k", model_kwargs=kwargs)
+    with pytest.raises(UserInputError, match="cannot load zero-shot model 'no-such-org/no-such-clip'"):
+        ZeroShotTarget("no-such-org/no-such-clip", ["a", "b"])

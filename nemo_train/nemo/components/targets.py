@@ -91,20 +91,33 @@ class TimmModel(TargetSpec):
     Args:
         model_name: timm name, e.g. ``vit_base_patch16_224.augreg2_in21k_ft_in1k``.
         pretrained: load the hub weights (``False``: random weights of the architecture).
+        weights_file: a local ``.safetensors`` / ``.pth`` state dict instead of the hub (works offline).
     """
 
-    def __init__(self, model_name: str, pretrained: bool = True, name: str | None = None) -> None:
+    def __init__(
+        self, model_name: str, pretrained: bool = True, weights_file: str | None = None, name: str | None = None
+    ) -> None:
         super().__init__(name)
-        self.model_name, self.pretrained = model_name, pretrained
+        self.model_name, self.pretrained, self.weights_file = model_name, pretrained, weights_file
 
     def default_name(self) -> str:
         return self.model_name
 
+    def check(self) -> None:
+        if self.weights_file is not None and not Path(self.weights_file).is_file():
+            raise UserInputError(f"timm weights file {self.weights_file!r} does not exist")
+
     def identity(self) -> dict[str, Any]:
+        if self.weights_file is not None:
+            return {
+                "timm": self.model_name,
+                "weights": str(Path(self.weights_file).resolve()),
+                "sha256": file_digest(self.weights_file),
+            }
         return {"timm": self.model_name, "pretrained": self.pretrained}
 
     def build(self, class_names: list[str] | None, mapping: ClassMapping | None) -> Target:
-        return TimmTarget(self.model_name, mapping=mapping, pretrained=self.pretrained)
+        return TimmTarget(self.model_name, mapping=mapping, pretrained=self.pretrained, weights_file=self.weights_file)
 
 
 class ZeroShotModel(TargetSpec):
