@@ -20,7 +20,8 @@ class CellScore:
 
     ``llm_match`` is the mean judge-panel score over samples that were judged (NaN if none), ``cei``
     the mean CEI in percentage points over the samples that did not fail, ``n`` the samples scored,
-    ``failed`` those whose language-model calls failed for good, ``per_judge`` each judge's mean.
+    ``failed`` those whose language-model calls failed for good, ``empty`` the scored samples whose
+    explanation came back empty (they count with CEI 0 and the judges' score), ``per_judge`` each judge's mean.
     """
 
     method: str
@@ -29,6 +30,7 @@ class CellScore:
     cei: float
     n: int
     failed: int = 0
+    empty: int = 0
     per_judge: dict[str, float] = field(default_factory=dict)
 
 
@@ -92,6 +94,7 @@ def summarize(records: Iterable[dict]) -> list[CellScore]:
                 cei=_mean([r["cei"] for r in ok]),
                 n=len(ok),
                 failed=len(rows) - len(ok),
+                empty=sum(not (r.get("explanation") or "").strip() for r in ok),
                 per_judge={k: _mean(v) for k, v in judges.items()},
             )
         )
@@ -113,9 +116,12 @@ def print_report(cells: list[CellScore], benchmark: str) -> str:
     targets = list(dict.fromkeys(c.target for c in cells))
     by_key = {(c.method, c.target): c for c in cells}
     any_failed = any(c.failed for c in cells)
+    any_empty = any(c.empty for c in cells)
     columns = ["method"]
     for t in targets:
         columns += [f"{t} LLM Match", f"{t} CEI"]
+    if any_empty:
+        columns.append("empty")
     if any_failed:
         columns.append("failed")
     rows = []
@@ -124,11 +130,15 @@ def print_report(cells: list[CellScore], benchmark: str) -> str:
         for t in targets:
             c = by_key.get((m, t))
             row += [c.llm_match, round(c.cei, 2)] if c else [None, None]
+        if any_empty:
+            row.append(sum(by_key[(m, t)].empty for t in targets if (m, t) in by_key))
         if any_failed:
             row.append(sum(by_key[(m, t)].failed for t in targets if (m, t) in by_key))
         rows.append(row)
     sizes = sorted({c.n for c in cells})
     caption = f"errors per cell: {', '.join(map(str, sizes))}; CEI in percentage points"
+    if any_empty:
+        caption += "; empty = explanations that came back empty (scored as CEI 0)"
     if any_failed:
         caption += "; failed = samples whose language-model calls failed (a rerun retries them)"
     return print_table(columns, rows, title=f"NEMO evaluation on {benchmark}", caption=caption)

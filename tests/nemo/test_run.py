@@ -230,11 +230,15 @@ def test_table_layout(capsys):
             "judges": {},
         },
     ]
+    records.append({**records[0], "sample_id": "c", "explanation": " ", "cei": 0.0, "llm_match": 0.0})
+    cells = summarize(records)
+    assert cells[0].n == 3 and cells[0].empty == 1 and cells[0].cei == 10.0
+    records.pop()
     cells = summarize(records)
     assert cells[0].llm_match == 0.75 and cells[0].cei == 15.0 and cells[0].n == 2
     assert cells[1].n == 1 and cells[1].failed == 1 and cells[1].cei == -2.0
     table = print_report(cells, "toy")
-    assert "0.750" in table and "15.0" in table and "-2.0" in table and "failed" in table
+    assert "0.750" in table and "15.0" in table and "-2.0" in table and "failed" in table and "empty" not in table
     assert math.isnan(summarize([{**records[3], "method": "X"}])[0].cei)
 
 

@@ -49,6 +49,8 @@ class SciTXMethod(MethodSpec):
             attribute-contrast template), ``json``, ``plain`` (one sentence per reply, e.g. the fine-tuned
             tiny explainer) or ``attributes`` (the offline template).
         class_relevance: keep only references of the true or predicted class.
+        retrieval: ``nearest`` (the ``k`` nearest of the filtered references, as in the NEMO paper's Alg. 1)
+            or ``balanced`` (``ceil(k/2)`` from each of the true and the predicted class).
     """
 
     def __init__(
@@ -57,8 +59,10 @@ class SciTXMethod(MethodSpec):
         m: PositiveInt = 3,
         hypotheses: Literal["auto", "json", "plain", "attributes"] = "auto",
         class_relevance: bool = True,
+        retrieval: Literal["nearest", "balanced"] = "nearest",
     ) -> None:
         self.k, self.m, self.hypotheses, self.class_relevance = k, m, hypotheses, class_relevance
+        self.retrieval = retrieval
 
     def build(self, ctx: BuildContext) -> list[Method]:
         bench, backend = ctx.benchmark, ctx.backend
@@ -77,7 +81,14 @@ class SciTXMethod(MethodSpec):
             hyp = scitx.MLLMHypothesizer(backend)
         captioner = scitx.MLLMCaptioner(backend) if backend is not None else None
         method = scitx.SciTX(
-            ctx.target, hyp, ctx.scorer, k=self.k, m=self.m, captioner=captioner, class_relevance=self.class_relevance
+            ctx.target,
+            hyp,
+            ctx.scorer,
+            k=self.k,
+            m=self.m,
+            captioner=captioner,
+            class_relevance=self.class_relevance,
+            balanced=self.retrieval == "balanced",
         )
         return [method]
 
@@ -131,13 +142,14 @@ class ChangeMLLMMethod(_Baseline):
     """ChangeMLLM: the error next to its nearest correctly classified reference; the explainer names the change.
 
     Args:
-        reference_class: take the reference from the ``true`` or the ``predicted`` class.
+        reference_class: the nearest correctly classified reference of the true or the predicted class
+            (``either``, as in the NEMO paper), or only of the ``true`` / ``predicted`` class.
     """
 
     def __init__(
         self,
         temperature: float = 0.7,
-        reference_class: Literal["true", "predicted"] = "true",
+        reference_class: Literal["either", "true", "predicted"] = "either",
         validation: bool = False,
         m: PositiveInt = 3,
     ) -> None:

@@ -22,15 +22,18 @@ class ChangeMLLM:
 
     name = "ChangeMLLM"
 
-    def __init__(self, target, backend=None, temperature: float = 0.7, reference_class: str = "true") -> None:
+    def __init__(self, target, backend=None, temperature: float = 0.7, reference_class: str = "either") -> None:
         self.target, self.backend, self.temperature = target, backend, temperature
         self.reference_class = reference_class
 
     def reference(self, sample: ErrorSample, benchmark: NemoBenchmark) -> int | None:
-        """Index of the nearest correctly classified reference of class ``y`` (or ``y_hat``)."""
+        """Index of the nearest correctly classified reference of class ``y`` or ``y_hat`` (``either``, as in
+        the NEMO paper), or of only one of them (``true`` / ``predicted``); ``None`` when there is none."""
         query = self.target.features(sample.image[None]).cpu()
-        cls = sample.label if self.reference_class == "true" else sample.prediction
-        found = reference_index(benchmark.reference).search(query, 1, torch.tensor([[cls]])).as_lists()[0]
+        classes = {"true": [sample.label], "predicted": [sample.prediction]}.get(
+            self.reference_class, [sample.label, sample.prediction]
+        )
+        found = reference_index(benchmark.reference).search(query, 1, torch.tensor([classes])).as_lists()[0]
         return found[0] if found else None
 
     def _offline(self, sample: ErrorSample, benchmark: NemoBenchmark, index: int) -> str:

@@ -55,14 +55,15 @@ def retrieve_observations(
     reference: ReferenceSet,
     k: int,
     class_relevance: bool = True,
-    balanced: bool = True,
+    balanced: bool = False,
 ) -> list[int]:
     """Indices of the ``k`` nearest correctly classified references, nearest first.
 
-    With ``class_relevance`` only references of class ``y`` or ``y_hat`` count; ``balanced`` then takes
+    With ``class_relevance`` only references of class ``y`` or ``y_hat`` count and the ``k`` nearest of
+    that filtered set are taken (Alg. 1 of the NEMO paper). ``balanced`` (an option of ours) instead takes
     ``ceil(k/2)`` from each class, so the prompt always has both evidence sets A (``y``) and B (``y_hat``)
-    even when the error sits deep inside ``y_hat``'s region of feature space. Without class relevance
-    (Table 5 ablation) it is plain top-``k`` over all correct references.
+    even when the error sits deep inside ``y_hat``'s region of feature space (``k + 1`` for odd ``k``).
+    Without class relevance (Table 5 ablation) it is plain top-``k`` over all correct references.
     """
     index = reference_index(reference)
     query = query.reshape(1, -1)
@@ -209,6 +210,7 @@ class SciTX:
         k: number of observations; m: number of hypotheses.
         captioner: ``image -> caption`` for references without a stored caption (an MLLM captioner).
         class_relevance: keep only references of class ``y`` or ``y_hat`` (Table 5 ablation when False).
+        balanced: take ``ceil(k/2)`` references from each of ``y`` and ``y_hat`` instead of the ``k`` nearest.
     """
 
     name = "SciTX"
@@ -222,17 +224,19 @@ class SciTX:
         m: int = 3,
         captioner=None,
         class_relevance: bool = True,
+        balanced: bool = False,
     ) -> None:
         if k < 1 or m < 1:
             raise UserInputError(f"SciTX needs k >= 1 and m >= 1; got k={k}, m={m}")
         self.target, self.hypothesizer, self.scorer = target, hypothesizer, scorer
         self.k, self.m, self.captioner, self.class_relevance = k, m, captioner, class_relevance
+        self.balanced = balanced
 
     def observe(self, sample: ErrorSample, benchmark: NemoBenchmark) -> list[Observation]:
         """Stage 1: retrieve and caption the ``k`` observations."""
         ref = benchmark.reference
         query = self.target.features(sample.image[None])[0].cpu()
-        indices = retrieve_observations(sample, query, ref, self.k, self.class_relevance)
+        indices = retrieve_observations(sample, query, ref, self.k, self.class_relevance, self.balanced)
         sims = (
             F.normalize(ref.features[indices].float(), dim=-1) @ F.normalize(query.float(), dim=0)
             if indices
