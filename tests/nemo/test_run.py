@@ -217,9 +217,33 @@ def test_unknown_option_in_a_config_is_one_line(config, option, tmp_path):
 
 def test_table_layout(capsys):
     records = [
-        {"method": "SciTX", "target": "vit", "sample_id": "a", "cei": 10.0, "llm_match": 1.0, "judges": {"j": 1.0}},
-        {"method": "SciTX", "target": "vit", "sample_id": "b", "cei": 20.0, "llm_match": 0.5, "judges": {"j": 0.5}},
-        {"method": "CamMLLM", "target": "vit", "sample_id": "a", "cei": -2.0, "llm_match": 0.0, "judges": {"j": 0.0}},
+        {
+            "method": "SciTX",
+            "target": "vit",
+            "sample_id": "a",
+            "cei": 10.0,
+            "llm_match": 1.0,
+            "explanation": "e",
+            "judges": {"j": 1.0},
+        },
+        {
+            "method": "SciTX",
+            "target": "vit",
+            "sample_id": "b",
+            "cei": 20.0,
+            "llm_match": 0.5,
+            "explanation": "e",
+            "judges": {"j": 0.5},
+        },
+        {
+            "method": "CamMLLM",
+            "target": "vit",
+            "sample_id": "a",
+            "cei": -2.0,
+            "llm_match": 0.0,
+            "explanation": "e",
+            "judges": {"j": 0.0},
+        },
         {
             "method": "CamMLLM",
             "target": "vit",
