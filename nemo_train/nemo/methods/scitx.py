@@ -26,6 +26,7 @@ from nemo_train.nemo import prompts
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark, ReferenceSet
 from nemo_train.nemo.methods.base import Explanation, ask_causes, select_by_cei
 from nemo_train.nemo.retrieval import ReferenceIndex
+from nemo_train.vocabulary import BIAS_PROMPT
 
 
 @dataclass
@@ -116,9 +117,6 @@ class PlainTextHypothesizer:
     hypothesis. It gets no observations (its closed training vocabulary has no place for captions)."""
 
     def __init__(self, backend, question: str | None = None, temperature: float = 0.7, max_tokens: int = 48) -> None:
-        # the tiny explainer's training question; moves to the shared vocabulary module below both packages
-        from nemo_train.explainer.causes import BIAS_PROMPT
-
         self.backend, self.question, self.temperature, self.max_tokens = (
             backend,
             question or BIAS_PROMPT,
