@@ -149,3 +149,43 @@ def test_timm_target_from_a_local_weights_file_and_a_missing_hub_model(tmp_path,
         TimmTarget("vit_tiny_patch16_224.augreg_in21k_ft_in1k", model_kwargs=kwargs)
     with pytest.raises(UserInputError, match="cannot load zero-shot model 'no-such-org/no-such-clip'"):
         ZeroShotTarget("no-such-org/no-such-clip", ["a", "b"])
+
+
+def test_siglip_target_loads_from_a_hub_layout_folder(tmp_path):
+    """A tiny random SigLIP saved in the hub layout (config, weights, spiece.model, processor) loads offline."""
+    import sentencepiece as spm
+    from transformers import SiglipConfig, SiglipImageProcessor, SiglipModel, SiglipTokenizer
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(f"a photo of a {w}" for w in ["cat", "dog", "bird", "red square", "green circle"] * 20))
+    spm.SentencePieceTrainer.train(
+        input=str(corpus),
+        model_prefix=str(tmp_path / "spiece"),
+        vocab_size=24,
+        model_type="unigram",
+        pad_id=0,
+        eos_id=1,
+        unk_id=2,
+        bos_id=-1,
+        minloglevel=2,
+    )
+    tokenizer = SiglipTokenizer(str(tmp_path / "spiece.model"), model_max_length=16)
+    layers = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
+    torch.manual_seed(0)
+    config = SiglipConfig(
+        text_config=dict(vocab_size=24, max_position_embeddings=16, pad_token_id=0, eos_token_id=1, **layers),
+        vision_config=dict(image_size=32, patch_size=8, **layers),
+    )
+    folder = tmp_path / "siglip-tiny"
+    SiglipModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    SiglipImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
+
+    target = ZeroShotTarget(str(folder), ["cat", "dog", "bird"])
+    assert target.is_siglip and target.image_size == 32
+    images = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    probs = target.predict_proba(images)
+    tokens = tokenizer(target.prompts, padding="max_length", truncation=True, return_tensors="pt")
+    with torch.no_grad():
+        reference = target.model(input_ids=tokens["input_ids"], pixel_values=(images - target.mean) / target.std)
+    assert torch.allclose(probs, reference.logits_per_image.softmax(-1), atol=1e-5)  # the bias cancels
