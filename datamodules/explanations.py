@@ -7,7 +7,8 @@ JSONL format, one pair per line (paths relative to the JSONL file's folder, or a
      "explanation": "The image is pixelated.", # required for training: the assistant's answer
      "prompt": "...", "system": "...",         # optional: overrides of the question / the context
      "cause": "pixelation",                    # optional: ground-truth cause (scored by the callback)
-     "label": 3, "prediction": 5}              # optional: true class and the classifier's prediction
+     "label": 3, "prediction": 5,              # optional: true class and the classifier's prediction
+     "cei": 87.5, "provenance": {...}}         # optional: a teacher's CEI and where the pair came from
 
 When a counterfactual is used, the two images are shown side by side in one picture, the original on the
 left (as in 004 Sec. 4), so any model that takes one image per turn can read it.
@@ -55,6 +56,8 @@ class ExplanationRecord:
     cause: str | None = None
     label: int | None = None
     prediction: int | None = None
+    cei: float | None = None  # CEI of the explanation (a distillation teacher's pairs)
+    provenance: dict[str, Any] | None = None  # who wrote the explanation, from which error
 
     def to_json(self, root: Path | None = None) -> dict[str, Any]:
         """The JSONL object, with image paths relative to ``root`` when given; ``None`` fields omitted."""
