@@ -27,6 +27,7 @@ PIPELINE_COMMANDS: dict[str, str] = {
     "explain": "nemo_train.explainer.generation:explain",
     "nemo-eval": "nemo_train.nemo.run:nemo_eval",
     "distill-teacher": "nemo_train.nemo.distill:distill_teacher",
+    "distill-eval": "nemo_train.nemo.distill_eval:distill_eval",
 }
 
 

@@ -118,9 +118,7 @@ class NemoEvalCallback(L.Callback):
         if (benchmark is None) == (errors is None) or (benchmark is not None and (scorer is None or panel is None)):
             raise ValueError("NemoEvalCallback needs either errors, or benchmark, scorer and panel")
         self.specs = list(errors or [])
-        self.sets: list[tuple[str, Any, Any, Any]] = (
-            [("", benchmark, scorer, panel)] if benchmark is not None else []
-        )
+        self.sets: list[tuple[str, Any, Any, Any]] = [("", benchmark, scorer, panel)] if benchmark is not None else []
         self.explain_fn = explain_fn or explain_with_module(prompt, max_new_tokens)
         self.every_n_epochs = max(1, every_n_epochs)
         self.table_rows = table_rows

@@ -81,7 +81,9 @@ class ExhaustiveAttributeTeacher:
         vocabulary = benchmark.vocabulary or {}
         unknown = [a for a in editable if a not in vocabulary or a not in (sample.attrs or {})]
         if unknown or not editable:
-            raise UserInputError(f"the exhaustive teacher cannot edit {unknown or editable}; it needs generator attributes")
+            raise UserInputError(
+                f"the exhaustive teacher cannot edit {unknown or editable}; it needs generator attributes"
+            )
         out = []
         for attribute in editable:
             values = vocabulary[attribute]

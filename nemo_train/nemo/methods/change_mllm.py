@@ -20,8 +20,15 @@ class ChangeMLLM:
 
     name = "ChangeMLLM"
 
-    def __init__(self, target, backend=None, temperature: float = 0.7, reference_class: str = "true") -> None:
-        self.target, self.backend, self.temperature = target, backend, temperature
+    def __init__(
+        self,
+        target,
+        backend=None,
+        temperature: float = 0.7,
+        reference_class: str = "true",
+        template: str = prompts.CHANGE_MLLM,
+    ) -> None:
+        self.target, self.backend, self.temperature, self.template = target, backend, temperature, template
         self.reference_class = reference_class
 
     def reference(self, sample: ErrorSample, benchmark: NemoBenchmark) -> int | None:
@@ -61,7 +68,7 @@ class ChangeMLLM:
         from nemo_train.backends.messages import user_message
 
         names = benchmark.class_names
-        text = prompts.CHANGE_MLLM.format(
+        text = self.template.format(
             true_name=names[sample.label],
             pred_name=names[sample.prediction],
             ref_name=names[int(benchmark.reference.labels[index])],
