@@ -3,7 +3,7 @@
 SciTX asks its hypothesis source for ``{"cause_of_error": "..."}``. A distilled explainer answers in the
 same JSON, with the counterfactual edit its hypothesis implies appended in a fixed form::
 
-    {"cause_of_error": "The digit's colour is green; the classifier reads this 3 as a 8 because of it. Edit: color -> red"}
+    {"cause_of_error": "The green colour makes the classifier read this 3 as a 8. Edit: color -> red"}
 
 Because every NEMO method reads ``cause_of_error`` (SciTX, CamMLLM, ChangeMLLM through ``ask_causes``), the
 edit travels with the explanation, and :class:`StructuredEditDeriver` reads it back exactly: no keyword
@@ -65,15 +65,15 @@ def format_answer(hypothesis: str, edit: Any, vocabulary: Mapping[str, Sequence]
 
 
 def hypothesis_sentence(sample: ErrorSample, edit: Mapping, vocabulary, class_names, obj: str = "object") -> str:
-    """A sentence naming what the edit changes: ``The digit's colour is green; the classifier reads this 3 as a 8
-    because of it.`` (written by the exhaustive teacher, whose finding is the edit itself)."""
+    """A sentence naming what the edit changes: ``The green colour makes the classifier read this 3 as a 8.``
+    (written by the exhaustive teacher, whose finding is the edit itself)."""
     attribute = edit["attribute"]
     word = ATTRIBUTE_WORDS.get(attribute, attribute)
     current = value_name(vocabulary, attribute, sample.attrs[attribute])
     if attribute == "angle":
-        current = f"{current} degrees"
+        current = f"{current} degree"
     true, pred = class_names[sample.label], class_names[sample.prediction]
-    return f"The {obj}'s {word} is {current}; the classifier reads this {true} as a {pred} because of it."
+    return f"The {current} {word} makes the classifier read this {true} as a {pred}."
 
 
 def split_answer(text: str) -> tuple[str, str | None]:

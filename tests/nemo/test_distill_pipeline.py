@@ -1,0 +1,74 @@
+"""distill-teacher writes resumable, CEI-filtered pairs in the explanation-record format; presets parse."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+from jsonargparse import ArgumentParser  # noqa: E402
+
+from datamodules.explanations import read_records  # noqa: E402
+from nemo_train.errors import UserInputError  # noqa: E402
+from nemo_train.nemo.distill import distill_teacher  # noqa: E402
+from nemo_train.nemo.distill_eval import distill_eval  # noqa: E402
+from nemo_train.nemo.structured import StructuredEditDeriver  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+PRESETS = sorted((ROOT / "configs" / "nemo").glob("distill_*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def checkpoint(trained_cmnist_classifier, tmp_path_factory):
+    import lightning
+    import torch
+
+    module, _ = trained_cmnist_classifier
+    path = tmp_path_factory.mktemp("ckpt") / "model_a.ckpt"
+    state = {"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams)}
+    torch.save({**state, "pytorch-lightning_version": lightning.__version__}, path)
+    return str(path)
+
+
+@pytest.mark.parametrize("path", PRESETS, ids=lambda p: p.name)
+def test_distill_presets_parse(path):
+    function = distill_eval if path.stem.endswith("_eval") else distill_teacher
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_function_arguments(function)
+    parser.add_argument("--config", action="config")
+    config = parser.parse_args(["--config", str(path)])
+    assert config.dataset in ("cmnist", "clevr")
+
+
+def test_teacher_writes_filtered_pairs_and_resumes(checkpoint, tmp_path, capsys):
+    out = tmp_path / "teacher"
+    first = distill_teacher(checkpoint, out_dir=str(out), n=6, styles=1, min_cei=20.0, val_fraction=0.34)
+    labels = [json.loads(line) for line in (out / "teacher.jsonl").read_text().splitlines()]
+    assert len(labels) == first["labels"] == 6
+    kept = [r for r in labels if r["kept"]]
+    assert len(kept) == first["kept"] and all(r["cei"] >= 20.0 for r in kept)
+    train, val = read_records(first["train"]), read_records(first["val"])
+    records = train + val
+    assert len(records) == 3 * len(kept)  # three views per kept error
+    assert {r.provenance["view"] for r in records} == {"error", "gradcam", "change"}
+    assert not {r.provenance["sample_id"] for r in train} & {r.provenance["sample_id"] for r in val}
+    deriver = StructuredEditDeriver({"color": ["red"] * 10, "angle": list(range(-30, 31, 5))})
+    for record in records:
+        assert Path(record.image).is_file() and record.cei >= 20.0
+        assert deriver.derive_one(record.explanation) is not None  # the edit is readable from the answer
+        assert (record.counterfactual is not None) == (record.provenance["view"] == "change")
+    capsys.readouterr()
+    again = distill_teacher(checkpoint, out_dir=str(out), n=6, styles=1, min_cei=20.0, val_fraction=0.34)
+    assert "0 errors labelled" in capsys.readouterr().out
+    assert again["kept"] == first["kept"]
+
+
+def test_teacher_refuses_bad_input(tmp_path):
+    with pytest.raises(UserInputError, match="does not exist"):
+        distill_teacher("missing.ckpt", out_dir=str(tmp_path))
+    with pytest.raises(UserInputError, match="mining_root and evaluation_root"):
+        distill_teacher("timm:resnet18", dataset="folder", out_dir=str(tmp_path))
