@@ -25,10 +25,12 @@ from tqdm.auto import tqdm
 
 from datamodules.explanations import ExplanationRecord, to_pil, write_records
 from nemo_train.backends.base import ChatBackend
+from nemo_train.backends.cache import ResponseCache
 from nemo_train.console import print_table
 from nemo_train.errors import UserInputError
 from nemo_train.nemo.mining import mine_folder_errors, mine_synthetic_errors
 from nemo_train.nemo.run import ResultStore, make_scorer, make_target
+from nemo_train.nemo.targets import ClassMapping
 from nemo_train.nemo.teacher import ExhaustiveAttributeTeacher, SciTXTeacher, TeacherLabel, View, view_inputs
 
 
@@ -88,6 +90,7 @@ def distill_teacher(
     data_kwargs: dict[str, Any] | None = None,
     mining_root: str | None = None,
     evaluation_root: str | None = None,
+    mapping_file: str | None = None,
     hypotheses: ChatBackend | None = None,
     editor: str | None = None,
     m: int = 4,
@@ -102,6 +105,9 @@ def distill_teacher(
         classifier: the target: a classifier checkpoint, or ``timm:<name>`` / ``clip:<hub id>`` for folder data.
         dataset: ``cmnist`` / ``clevr`` (generated; mined from a split disjoint from the evaluation grid) or
             ``folder`` (``mining_root``, checked disjoint from ``evaluation_root``).
+        mining_root, evaluation_root, mapping_file: folder data (``<root>/<class>/<image>``): the mining
+            split, the evaluation folder it must not overlap, and the class mapping JSON of an ImageNet
+            target (``{class: [imagenet ids]}``; default: the folder names are WordNet ids).
         out_dir: labels (``teacher.jsonl``), LLM cache and the pairs (``pairs/``); reruns resume here.
         n, seed, styles: errors to mine, sampling seed, exemplars / views per cell of the mining grid.
         bias, data_kwargs: generated data: the datamodule's bias preset and extra arguments (CLEVR ``image_size``).
@@ -119,15 +125,26 @@ def distill_teacher(
     if dataset == "folder":
         if mining_root is None or evaluation_root is None:
             raise UserInputError("dataset 'folder' needs mining_root and evaluation_root (disjoint image folders)")
+        if not Path(mining_root).is_dir():
+            raise UserInputError(f"mining folder {mining_root!r} does not exist")
         if hypotheses is None:
             raise UserInputError("folder data needs an MLLM backend as the teacher's hypothesis source (hypotheses)")
     elif classifier.endswith(".ckpt") and not Path(classifier).is_file():
         raise UserInputError(f"classifier checkpoint {classifier!r} does not exist")
-    target = make_target(classifier)
     if dataset == "folder":
-        bench = mine_folder_errors("folder", mining_root, evaluation_root, target, "folder", n=n, seed=seed)
+        if mapping_file is not None:
+            mapping = ClassMapping.from_json(mapping_file)
+        else:
+            mapping = ClassMapping.from_wnids(sorted(p.name for p in Path(mining_root).iterdir() if p.is_dir()))
+        target = make_target(classifier, mapping.class_names, mapping)
+        bench = mine_folder_errors(
+            "folder", mining_root, evaluation_root, target, "folder", n=n, seed=seed, class_folders=mapping.folders
+        )
     else:
+        target = make_target(classifier)
         bench = mine_synthetic_errors(dataset, target, n, seed, styles, bias, datamodule_kwargs=data_kwargs)
+    if hypotheses is not None and hypotheses.cache is None:
+        hypotheses.cache = ResponseCache(out / "llm_cache")
     if hypotheses is None:
         teacher = ExhaustiveAttributeTeacher(target)
     else:
