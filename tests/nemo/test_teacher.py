@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -90,3 +91,18 @@ def test_scitx_teacher_keeps_the_argmax_cei_hypothesis_and_its_edit():
     assert label.edit == {"attribute": "color", "value": 0}  # red raises P(reddish) most
     assert label.cei > 0 and label.candidates == 2
     assert json.loads(label.answer)["cause_of_error"].endswith("Edit: color -> red")
+
+
+def test_student_backend_shows_several_images_side_by_side_as_in_training():
+    from nemo_train.backends.messages import user_message
+    from nemo_train.backends.student import merge_images
+
+    left, right = solid(0), solid(1)
+    (merged,) = merge_images([user_message("Compare.", images=[left, right])])
+    images = [p for p in merged["content"] if p["type"] == "image"]
+    assert len(images) == 1 and merged["content"][-1] == {"type": "text", "text": "Compare."}
+    picture = torch.from_numpy(np.asarray(images[0]["image"])).float() / 255
+    assert picture.shape == (8, 16, 3)
+    assert torch.equal(picture[:, :8], left.permute(1, 2, 0)) and torch.equal(picture[:, 8:], right.permute(1, 2, 0))
+    single = user_message("One.", images=[left])
+    assert merge_images([single]) == [single]  # one image: unchanged
