@@ -7,9 +7,8 @@ the two error sets must never share an image. The evaluation errors of ``nemo-ev
 * CMNIST renders its test grid from the held-out handwriting pool (``test_renderer``); mining renders the
   same digit x colour x angle grid from the *training* pool (``renderer``), whose exemplars are other
   handwritten digits, so no mined image can equal an evaluation image.
-* CLEVR renders test views with styles ``>= 2**30``; mining uses views ``[MINING_STYLE, MINING_STYLE + styles)``
-  below that range (and above the training styles' typical draw does not matter: only the evaluation must
-  be disjoint).
+* CLEVR renders test views with styles ``>= 2**30``; mining uses views from :data:`MINING_STYLE` (``2**29``)
+  on, below that range, so no mined view is an evaluation view.
 
 Folder data: the user names a mining folder; :func:`check_disjoint_files` refuses one that shares an image
 (same bytes) with the evaluation folder.
