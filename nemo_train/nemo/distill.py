@@ -28,15 +28,41 @@ from nemo_train.backends.base import ChatBackend
 from nemo_train.backends.cache import ResponseCache
 from nemo_train.console import print_table
 from nemo_train.errors import UserInputError
+from nemo_train.nemo.editors import DiffusersEditor
+from nemo_train.nemo.interventions import (
+    CounterfactualScorer,
+    ExactAttributeEditor,
+    LLMAttributeDeriver,
+    LLMInstructionDeriver,
+)
+from nemo_train.nemo.methods.scitx import MLLMCaptioner, MLLMHypothesizer, SciTX
 from nemo_train.nemo.mining import mine_folder_errors, mine_synthetic_errors
-from nemo_train.nemo.run import ResultStore, make_scorer, make_target
-from nemo_train.nemo.targets import ClassMapping
+from nemo_train.nemo.run import ResultStore
+from nemo_train.nemo.targets import ClassMapping, TimmTarget, load_checkpoint_target
 from nemo_train.nemo.teacher import ExhaustiveAttributeTeacher, SciTXTeacher, TeacherLabel, View, view_inputs
 
 
 def _save(image: torch.Tensor, path: Path) -> str:
     to_pil(image).save(path)
     return str(path.resolve())
+
+
+def build_target(classifier: str, mapping: ClassMapping | None = None):
+    """The classifier: ``timm:<name>`` (mapped onto the folder's classes) or a ``ClassifierModule`` checkpoint."""
+    if classifier.startswith("timm:"):
+        return TimmTarget(classifier[5:], mapping=mapping)
+    return load_checkpoint_target(classifier)
+
+
+def teacher_scorer(bench, target, backend: ChatBackend, editor: str | None, seed: int) -> CounterfactualScorer:
+    """The MLLM teacher's counterfactual test: exact re-render of the attribute it names on generated data,
+    or the editing instruction it writes applied by a diffusers editor."""
+    if bench.renderer is not None:
+        deriver = LLMAttributeDeriver(backend, bench.vocabulary, editable=bench.cause["editable"])
+        return CounterfactualScorer(target, deriver, ExactAttributeEditor(bench.renderer))
+    if editor is None:
+        raise UserInputError("an MLLM teacher on folder data needs editor: a diffusers model id or folder")
+    return CounterfactualScorer(target, LLMInstructionDeriver(backend, "image"), DiffusersEditor(editor, seed=seed))
 
 
 def pairs_from_labels(
@@ -136,21 +162,19 @@ def distill_teacher(
             mapping = ClassMapping.from_json(mapping_file)
         else:
             mapping = ClassMapping.from_wnids(sorted(p.name for p in Path(mining_root).iterdir() if p.is_dir()))
-        target = make_target(classifier, mapping.class_names, mapping)
+        target = build_target(classifier, mapping)
         bench = mine_folder_errors(
             "folder", mining_root, evaluation_root, target, "folder", n=n, seed=seed, class_folders=mapping.folders
         )
     else:
-        target = make_target(classifier)
+        target = build_target(classifier)
         bench = mine_synthetic_errors(dataset, target, n, seed, styles, bias, datamodule_kwargs=data_kwargs)
     if hypotheses is not None and hypotheses.cache is None:
         hypotheses.cache = ResponseCache(out / "llm_cache")
     if hypotheses is None:
         teacher = ExhaustiveAttributeTeacher(target)
     else:
-        from nemo_train.nemo.methods.scitx import MLLMCaptioner, MLLMHypothesizer, SciTX
-
-        scorer = make_scorer(bench, target, hypotheses, editor, seed=seed)
+        scorer = teacher_scorer(bench, target, hypotheses, editor, seed)
         scitx = SciTX(target, MLLMHypothesizer(hypotheses), scorer, k=k, m=m, captioner=MLLMCaptioner(hypotheses))
         teacher = SciTXTeacher(scitx)
     store = ResultStore(out / "teacher.jsonl")

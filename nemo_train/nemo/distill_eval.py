@@ -35,7 +35,7 @@ from nemo_train.nemo.methods.cam_mllm import CamMLLM
 from nemo_train.nemo.methods.change_mllm import ChangeMLLM
 from nemo_train.nemo.methods.reference import KnownCauseExplainer
 from nemo_train.nemo.methods.scitx import MLLMHypothesizer, SciTX
-from nemo_train.nemo.run import ResultStore, evaluate_sample, summarize
+from nemo_train.nemo.run import ResultStore, evaluate_sample
 from nemo_train.nemo.structured import (
     DISTILL_CAM_PROMPT,
     DISTILL_CHANGE_PROMPT,
@@ -109,6 +109,18 @@ def student_methods(
     return out
 
 
+def mean_scores(records) -> dict[tuple[str, str], tuple[float | None, float]]:
+    """Mean LLM Match (judged rows only) and mean CEI per (method, target)."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in records:
+        groups.setdefault((r["method"], r["target"]), []).append(r)
+    out = {}
+    for key, rows in groups.items():
+        judged = [r["llm_match"] for r in rows if r.get("llm_match") is not None]
+        out[key] = (sum(judged) / len(judged) if judged else None, sum(r["cei"] for r in rows) / len(rows))
+    return out
+
+
 def distill_eval(
     student: str,
     targets: list[str],
@@ -171,14 +183,13 @@ def distill_eval(
                     store.append(evaluate_sample(method, sample, bench, scorer, panel, target_name)[0])
                 bar.update(1)
         bar.close()
-    summary = summarize(store.records[k] for k in keys)
+    summary = mean_scores(store.records[k] for k in keys)
     target_names = list(dict.fromkeys(t for _, t in summary))
     rows = []
     for method in dict.fromkeys(mm for mm, _ in summary):
         row = [method]
         for t in target_names:
-            s = summary.get((method, t))
-            row += [s["llm_match"], s["cei"]] if s else [None, None]
+            row += list(summary.get((method, t), (None, None)))
         rows.append(row)
     columns = ["method"] + [f"{t} {c}" for t in target_names for c in ("LLM Match", "CEI")]
     print_table(
@@ -189,4 +200,7 @@ def distill_eval(
         digits=3,
     )
     print(f"{len(keys)} rows in {time.perf_counter() - started:.1f} s; results in {store.path}")
-    return {"summary": {f"{mm}|{t}": v for (mm, t), v in summary.items()}, "results": str(store.path)}
+    return {
+        "summary": {f"{mm}|{t}": {"llm_match": v[0], "cei": v[1]} for (mm, t), v in summary.items()},
+        "results": str(store.path),
+    }

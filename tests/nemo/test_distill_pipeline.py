@@ -41,7 +41,9 @@ def test_distill_presets_parse(path):
     parser.add_function_arguments(function)
     parser.add_argument("--config", action="config")
     config = parser.parse_args(["--config", str(path)])
-    assert config.dataset in ("cmnist", "clevr")
+    assert config.dataset in ("cmnist", "clevr", "folder")
+    if config.get("hypotheses") is not None:  # an MLLM teacher: a backend class_path with its init_args
+        assert config.hypotheses.class_path.endswith("OpenAICompatibleBackend")
 
 
 def test_teacher_writes_filtered_pairs_and_resumes(checkpoint, tmp_path, capsys):
@@ -72,3 +74,24 @@ def test_teacher_refuses_bad_input(tmp_path):
         distill_teacher("missing.ckpt", out_dir=str(tmp_path))
     with pytest.raises(UserInputError, match="mining_root and evaluation_root"):
         distill_teacher("timm:resnet18", dataset="folder", out_dir=str(tmp_path))
+
+
+def test_distill_eval_scores_teacher_and_known_cause_and_resumes(checkpoint, tmp_path, capsys):
+    student = tmp_path / "student"
+    student.mkdir()  # rows without the student never load it
+    kwargs = dict(student=str(student), targets=[checkpoint], methods=["teacher", "known_cause"], n=4, test_styles=1)
+    result = distill_eval(**kwargs, out_dir=str(tmp_path / "eval"))
+    rows = [json.loads(line) for line in Path(result["results"]).read_text().splitlines()]
+    assert len(rows) == 8
+    for method in ("Teacher (exhaustive search, not a model)", "KnownCause"):
+        mine = [r for r in rows if r["method"] == method]
+        cell = result["summary"][f"{method}|{Path(checkpoint).parent.name}"]
+        assert cell["cei"] == pytest.approx(sum(r["cei"] for r in mine) / 4)
+    teacher = [r["cei"] for r in rows if r["method"].startswith("Teacher")]
+    known = [r["cei"] for r in rows if r["method"] == "KnownCause"]
+    assert all(t >= k - 1e-6 for t, k in zip(teacher, known))  # the exhaustive search is the max-CEI edit
+    capsys.readouterr()
+    again = distill_eval(**kwargs, out_dir=str(tmp_path / "eval"))
+    assert again["summary"] == result["summary"]
+    with pytest.raises(UserInputError, match="student adapter folder"):
+        distill_eval(student=str(tmp_path / "none"), targets=[checkpoint])
