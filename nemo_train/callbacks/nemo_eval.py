@@ -12,7 +12,6 @@ import torch
 from lightning.pytorch.loggers import WandbLogger
 
 from nemo_train.console import print_table
-from nemo_train.explainer.causes import BIAS_PROMPT
 from nemo_train.explainer.generation import generate_explanations
 from nemo_train.metrics.nemo import CEI, LLMMatch
 from nemo_train.nemo.benchmark import ErrorSample, build_synthetic_benchmark
@@ -20,6 +19,7 @@ from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEd
 from nemo_train.nemo.judges import JudgeItem, JudgePanel, KeywordJudge
 from nemo_train.nemo.structured import DISTILL_PROMPT, StructuredEditDeriver
 from nemo_train.nemo.targets import load_checkpoint_target
+from nemo_train.vocabulary import BIAS_PROMPT
 
 ExplainFn = Callable[[L.LightningModule, Sequence[ErrorSample], Sequence[str]], list[str]]
 

@@ -158,6 +158,7 @@ def test_trained_student_beats_an_untrained_one_on_cei(tmp_path):
     that fixes the toy errors; the same model untrained does not (CEI measured by the callback both times)."""
     from datamodules.explanations import ExplanationDataModule, ExplanationRecord, to_pil, write_records
     from nemo_train.explainer import ExplainerModule
+    from nemo_train.models.vlm import TINY_MODEL, load_processor
     from nemo_train.nemo.structured import StructuredEditDeriver
 
     target = RedGreenTarget()
@@ -181,9 +182,14 @@ def test_trained_student_beats_an_untrained_one_on_cei(tmp_path):
     )
     torch.manual_seed(0)
     data = ExplanationDataModule(
-        train_jsonl=str(tmp_path / "train.jsonl"), val_jsonl=str(tmp_path / "val.jsonl"), batch_size=4, max_length=128
+        TINY_MODEL,
+        processor_loader=load_processor,
+        train_jsonl=str(tmp_path / "train.jsonl"),
+        val_jsonl=str(tmp_path / "val.jsonl"),
+        batch_size=4,
+        max_length=128,
     )
-    module = ExplainerModule(modules_to_save=["visual", "lm_head"], lr=0.01, adapter_dir=str(tmp_path / "adapter"))
+    module = ExplainerModule(modules_to_save=["visual", "lm_head"], lr=0.01)
     trainer = L.Trainer(
         max_epochs=12,
         accelerator="cpu",
