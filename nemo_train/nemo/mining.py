@@ -4,9 +4,9 @@ A distilled explainer is trained on explanations of errors and then scored by NE
 the two error sets must never share an image. The evaluation errors of ``nemo-eval`` and
 ``NemoEvalCallback`` on generated data come from the test grid of :func:`build_synthetic_benchmark`:
 
-* CMNIST renders its test grid from the held-out handwriting pool (``test_renderer``); mining renders the
-  same digit x colour x angle grid from the *training* pool (``renderer``), whose exemplars are other
-  handwritten digits, so no mined image can equal an evaluation image.
+* CMNIST renders its test grid from the held-out handwriting pool (``pool="test"`` of the datamodule's
+  renderer); mining renders the same digit x colour x angle grid from the *training* pool, whose exemplars
+  are other handwritten digits, so no mined image can equal an evaluation image.
 * CLEVR renders test views with styles ``>= 2**30``; mining uses views from :data:`MINING_STYLE` (``2**29``)
   on, below that range, so no mined view is an evaluation view.
 
@@ -48,16 +48,17 @@ def mining_grid(dataset: str, datamodule, styles: int, seed: int = 0):
     """The mining split of a generated dataset and the renderer that re-renders it exactly.
 
     Returns ``(AttributeImageDataset, renderer)``: CMNIST's full grid drawn from the training handwriting
-    pool (style offset ``seed`` picks other exemplars), CLEVR's full grid with views from
+    pool (``seed`` shifts to other exemplars of that pool), CLEVR's full grid with views from
     :data:`MINING_STYLE` (+ ``seed * styles``).
     """
     datamodule.setup("fit")
     if dataset == "cmnist":
         renderer = datamodule.renderer
-        data = datamodule.grid_split(renderer, styles)
-        if seed:
-            data.attrs["style"] = data.attrs["style"] + seed * styles
-            data = datamodule._dataset(renderer, *(data.attrs[k] for k in ("digit", "color", "angle", "style")))
+        data = datamodule.grid_split(renderer, styles, pool="train")
+        if seed:  # other exemplars of the training pool
+            attrs = dict(data.attrs)
+            attrs["style"] = attrs["style"] + seed * styles
+            data = datamodule._dataset(renderer, *(attrs[k] for k in ("digit", "color", "angle", "style")))
         return data, renderer
     if dataset == "clevr":
         attrs = datamodule.grid_attributes(styles, first_style=MINING_STYLE + seed * styles)
