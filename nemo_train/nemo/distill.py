@@ -29,6 +29,7 @@ from nemo_train.backends.cache import ResponseCache
 from nemo_train.console import print_table
 from nemo_train.errors import UserInputError
 from nemo_train.nemo.editors import DiffusersEditor
+from nemo_train.nemo.evaluation import record_key
 from nemo_train.nemo.interventions import (
     CounterfactualScorer,
     ExactAttributeEditor,
@@ -37,9 +38,9 @@ from nemo_train.nemo.interventions import (
 )
 from nemo_train.nemo.methods.scitx import MLLMCaptioner, MLLMHypothesizer, SciTX
 from nemo_train.nemo.mining import mine_folder_errors, mine_synthetic_errors
-from nemo_train.nemo.run import ResultStore
 from nemo_train.nemo.targets import ClassMapping, TimmTarget, load_checkpoint_target
 from nemo_train.nemo.teacher import ExhaustiveAttributeTeacher, SciTXTeacher, TeacherLabel, View, view_inputs
+from nemo_train.store import ResultStore
 
 
 def _save(image: torch.Tensor, path: Path) -> str:
@@ -178,18 +179,19 @@ def distill_teacher(
         scitx = SciTX(target, MLLMHypothesizer(hypotheses), scorer, k=k, m=m, captioner=MLLMCaptioner(hypotheses))
         teacher = SciTXTeacher(scitx)
     store = ResultStore(out / "teacher.jsonl")
+    settings = {"teacher": teacher.name, "min_cei": min_cei, "m": m, "k": k, "editor": editor}
     started, computed = time.perf_counter(), 0
     for sample in tqdm(bench.errors, desc="teacher", unit="error"):
-        key = ResultStore.key(classifier, teacher.name, sample.sample_id)
-        if key in store:
+        key = record_key(classifier, teacher.name, sample.sample_id)
+        if store.lookup(key, settings) is not None:
             continue
         label: TeacherLabel | None = teacher.label(sample, bench)
         record = {"key": key, "kept": False, "cei": 0.0, "sample_id": sample.sample_id}
         if label is not None:
             record.update(label.to_json(), kept=label.cei >= min_cei)
-        store.append(record)
+        store.append(record, settings)
         computed += 1
-    labels = [store.records[ResultStore.key(classifier, teacher.name, s.sample_id)] for s in bench.errors]
+    labels = [store.get(record_key(classifier, teacher.name, s.sample_id)) for s in bench.errors]
     kept = [r for r in labels if r["kept"]]
     if not kept:
         raise UserInputError(f"no teacher label reaches min_cei={min_cei}; lower it or mine more errors")

@@ -28,6 +28,7 @@ from nemo_train.backends.student import StudentBackend
 from nemo_train.console import print_table
 from nemo_train.errors import UserInputError
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark, build_synthetic_benchmark
+from nemo_train.nemo.evaluation import evaluate_sample, record_key
 from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
 from nemo_train.nemo.judges import JudgePanel, KeywordJudge
 from nemo_train.nemo.methods.base import Explanation, ask_causes
@@ -35,7 +36,6 @@ from nemo_train.nemo.methods.cam_mllm import CamMLLM
 from nemo_train.nemo.methods.change_mllm import ChangeMLLM
 from nemo_train.nemo.methods.reference import KnownCauseExplainer
 from nemo_train.nemo.methods.scitx import MLLMHypothesizer, SciTX
-from nemo_train.nemo.run import ResultStore, evaluate_sample
 from nemo_train.nemo.structured import (
     DISTILL_CAM_PROMPT,
     DISTILL_CHANGE_PROMPT,
@@ -44,6 +44,7 @@ from nemo_train.nemo.structured import (
 )
 from nemo_train.nemo.targets import load_checkpoint_target
 from nemo_train.nemo.teacher import ExhaustiveAttributeTeacher
+from nemo_train.store import ResultStore
 
 MethodName = Literal["teacher", "student", "scitx", "cam_mllm", "change_mllm", "known_cause"]
 
@@ -177,7 +178,7 @@ def distill_eval(
         bar = tqdm(total=len(chosen) * len(bench.errors), desc=f"distill-eval {target_name}", unit="sample")
         for method, scorer in chosen:
             for sample in bench.errors:
-                key = ResultStore.key(target_name, method.name, sample.sample_id)
+                key = record_key(target_name, method.name, sample.sample_id)
                 keys.append(key)
                 if key not in store:
                     store.append(evaluate_sample(method, sample, bench, scorer, panel, target_name)[0])
