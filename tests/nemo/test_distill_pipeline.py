@@ -19,7 +19,7 @@ from nemo_train.nemo.distill_eval import distill_eval  # noqa: E402
 from nemo_train.nemo.structured import StructuredEditDeriver  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-PRESETS = sorted((ROOT / "configs" / "nemo").glob("distill_*.yaml"))
+PRESETS = sorted((ROOT / "configs" / "distill").glob("*.yaml"))
 
 
 @pytest.fixture(scope="module")
