@@ -2,8 +2,9 @@
 
 Ward's agglomerative clustering needs the full pairwise distance matrix (quadratic memory and time),
 so :class:`WardClustering` runs it directly only up to ``max_direct`` points. Beyond that it clusters in
-two stages: mini-batch k-means reduces the points to ``n_centroids`` centroids, Ward groups those
-centroids into the requested clusters, and every point takes the cluster of its centroid. Both paths
+two stages: k-means (faiss, or scikit-learn's mini-batch k-means) reduces the points to
+``n_centroids`` centroids (at most a tenth of the points), Ward groups those centroids into the
+requested clusters, and every point takes the cluster of its nearest centroid. Both paths
 return the same thing: a label per point and one prototype per cluster, the mean of its members'
 embeddings. The second stage weighs every centroid alike (scikit-learn's Ward takes no sample
 weights), which is the documented approximation of the two-stage path.
@@ -12,6 +13,7 @@ weights), which is the documented approximation of the two-stage path.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import torch
@@ -52,7 +54,9 @@ class WardClustering:
     Args:
         n_clusters: clusters per subset (15 on a full set, 5 per class in the reference setting).
         max_direct: largest subset clustered directly by Ward (about 2*10^4 fits in a few GiB).
-        n_centroids: centroids of the first (mini-batch k-means) stage of the two-stage path.
+        n_centroids: centroids of the first (k-means) stage of the two-stage path.
+        first_stage: ``faiss`` k-means (fast, optional dependency ``faiss-cpu``) or scikit-learn's
+            ``minibatch`` k-means.
         normalize: cluster L2-normalised embeddings (cosine geometry, as CLIP spaces are compared).
         seed: seed of the k-means stage.
     """
@@ -62,6 +66,7 @@ class WardClustering:
         n_clusters: int = 15,
         max_direct: int = 20000,
         n_centroids: int = 2000,
+        first_stage: Literal["faiss", "minibatch"] = "faiss",
         normalize: bool = True,
         seed: int = 0,
     ) -> None:
@@ -70,7 +75,7 @@ class WardClustering:
         if n_centroids < n_clusters:
             raise UserInputError(f"n_centroids={n_centroids} must be >= n_clusters={n_clusters}")
         self.n_clusters, self.max_direct, self.n_centroids = n_clusters, max_direct, n_centroids
-        self.normalize, self.seed = normalize, seed
+        self.normalize, self.seed, self.first_stage = normalize, seed, first_stage
 
     def __call__(self, embeddings: torch.Tensor, n_clusters: int | None = None) -> Clusters:
         """Cluster ``embeddings`` ``[N, D]``; fewer points than clusters give one cluster per point."""
@@ -91,9 +96,23 @@ class WardClustering:
         return torch.from_numpy(AgglomerativeClustering(n_clusters=n, linkage="ward").fit_predict(points)).long()
 
     def _two_stage(self, points: np.ndarray, n: int) -> torch.Tensor:
-        k = min(self.n_centroids, len(points))
-        kmeans = MiniBatchKMeans(
-            n_clusters=k, batch_size=max(4096, 3 * k), n_init=1, max_iter=20, random_state=self.seed
-        ).fit(points)
-        centroid_labels = self._ward(kmeans.cluster_centers_, n)
-        return centroid_labels[torch.from_numpy(kmeans.labels_).long()]
+        k = max(n, min(self.n_centroids, len(points) // 10))
+        centroids, assignment = self._kmeans(np.ascontiguousarray(points, dtype=np.float32), k)
+        centroid_labels = self._ward(centroids, n)
+        return centroid_labels[torch.from_numpy(assignment).long()]
+
+    def _kmeans(self, points: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Centroids ``[k, D]`` and the nearest centroid of every point."""
+        if self.first_stage == "faiss":
+            try:
+                import faiss  # optional dependency (faiss-cpu): fast k-means for the two-stage path
+            except ImportError as err:
+                raise UserInputError(
+                    "the faiss first stage needs faiss-cpu (pip install faiss-cpu); or set first_stage: minibatch"
+                ) from err
+            kmeans = faiss.Kmeans(points.shape[1], k, niter=20, seed=self.seed, max_points_per_centroid=256)
+            kmeans.train(points)
+            _, assignment = kmeans.index.search(points, 1)
+            return kmeans.centroids, assignment[:, 0]
+        kmeans = MiniBatchKMeans(n_clusters=k, batch_size=4096, n_init=1, max_iter=20, random_state=self.seed)
+        return kmeans.fit(points).cluster_centers_, kmeans.labels_

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from datamodules.captions import CaptionDataModule, Source
 from nemo_train.errors import UserInputError
+from nemo_train.lbee.training import fit_quietly
 from nemo_train.models.clip import CLIPEncoder, CLIPModule
 
 log = logging.getLogger(__name__)
@@ -118,17 +119,7 @@ class SyntheticCLIP:
             seed=self.seed,
         )
         module = CLIPModule(**self.model_kwargs)
-        trainer = L.Trainer(
-            max_epochs=self.max_epochs,
-            accelerator="cpu",
-            logger=False,
-            enable_checkpointing=False,
-            enable_model_summary=False,
-            enable_progress_bar=False,
-            num_sanity_val_steps=0,
-            check_val_every_n_epoch=self.max_epochs,
-        )
-        trainer.fit(module, datamodule=data)
+        trainer = fit_quietly(module, data, self.max_epochs, check_val_every_n_epoch=self.max_epochs)
         module.export(self.path)
         self.zero_shot = {k: float(v) for k, v in trainer.callback_metrics.items() if "zeroshot" in k}
         log.info("trained CLIP saved to %s (%s)", self.path, self.zero_shot)

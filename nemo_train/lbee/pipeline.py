@@ -28,6 +28,7 @@ from nemo_train.lbee.plots import beta_sweep_plot, cluster_grid
 from nemo_train.lbee.relevance import AttributeRelevance, Relevance
 from nemo_train.lbee.search import FailureModeSearch, MethodScores, beta_sweep, evaluate
 from nemo_train.lbee.sentences import AttributeSentences, SentenceSource
+from nemo_train.lbee.training import fit_quietly
 from nemo_train.loggers import default_wandb_mode
 from nemo_train.models.classifier import ClassifierModule
 
@@ -82,17 +83,7 @@ def _classifier(args: ClassifierArgs, data: SplitDataModule, out_dir: Path) -> C
         backbone=args.backbone, num_classes=data.num_classes, pretrained=args.pretrained, lr=args.lr
     )
     if args.max_epochs > 0:
-        trainer = L.Trainer(
-            max_epochs=args.max_epochs,
-            accelerator="cpu",
-            logger=False,
-            enable_checkpointing=False,
-            enable_model_summary=False,
-            enable_progress_bar=False,
-            num_sanity_val_steps=0,
-            limit_val_batches=0,
-        )
-        trainer.fit(module, datamodule=data)
+        trainer = fit_quietly(module, data, args.max_epochs, limit_val_batches=0)
         path.parent.mkdir(parents=True, exist_ok=True)
         trainer.save_checkpoint(str(path), weights_only=True)
     return module.eval()

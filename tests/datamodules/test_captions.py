@@ -10,8 +10,14 @@ from nemo_train.errors import UserInputError
 
 
 def test_batches_carry_captions_that_name_the_attributes():
-    data = CaptionDataModule(sources=["nico", "cmnist", "clevr"], image_size=16, train_per_source=24,
-                             val_per_source=8, partial_caption_prob=0.0, batch_size=8)
+    data = CaptionDataModule(
+        sources=["nico", "cmnist", "clevr"],
+        image_size=16,
+        train_per_source=24,
+        val_per_source=8,
+        partial_caption_prob=0.0,
+        batch_size=8,
+    )
     data.setup()
     assert data.slots[:2] == [("nico", "object"), ("nico", "context")]
     assert len(data.train_set) == 72 and len(data.val_set) == 24
@@ -30,8 +36,9 @@ def test_batches_carry_captions_that_name_the_attributes():
 
 
 def test_partial_captions_name_one_attribute_and_prompts_cover_every_value():
-    data = CaptionDataModule(sources=["nico"], image_size=16, train_per_source=40, val_per_source=4,
-                             partial_caption_prob=1.0)
+    data = CaptionDataModule(
+        sources=["nico"], image_size=16, train_per_source=40, val_per_source=4, partial_caption_prob=1.0
+    )
     data.setup()
     assert all(" in " not in c or c.startswith("a photo taken in") for c in data.train_set.captions)
     prompts = data.zero_shot_prompts()

@@ -17,7 +17,13 @@ IMAGES = torch.stack([torch.full((3, 8, 8), v) for v in (0.0, 0.5, 1.0)])  # thr
 
 def _backend(server, model, cache):
     return OpenAICompatibleBackend(
-        server.base_url, model=model, api_key_env=None, timeout=5.0, max_retries=1, backoff=0.01, concurrency=1,
+        server.base_url,
+        model=model,
+        api_key_env=None,
+        timeout=5.0,
+        max_retries=1,
+        backoff=0.01,
+        concurrency=1,
         cache=cache,
     )
 
@@ -50,10 +56,22 @@ def test_parse_yes_no():
 
 def test_vqa_and_of_two_backends_malformed_counts_as_no_and_cache_on_rerun(tmp_path):
     sentences = SentenceSet(["a dark image", "a bright image"])
-    first = {(0, "a dark image"): "Yes", (0, "a bright image"): "no", (1, "a dark image"): "yes",
-             (1, "a bright image"): "Yes.", (2, "a dark image"): "No", (2, "a bright image"): "yes"}
-    second = {(0, "a dark image"): "yes", (0, "a bright image"): "yes", (1, "a dark image"): "no",
-              (1, "a bright image"): "maybe?", (2, "a dark image"): "no", (2, "a bright image"): "YES"}
+    first = {
+        (0, "a dark image"): "Yes",
+        (0, "a bright image"): "no",
+        (1, "a dark image"): "yes",
+        (1, "a bright image"): "Yes.",
+        (2, "a dark image"): "No",
+        (2, "a bright image"): "yes",
+    }
+    second = {
+        (0, "a dark image"): "yes",
+        (0, "a bright image"): "yes",
+        (1, "a dark image"): "no",
+        (1, "a bright image"): "maybe?",
+        (2, "a dark image"): "no",
+        (2, "a bright image"): "YES",
+    }
     with LoopbackOpenAIServer(_scripted(first)) as a, LoopbackOpenAIServer(_scripted(second)) as b:
         vqa = VQARelevance([_backend(a, "vlm-a", tmp_path / "cache"), _backend(b, "vlm-b", tmp_path / "cache")])
         gamma = vqa(sentences, IMAGES, {})

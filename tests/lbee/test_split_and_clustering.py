@@ -57,10 +57,13 @@ def test_ward_recovers_blobs_and_prototypes_are_member_means():
     assert torch.allclose(prototypes(points, clusters.labels, 4), clusters.prototypes)
 
 
-def test_two_stage_path_agrees_with_direct_ward():
+@pytest.mark.parametrize("first_stage", ["faiss", "minibatch"])
+def test_two_stage_path_agrees_with_direct_ward(first_stage):
     points, truth = _blobs(300)
     direct = WardClustering(n_clusters=4, normalize=False)(points)
-    staged = WardClustering(n_clusters=4, max_direct=500, n_centroids=60, normalize=False)(points)
+    staged = WardClustering(n_clusters=4, max_direct=500, n_centroids=60, first_stage=first_stage, normalize=False)(
+        points
+    )
     assert staged.two_stage and not direct.two_stage
     assert staged.labels.shape == direct.labels.shape and staged.prototypes.shape == direct.prototypes.shape
     assert adjusted_rand_score(direct.labels.numpy(), staged.labels.numpy()) == 1.0

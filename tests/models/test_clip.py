@@ -39,8 +39,13 @@ def trained(tmp_path_factory):
     data = CaptionDataModule(sources=["nico"], image_size=16, train_per_source=64, val_per_source=24, batch_size=16)
     module = CLIPModule(**TINY, export_dir=str(tmp_path_factory.mktemp("clip") / "hf"))
     trainer = L.Trainer(
-        max_epochs=1, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, num_sanity_val_steps=0,
+        max_epochs=1,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
     )
     trainer.fit(module, datamodule=data)
     return module, data, trainer
@@ -49,8 +54,13 @@ def trained(tmp_path_factory):
 def test_fit_logs_zero_shot_per_attribute_and_recall(trained):
     module, data, trainer = trained
     metrics = trainer.callback_metrics
-    for key in ("val/zeroshot/nico/object", "val/zeroshot/nico/context", "val/recall@1_image_to_text",
-                "val/recall@5_text_to_image", "val/zeroshot_mean"):
+    for key in (
+        "val/zeroshot/nico/object",
+        "val/zeroshot/nico/context",
+        "val/recall@1_image_to_text",
+        "val/recall@5_text_to_image",
+        "val/zeroshot_mean",
+    ):
         assert key in metrics and 0.0 <= float(metrics[key]) <= 1.0, key
 
 
