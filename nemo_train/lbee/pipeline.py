@@ -24,6 +24,7 @@ from nemo_train.console import print_table
 from nemo_train.errors import UserInputError
 from nemo_train.lbee import metrics
 from nemo_train.lbee.encoders import Encoder, SyntheticCLIP
+from nemo_train.lbee.partition import partition_precision
 from nemo_train.lbee.plots import beta_sweep_plot, cluster_grid
 from nemo_train.lbee.relevance import AttributeRelevance, Relevance
 from nemo_train.lbee.search import FailureModeSearch, MethodScores, beta_sweep, evaluate
@@ -47,12 +48,15 @@ class ClassifierArgs:
 
 @dataclass
 class EvalArgs:
-    """Evaluation settings: ``o`` of ``beta = o * std(omega)``, the sweep of ``o``, the analysed split."""
+    """Evaluation settings: ``o`` of ``beta = o * std(omega)``, the sweep of ``o``, the analysed split, the
+    number of hard clusters drawn, and ``k`` of the partition precision@k (per-class runs on data with
+    known correlated contexts: clusters of the biased validation split scored on the test split; 0: off)."""
 
     o: float = 0.2
     sweep: list[float] = field(default_factory=lambda: [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0])
     target_split: Literal["test", "val"] = "test"
     grid_clusters: int = 8
+    partition_k: int = 10
 
 
 @dataclass
@@ -70,6 +74,7 @@ class LBEEResult:
     num_clusters: int
     clusters: list[dict]
     files: dict[str, str]
+    partition_precision: float | None = None
 
     def score(self, method: str) -> MethodScores:
         return next(s for s in self.scores if s.method == method)
@@ -139,6 +144,7 @@ def lbee(
         classifier or ClassifierArgs(),
         evaluation or EvalArgs(),
     )
+    sentence_set = sentences.build(getattr(data, "class_names", None))  # user input checked before any work
     L.seed_everything(seed, verbose=False)
     data.setup("fit")
     model = _classifier(classifier, data, out)
@@ -146,7 +152,6 @@ def lbee(
     if dataset is None or len(dataset) == 0:
         raise UserInputError(f"the datamodule has no {evaluation.target_split} split to analyse")
     probs, embeddings, images, labels, attrs = _predict(model, encoder, dataset)
-    sentence_set = sentences.build(getattr(data, "class_names", None))
     text = encoder.encode_text(sentence_set.texts)
     result = search(embeddings, text, probs, labels)
     if not result.clusters:
@@ -159,6 +164,17 @@ def lbee(
     groups = dataset.groups if hasattr(dataset, "groups") else torch.zeros_like(labels)
     names = getattr(data, "group_names", ["all"])
     group_acc = {name: float(omega[groups == g].mean()) for g, name in enumerate(names) if bool((groups == g).any())}
+    precision = None
+    if search.per_class and evaluation.partition_k > 0 and hasattr(data, "correlated") and data.val_set is not None:
+        val_probs, val_emb, _, val_labels, _ = _predict(model, encoder, data.val_set)
+        precision = partition_precision(
+            (val_emb, val_probs, val_labels),
+            (embeddings, labels, attrs["context"]),
+            data.correlated,
+            search.split,
+            search.clustering,
+            evaluation.partition_k,
+        )
     files = {
         "clusters": str(
             cluster_grid(
@@ -195,6 +211,7 @@ def lbee(
         num_clusters=len(result.clusters),
         clusters=clusters,
         files=files,
+        partition_precision=precision,
     )
     (out / "results.json").write_text(json.dumps({**asdict(res), "sweep": {"o": evaluation.sweep, **sweep}}, indent=1))
     columns = ["method", "ACR", "AHR", "TPR", "JI", "|R_S|"]
@@ -203,6 +220,7 @@ def lbee(
         f"{len(result.clusters)} hard clusters ({result.num_hard} hard / {result.num_easy} easy images), "
         f"|S*|={len(s_star)} of {len(sentence_set)} sentences, beta={beta:.3f}, accuracy {res.accuracy:.3f} "
         + " ".join(f"{k} {v:.3f}" for k, v in group_acc.items())
+        + (f"; partition P@{evaluation.partition_k} {precision:.3f}" if precision is not None else "")
     )
     print_table(columns, rows, title="Failure-mode sentences", caption=caption)
     if wandb:

@@ -73,3 +73,25 @@ def test_fewer_points_than_clusters():
     clusters = WardClustering(n_clusters=5)(torch.randn(3, 4))
     assert clusters.num_clusters == 3
     assert sorted(clusters.labels.tolist()) == [0, 1, 2]
+
+
+def test_partition_precision_recovers_context_groups():
+    from nemo_train.lbee.partition import partition_precision
+
+    gen = torch.Generator().manual_seed(0)
+    centers = torch.eye(6)[:3] * 4
+
+    def blobs(n):
+        context = torch.arange(3).repeat_interleave(n)
+        return centers[context] + 0.2 * torch.randn(3 * n, 6, generator=gen), context
+
+    emb_a, ctx_a = blobs(20)
+    probs_a = torch.stack([torch.where(ctx_a == 0, 0.95, 0.3), torch.where(ctx_a == 0, 0.05, 0.7)], -1)
+    labels_a = torch.zeros(len(emb_a), dtype=torch.long)
+    emb_b, ctx_b = blobs(12)
+    labels_b = torch.zeros(len(emb_b), dtype=torch.long)
+    split = ClassProbabilitySplit(a=0.2)
+    p10 = partition_precision(
+        (emb_a, probs_a, labels_a), (emb_b, labels_b, ctx_b), torch.tensor([0]), split, WardClustering(2), k=10
+    )
+    assert p10 == 1.0  # both bias-conflicting contexts (1 and 2) fill the top 10 of a cluster each
