@@ -4,7 +4,8 @@ Ward's agglomerative clustering needs the full pairwise distance matrix (quadrat
 so :class:`WardClustering` runs it directly only up to ``max_direct`` points. Beyond that it clusters in
 two stages: k-means (faiss, or scikit-learn's mini-batch k-means) reduces the points to
 ``n_centroids`` centroids (at most a tenth of the points), Ward groups those centroids into the
-requested clusters, and every point takes the cluster of its nearest centroid. Both paths
+requested clusters, and every point takes the cluster of its nearest centroid. k-means runs 10
+iterations; faiss trains on at most 64 points per centroid (a random sample) and then assigns all. Both paths
 return the same thing: a label per point and one prototype per cluster, the mean of its members'
 embeddings. The second stage weighs every centroid alike (scikit-learn's Ward takes no sample
 weights), which is the documented approximation of the two-stage path.
@@ -110,9 +111,9 @@ class WardClustering:
                 raise UserInputError(
                     "the faiss first stage needs faiss-cpu (pip install faiss-cpu); or set first_stage: minibatch"
                 ) from err
-            kmeans = faiss.Kmeans(points.shape[1], k, niter=20, seed=self.seed, max_points_per_centroid=256)
+            kmeans = faiss.Kmeans(points.shape[1], k, niter=10, seed=self.seed, max_points_per_centroid=64)
             kmeans.train(points)
             _, assignment = kmeans.index.search(points, 1)
             return kmeans.centroids, assignment[:, 0]
-        kmeans = MiniBatchKMeans(n_clusters=k, batch_size=4096, n_init=1, max_iter=20, random_state=self.seed)
+        kmeans = MiniBatchKMeans(n_clusters=k, batch_size=4096, n_init=1, max_iter=10, random_state=self.seed)
         return kmeans.fit(points).cluster_centers_, kmeans.labels_

@@ -6,6 +6,7 @@ Every encoder has ``encode_image(images float[B, 3, H, W] in [0, 1]) -> [B, D]``
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -105,6 +106,9 @@ class SyntheticCLIP:
             if not Path(self.path).exists():
                 self.train()
             self._encoder = CLIPEncoder(self.path)
+            record = Path(self.path) / "zero_shot.json"
+            if not self.zero_shot and record.is_file():
+                self.zero_shot = json.loads(record.read_text())
         return self._encoder
 
     def train(self) -> dict[str, float]:
@@ -122,6 +126,7 @@ class SyntheticCLIP:
         trainer = fit_quietly(module, data, self.max_epochs, check_val_every_n_epoch=self.max_epochs)
         module.export(self.path)
         self.zero_shot = {k: float(v) for k, v in trainer.callback_metrics.items() if "zeroshot" in k}
+        (Path(self.path) / "zero_shot.json").write_text(json.dumps(self.zero_shot, indent=1))
         log.info("trained CLIP saved to %s (%s)", self.path, self.zero_shot)
         return self.zero_shot
 

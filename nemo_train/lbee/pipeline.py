@@ -75,6 +75,7 @@ class LBEEResult:
     clusters: list[dict]
     files: dict[str, str]
     partition_precision: float | None = None
+    encoder_zero_shot: dict[str, float] = field(default_factory=dict)
 
     def score(self, method: str) -> MethodScores:
         return next(s for s in self.scores if s.method == method)
@@ -212,6 +213,7 @@ def lbee(
         clusters=clusters,
         files=files,
         partition_precision=precision,
+        encoder_zero_shot=dict(getattr(encoder, "zero_shot", {}) or {}),
     )
     (out / "results.json").write_text(json.dumps({**asdict(res), "sweep": {"o": evaluation.sweep, **sweep}}, indent=1))
     columns = ["method", "ACR", "AHR", "TPR", "JI", "|R_S|"]
