@@ -19,10 +19,10 @@ import gzip
 import json
 import tempfile
 from collections.abc import Sequence
+from importlib.util import find_spec
 from pathlib import Path
 
 import lightning as L
-import open_clip
 import torch
 import torch.nn.functional as F
 from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPTokenizer
@@ -38,7 +38,7 @@ _BPE_MERGES = 49152 - 256 - 2
 def clip_tokenizer(max_length: int = 77) -> CLIPTokenizer:
     """CLIP's BPE tokenizer, built offline from open_clip's bundled vocabulary (same ids as the hub's);
     ``max_length`` is the model's token budget (longer texts are truncated)."""
-    path = Path(open_clip.__file__).parent / "bpe_simple_vocab_16e6.txt.gz"
+    path = Path(find_spec("open_clip").origin).parent / "bpe_simple_vocab_16e6.txt.gz"  # read, not imported
     lines = gzip.open(path).read().decode("utf-8").split("\n")[1 : _BPE_MERGES + 1]
     merges = [tuple(line.split()) for line in lines]
     symbols = list(bytes_to_unicode().values())
