@@ -111,7 +111,9 @@ class WardClustering:
                 raise UserInputError(
                     "the faiss first stage needs faiss-cpu (pip install faiss-cpu); or set first_stage: minibatch"
                 ) from err
-            kmeans = faiss.Kmeans(points.shape[1], k, niter=10, seed=self.seed, max_points_per_centroid=64)
+            kmeans = faiss.Kmeans(
+                points.shape[1], k, niter=10, seed=self.seed, max_points_per_centroid=64, min_points_per_centroid=1
+            )
             kmeans.train(points)
             _, assignment = kmeans.index.search(points, 1)
             return kmeans.centroids, assignment[:, 0]
