@@ -30,7 +30,7 @@ def cluster_grid(
     clusters = result.clusters[:max_clusters]
     methods = result.methods
     fig, axes = plt.subplots(
-        len(clusters), per_row + 1, figsize=(1.3 * per_row + 5.5, 1.6 * len(clusters) + 0.2), squeeze=False
+        len(clusters), per_row + 1, figsize=(1.3 * per_row + 9, 1.6 * len(clusters) + 0.2), squeeze=False
     )
     for row, cluster in zip(axes, clusters):
         ranked = cluster.ranked_members(embeddings)[:per_row]
@@ -41,7 +41,7 @@ def cluster_grid(
         lines = [f"{len(cluster.members)} images"]
         for method in methods:
             chosen = [("*" if s_star and s in s_star else "") + texts[s] for s in cluster.selections[method]]
-            lines.append(textwrap.shorten(f"{method}: " + "; ".join(chosen), 90))
+            lines.append(textwrap.shorten(f"{method}: " + "; ".join(chosen), 130))
         row[-1].text(0.0, 0.5, "\n".join(lines), fontsize=7, va="center", ha="left", family="monospace")
     fig.tight_layout()
     path = Path(path)

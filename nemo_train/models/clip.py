@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPTokenizer
 from transformers.convert_slow_tokenizer import bytes_to_unicode
+from transformers.utils import logging as hf_logging
 
 from nemo_train.errors import UserInputError
 
@@ -223,6 +224,7 @@ class CLIPModule(L.LightningModule):
         """Write a Hugging Face folder (model, tokenizer, image processor) loadable like a hub id."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
+        hf_logging.disable_progress_bar()  # quiet output: no shard-writing bar
         self.model.save_pretrained(folder)
         self.tokenizer.save_pretrained(folder)
         size = self.hparams.image_size
@@ -252,6 +254,7 @@ class CLIPEncoder(torch.nn.Module):
             self.model, self.tokenizer = module.model, module.tokenizer
             self.image_size = module.hparams.image_size
         else:
+            hf_logging.disable_progress_bar()  # quiet output: no weight-loading bar
             try:
                 self.model = CLIPModel.from_pretrained(source)
                 self.tokenizer = CLIPTokenizer.from_pretrained(source)
