@@ -107,8 +107,7 @@ class HFLocalBackend(ChatBackend):
             self.stats.add("requests", len(chunk))
             replies = self._generate_many([conversations[i] for i in chunk], **settings)
             for i, reply in zip(chunk, replies):
-                self._store(keys[i], reply, n)
-                results[i] = reply
+                results[i] = self._store(keys[i], reply, n)
         return results
 
     @torch.inference_mode()
