@@ -28,6 +28,7 @@ PIPELINE_COMMANDS: dict[str, str] = {
     "nemo-eval": "nemo_train.nemo.run:nemo_eval",
     "distill-teacher": "nemo_train.nemo.distill:distill_teacher",
     "distill-eval": "nemo_train.nemo.distill_eval:distill_eval",
+    "lbee": "nemo_train.lbee.pipeline:lbee",
 }
 
 
