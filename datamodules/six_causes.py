@@ -30,9 +30,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from datamodules.base import check_loader
 from nemo_train.errors import UserInputError
+from nemo_train.vocabulary import CAUSES  # re-exported: the shared vocabulary defines the six causes
 
-#: The six causes of low competency, in the order of the paper's tables.
-CAUSES: tuple[str, ...] = ("spatial", "brightness", "contrast", "saturation", "noise", "pixelation")
 #: The direction each photometric cause takes when none is given.
 DEFAULT_DIRECTIONS: dict[str, str] = {"brightness": "up", "contrast": "down", "saturation": "down"}
 _LUMA = (0.299, 0.587, 0.114)
