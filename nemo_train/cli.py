@@ -26,6 +26,7 @@ PIPELINE_COMMANDS: dict[str, str] = {
     "counterfactuals": "nemo_train.competency.pipeline:counterfactuals",
     "explain": "nemo_train.explainer.generation:explain",
     "nemo-eval": "nemo_train.nemo.run:nemo_eval",
+    "differences": "nemo_train.differences.pipeline:differences",
 }
 
 
