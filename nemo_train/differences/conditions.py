@@ -72,8 +72,9 @@ class Attribute:
                 raise Rejected(f"{self.name}={value!r} is out of range; expected one of {list(self.values)}")
             return type(self.values[0])(number)
         text = str(value).strip().lower()
+        forms = {text, text.removesuffix("s"), text.removesuffix("es")}  # "cubes", "spheres"
         for v in self.values:
-            if text == str(v) or text in self.synonyms.get(v, ()):
+            if str(v) in forms or forms & set(self.synonyms.get(v, ())):
                 return v
         raise Rejected(f"{self.name}={value!r} is not in the vocabulary {list(self.values)}")
 

@@ -116,7 +116,13 @@ class Optimization:
     def run(self, initial: Sequence[Condition]) -> OptimizationResult:
         observations = self.diff_model.observe(initial)
         texts = [self.summarizer.summarize(observations, seed=self.seed + i) for i in range(self.args.candidates)]
-        candidates = [self._score(t, observations, "summary") for t in dict.fromkeys(texts) if t]
+        texts = [t for t in dict.fromkeys(texts) if t]
+        for i in range(self.args.candidates):  # too few distinct summaries: refine the first one
+            if len(texts) >= self.args.candidates or not texts:
+                break
+            _, text = self.summarizer.update(texts[0], observations, observations, {}, {}, seed=self.seed + 100 + i)
+            texts += [text] if text and text not in texts else []
+        candidates = [self._score(t, observations, "summary") for t in texts]
         candidates = sorted(candidates, key=lambda c: (-c.objective, c.token_length))
         result = OptimizationResult(candidates[0] if candidates else Candidate(""), candidates, list(observations))
         result.explored += [{"iteration": 0, "condition": c.as_dict(), "strategy": "initial"} for c in initial]
