@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from rule_pair import HUMAN, expected_diffs, swap_models, true_sign
 
 from nemo_train.differences.diff_model import Observation
 from nemo_train.differences.evaluators import KeywordEvaluator, parse_option
@@ -11,7 +12,6 @@ from nemo_train.differences.generators import CLEVR_SPACE, CMNIST_SPACE
 from nemo_train.differences.metrics import completeness
 from nemo_train.differences.reader import read_explanation
 from nemo_train.differences.summarizers import TreeSummarizer, format_observations
-from tests.differences.rule_pair import HUMAN, expected_diffs, swap_models, true_sign
 
 GRID = CMNIST_SPACE.grid()
 

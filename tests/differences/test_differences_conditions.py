@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from rule_pair import AttributeEchoGenerator, expected_diffs, rule_pair
 
 from nemo_train.differences.conditions import Rejected, TextSpace
 from nemo_train.differences.diff_model import DiffModel
 from nemo_train.differences.generators import CLEVR_SPACE, CMNIST_SPACE, CLEVRGenerator, CMNISTGenerator
 from nemo_train.differences.models import ComparedModel
-from tests.differences.rule_pair import AttributeEchoGenerator, expected_diffs, rule_pair
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from rule_pair import AttributeEchoGenerator, rule_pair
 
 from nemo_train.differences.conditions import sample_conditions
 from nemo_train.differences.diff_model import DiffModel
@@ -12,7 +13,6 @@ from nemo_train.differences.generators import CMNIST_SPACE
 from nemo_train.differences.methods import Optimization, OptimizationArgs, raw_differences
 from nemo_train.differences.metrics import score
 from nemo_train.differences.summarizers import TreeSummarizer
-from tests.differences.rule_pair import AttributeEchoGenerator, rule_pair
 
 
 def parts():
