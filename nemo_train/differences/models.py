@@ -8,6 +8,8 @@ the run's folder, so a second run loads it instead of training again.
 from __future__ import annotations
 
 import hashlib
+import logging
+import warnings
 from abc import ABC, abstractmethod
 from pathlib import Path
 
@@ -88,6 +90,9 @@ class LightningClassifier(ComparedModel):
         self.module = module.eval().to(device)
 
     def _train(self, save_to: Path) -> ClassifierModule:
+        print(f"training {self.name} ({self.epochs} epochs) ...", flush=True)
+        for name in ("lightning.pytorch", "lightning.fabric", "lightning"):  # no trainer banners
+            logging.getLogger(name).setLevel(logging.ERROR)
         L.seed_everything(self.seed, verbose=False)
         module = ClassifierModule(backbone="bias_cnn", num_classes=self.datamodule.num_classes, lr=3e-3)
         trainer = L.Trainer(
@@ -100,7 +105,9 @@ class LightningClassifier(ComparedModel):
             enable_model_summary=False,
             num_sanity_val_steps=0,
         )
-        trainer.fit(module, self.datamodule)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trainer.fit(module, self.datamodule)
         save_to.parent.mkdir(parents=True, exist_ok=True)
         trainer.save_checkpoint(str(save_to), weights_only=True)
         return module

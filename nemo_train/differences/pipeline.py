@@ -206,8 +206,8 @@ def run_differences(
         normalise_attributions(list(attributions.values()))
     if attributions:
         result.files["attribution"] = str(attribution_figure(attributions, out_dir / "attribution.png"))
-        path, aucs = token_ratio_figure(attributions, out_dir / "token_ratio.png")
-        result.files["token_ratio"] = str(path)
+        path, aucs = token_ratio_figure(attributions, out_dir / "effective_ratio.png")
+        result.files["ratio_curve"] = str(path)
         for r in rows:
             r.ratio_auc = aucs.get(r.method)
     if isinstance(space, AttributeSpace) and len(space.attributes) >= 2:

@@ -103,7 +103,7 @@ def log_wandb(result: DifferencesResult, attributions: dict[str, Attribution], o
             h["iteration"], h["origin"], h["kept"], h["completeness"], h["density"], h["token_length"], h["explanation"]
         )
     payload: dict[str, Any] = {"differences/results": table, "differences/optimization": iterations}
-    for key in ("heatmap", "attribution", "token_ratio"):
+    for key in ("heatmap", "attribution", "ratio_curve"):
         if key in result.files:
             payload[f"differences/{key}"] = wandb.Image(result.files[key])
     if attributions:
