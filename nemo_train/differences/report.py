@@ -89,7 +89,12 @@ def log_wandb(result: DifferencesResult, attributions: dict[str, Attribution], o
     from nemo_train.loggers import default_wandb_mode
 
     run = wandb.init(
-        project="nemo-train", job_type="differences", name=run_name, dir=str(out_dir), mode=default_wandb_mode()
+        project="nemo-train",
+        job_type="differences",
+        name=run_name,
+        dir=str(out_dir),
+        mode=default_wandb_mode(),
+        settings=wandb.Settings(silent=True),
     )
     columns = ["method", "completeness", "density", "token_length", "conditions", "explanation"]
     table = wandb.Table(columns=columns)

@@ -27,7 +27,8 @@ CONFIGS = sorted((ROOT / "configs" / "differences").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
-def test_every_config_parses_and_builds(path):
+def test_every_config_parses_and_builds(path, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # relative paths (caches, out_dir) land here, not in the repository
     parser = ArgumentParser()
     parser.add_function_arguments(differences)
     config = parser.parse_path(str(path))
@@ -134,3 +135,33 @@ def test_open_set_siglip_pair_over_text_to_image(tmp_path):
     assert "already tested" in reasons and "no other class" in reasons and "out of range" in reasons
     assert "heatmap" not in result.files  # no attribute grid for captions
     assert os.path.isfile(result.files["results"])
+
+
+def test_wandb_offline_log_holds_tables_and_figures(tmp_path, monkeypatch):
+    from nemo_train.differences.metrics import Attribution
+    from nemo_train.differences.report import DifferencesResult, MethodScore, log_wandb
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    import numpy as np
+
+    from nemo_train.differences.diff_model import Observation
+    from nemo_train.differences.generators import CMNIST_SPACE
+    from nemo_train.differences.plots import heatmap
+
+    observations = [Observation(c, 1.0 if c.values["digit"] > 4 else 0.0, 0.5) for c in CMNIST_SPACE.grid()[::13]]
+    result = DifferencesResult(
+        [MethodScore("optimization", 0.9, 0.5, 40, 110, "Model A is better for digits 5, 6 and 7.")],
+        "keyword", "tree", "neighbourhood", 300,
+        history=[{"iteration": 1, "origin": "update t=1", "kept": True, "completeness": 0.9, "density": 0.5,
+                  "token_length": 40, "explanation": "Model A is better for digits 5, 6 and 7."}],
+        files={"heatmap": str(heatmap(observations, CMNIST_SPACE, tmp_path / "h.png", "Diff_Model"))},
+    )  # fmt: skip
+    attributions = {"optimization": Attribution([" A", " B"], np.array([0.2, 0.0]), np.array([1.0, 0.0]))}
+    log_wandb(result, attributions, tmp_path, "test-run")
+    (run,) = tmp_path.glob("wandb/offline-run-*")
+    media = run / "files" / "media"
+    (results,) = media.glob("table/differences/results_*.table.json")
+    assert "Model A is better for digits 5, 6 and 7." in results.read_text()
+    (iterations,) = media.glob("table/differences/optimization_*.table.json")
+    assert "update t=1" in iterations.read_text()
+    assert list(media.glob("images/differences/heatmap_*.png"))
