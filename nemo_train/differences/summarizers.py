@@ -197,7 +197,11 @@ class TreeSummarizer(Summarizer):
                 else:
                     parts.append(f"{a.noun} {_join(ordered, 'or')}")
             elif excluded.get(a.name):
-                parts.append(f"{a.noun} other than {_join([v for v in a.values if v in excluded[a.name]], 'or')}")
+                remaining = [v for v in a.values if v not in excluded[a.name]]
+                if len(remaining) == 1:  # "material other than metal" is "material rubber"
+                    parts.append(f"{a.noun} {remaining[0]}")
+                else:
+                    parts.append(f"{a.noun} other than {_join([v for v in a.values if v in excluded[a.name]], 'or')}")
         better, worse = ("A", "B") if label > 0 else ("B", "A")
         return f"Model {better} is better than Model {worse} for {', '.join(parts) or 'all conditions'}."
 
