@@ -24,9 +24,10 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from datamodules.folder import IMAGE_EXTENSIONS, UNREADABLE, list_images, read_image, readable_paths
 from nemo_train.errors import UserInputError
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".JPEG", ".JPG", ".PNG")
+IMAGE_SUFFIXES = IMAGE_EXTENSIONS  # the shared image-folder reader's extensions (any case)
 
 
 @dataclass
@@ -90,17 +91,13 @@ class NemoBenchmark:
 
 
 def load_image(path: str | Path, size: int = 224) -> torch.Tensor:
-    """An RGB image file as float ``[3, size, size]`` in [0, 1] (shorter side resized, centre crop)."""
-    from PIL import Image
-    from torchvision.transforms import functional as TF
-
+    """An RGB image file as float ``[3, size, size]`` in [0, 1] (shorter side resized, centre crop), read by
+    the shared image-folder reader (:func:`datamodules.folder.read_image`)."""
     try:
-        with Image.open(path) as im:
-            image = im.convert("RGB")
-    except (OSError, ValueError) as err:
+        array = read_image(path, size, "center_crop")
+    except UNREADABLE as err:
         raise UserInputError(f"cannot read image {str(path)!r}: {err}") from None
-    image = TF.center_crop(TF.resize(image, size, antialias=True), [size, size])
-    return TF.to_tensor(image)
+    return torch.from_numpy(array).permute(2, 0, 1).float().div_(255.0)
 
 
 def _split_errors(
@@ -315,7 +312,7 @@ def list_image_folder(
     for k, name in enumerate(folders):
         if not (root / name).is_dir():
             continue
-        files = sorted(p for p in (root / name).iterdir() if p.suffix in IMAGE_SUFFIXES)
+        files = list_images(root / name)
         paths += [str(p) for p in files]
         labels += [k] * len(files)
     if not paths:
@@ -344,6 +341,9 @@ def build_folder_benchmark(
     same class folders), form the reference database. Captions are made later, on retrieval.
     """
     folders, paths, labels = list_image_folder(root, class_folders)
+    # unreadable files are left out with one warning, as the folder datamodules do
+    kept, _ = readable_paths(paths, desc=f"checking {name} images")
+    paths, labels = [paths[i] for i in kept], labels[kept]
     if len(target.class_names) != len(folders):
         raise UserInputError(
             f"the target has {len(target.class_names)} classes but {str(root)!r} has {len(folders)} class folders"
@@ -364,6 +364,8 @@ def build_folder_benchmark(
     ref_labels, ref_preds, ref_feats = labels[rest], predictions[rest], features[rest]
     if extra_reference is not None:
         _, extra_paths, extra_labels = list_image_folder(extra_reference, folders, subset=True)
+        kept, _ = readable_paths(extra_paths, desc="checking the reference images")
+        extra_paths, extra_labels = [extra_paths[i] for i in kept], extra_labels[kept]
         extra_preds, extra_feats = classify(
             target, extra_paths, batch_size, image_size, desc="classifying the reference subset"
         )

@@ -116,7 +116,7 @@ class PlainTextHypothesizer:
     hypothesis. It gets no observations (its closed training vocabulary has no place for captions)."""
 
     def __init__(self, backend, question: str | None = None, temperature: float = 0.7, max_tokens: int = 48) -> None:
-        from nemo_train.explainer.causes import BIAS_PROMPT
+        from nemo_train.vocabulary import BIAS_PROMPT
 
         self.backend, self.question, self.temperature, self.max_tokens = (
             backend,
