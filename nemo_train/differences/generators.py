@@ -10,6 +10,7 @@ from __future__ import annotations
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 import torch
@@ -70,26 +71,34 @@ class CMNISTGenerator(ConditionalGenerator):
     Args:
         data_dir: folder with torchvision's MNIST; ``None`` uses the embedded scikit-learn digits.
         split: which handwriting exemplars to draw (``test`` is disjoint from the classifiers' training).
+        color_target: what the colour paints, ``strokes`` or ``background`` (as the classifiers were trained).
     """
 
     space = CMNIST_SPACE
     task_description = "classifiers of coloured, rotated handwritten digit images (digits 0 to 9)"
 
-    def __init__(self, data_dir: str | None = None, split: str = "test") -> None:
-        self.data_dir, self.split = data_dir, split
-        self.renderer = cmnist.CMNISTRenderer(*cmnist.load_digits(data_dir, split))
+    def __init__(
+        self,
+        data_dir: str | None = None,
+        split: Literal["train", "test"] = "test",
+        color_target: cmnist.ColorTarget = "strokes",
+    ) -> None:
+        self.data_dir, self.split, self.color_target = data_dir, split, color_target
+        pools = {split: cmnist.load_digits(data_dir, split)}
+        self.renderer = cmnist.CMNISTRenderer(color_target=color_target, pools=pools)
 
     @property
     def identity(self) -> str:
-        return f"CMNISTGenerator(data_dir={self.data_dir}, split={self.split})"
+        return f"CMNISTGenerator(data_dir={self.data_dir}, split={self.split}, color_target={self.color_target})"
 
     def generate(self, conditions, n, seed):
         attrs = np.array(
             [[c.values["digit"], cmnist.COLOR_NAMES.index(c.values["color"]), c.values["angle"]] for c in conditions]
         ).reshape(-1, 3)
-        styles = np.concatenate([condition_rng(c, seed).integers(0, 1 << 30, n) for c in conditions] or [[]])
+        index = np.concatenate([condition_rng(c, seed).integers(0, 1 << 20, n) for c in conditions] or [[]])
+        styles = self.renderer.style_of(self.split, torch.from_numpy(index).long())
         rep = torch.from_numpy(np.repeat(attrs, n, axis=0))
-        images = self.renderer.render_batch(rep[:, 0], rep[:, 1], rep[:, 2].float(), torch.from_numpy(styles).long())
+        images = self.renderer.render_batch(rep[:, 0], rep[:, 1], rep[:, 2].float(), styles)
         return to_uint8(images).float() / 255.0, rep[:, 0].long()
 
 
