@@ -99,11 +99,12 @@ def _mentions(clause: str, attribute: Attribute) -> list[tuple[int, int, Any]]:
 
 
 def _negated(clause: str, mentions: list[tuple[int, int, Any]]) -> list[bool]:
-    """Whether each mention is negated: a negation cue at most four words before it, or a negated
-    mention before it joined only by list words ("not red, green or blue")."""
+    """Whether each mention is negated: a negation cue at most four words before it in the same comma-free
+    stretch, or a negated mention of the same attribute before it joined only by list words ("not red,
+    green or blue")."""
     flags: list[bool] = []
     for i, (start, _, _) in enumerate(mentions):
-        before = clause[max(0, start - 40) : start]
+        before = re.split(r"[,;:]", clause[max(0, start - 40) : start])[-1]  # a cue does not reach past a comma
         words = before.split()[-4:]
         negated = bool(_NEGATION.search(" ".join(words)))
         if not negated and i and flags[i - 1] and _LIST_GLUE.match(clause[mentions[i - 1][1] : start]):

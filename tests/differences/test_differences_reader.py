@@ -41,6 +41,8 @@ def test_reader_clauses_negation_lists_ranges_and_qualifiers():
     (clause,) = read_explanation("Model B struggles with digits 5-9 when not red, green or blue.", CMNIST_SPACE)
     assert clause.direction == 1 and clause.allowed == {"digit": {5, 6, 7, 8, 9}}
     assert clause.excluded == {"color": {"red", "green", "blue"}}
+    (mixed,) = read_explanation("Model A is better for shape other than sphere, material rubber.", CLEVR_SPACE)
+    assert mixed.excluded == {"shape": {"sphere"}} and mixed.allowed == {"material": {"rubber"}}
     (angle,) = read_explanation("Model A excels on digit 3 at angles from -10 to 5 degrees.", CMNIST_SPACE)
     assert angle.allowed == {"digit": {3}, "angle": {-10, -5, 0, 5}}
     clevr = read_explanation(
