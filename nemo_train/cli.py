@@ -26,6 +26,9 @@ PIPELINE_COMMANDS: dict[str, str] = {
     "counterfactuals": "nemo_train.competency.pipeline:counterfactuals",
     "explain": "nemo_train.explainer.generation:explain",
     "nemo-eval": "nemo_train.nemo.run:nemo_eval",
+    "distill-teacher": "nemo_train.nemo.distill:distill_teacher",
+    "distill-eval": "nemo_train.nemo.distill_eval:distill_eval",
+    "lbee": "nemo_train.lbee.pipeline:lbee",
     "differences": "nemo_train.differences.pipeline:differences",
 }
 

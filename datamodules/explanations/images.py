@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 from PIL import Image
 
+from datamodules.folder import to_rgb
 from nemo_train.errors import UserInputError
 
 #: Largest image (width x height) read from a file; larger ones are refused before decoding
@@ -18,7 +19,8 @@ ImageLike = torch.Tensor | Image.Image | str | Path
 
 
 def open_rgb(path: str | Path) -> Image.Image:
-    """The image file at ``path`` as RGB; :class:`UserInputError` when it is over :data:`MAX_IMAGE_PIXELS`.
+    """The image file at ``path`` as 8-bit RGB (16-bit grey scaled, the shared reader's
+    :func:`datamodules.folder.to_rgb`); :class:`UserInputError` when it is over :data:`MAX_IMAGE_PIXELS`.
 
     Unreadable files raise PIL's ``UnidentifiedImageError`` / ``OSError`` (callers skip or report them).
     """
@@ -31,7 +33,7 @@ def open_rgb(path: str | Path) -> Image.Image:
                         f"image {str(path)!r} is {img.width}x{img.height} pixels; expected at most "
                         f"{MAX_IMAGE_PIXELS:,} pixels (refused before decoding)"
                     )
-                return img.convert("RGB")
+                return to_rgb(img)
         except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
             raise UserInputError(f"image {str(path)!r} is too large to decode ({err})") from None
 
@@ -39,7 +41,7 @@ def open_rgb(path: str | Path) -> Image.Image:
 def to_pil(image: ImageLike) -> Image.Image:
     """An RGB PIL image from a ``float[3, H, W]`` tensor in ``[0, 1]``, a PIL image or a file path."""
     if isinstance(image, Image.Image):
-        return image.convert("RGB")
+        return to_rgb(image)
     if isinstance(image, (str, Path)):
         return open_rgb(image)
     if isinstance(image, torch.Tensor) and image.ndim == 3 and image.shape[0] == 3 and image.is_floating_point():

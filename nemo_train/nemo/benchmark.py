@@ -16,6 +16,7 @@ the exact editor re-renders with. Builders:
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ from tqdm.auto import tqdm
 
 from datamodules.folder import IMAGE_EXTENSIONS, UNREADABLE, list_images, read_image, readable_paths
 from nemo_train.errors import UserInputError
+from nemo_train.nemo.targets import load_checkpoint_target
 
 IMAGE_SUFFIXES = IMAGE_EXTENSIONS  # the shared image-folder reader's extensions (any case)
 
@@ -172,6 +174,16 @@ SYNTHETIC: dict[str, dict[str, Any]] = {
 }
 
 
+def check_classes(target, num_classes: int, where: str, probe: torch.Tensor) -> None:
+    """A one-line error when the target's output has another number of classes than the benchmark."""
+    outputs = int(target.predict_proba(probe).shape[-1])
+    if outputs != num_classes:
+        raise UserInputError(
+            f"the target classifies into {outputs} classes but {where} has {num_classes}; "
+            "expected a classifier trained on this benchmark's classes"
+        )
+
+
 def _bias_values(name: str, dm) -> dict[int, list[str]]:
     """Per class, the values of the cause attribute the class had in training (the bias-aligned ones)."""
     if name == "cmnist":
@@ -200,10 +212,6 @@ def build_synthetic_benchmark(
     samples are drawn with ``seed``; every other grid image is the reference database, captioned from its
     attributes. The benchmark keeps the renderer, so edits are exact re-renders.
     """
-    import importlib
-
-    from nemo_train.nemo.targets import load_checkpoint_target
-
     if dataset not in SYNTHETIC:
         raise UserInputError(f"unknown generated dataset {dataset!r}; expected one of {sorted(SYNTHETIC)}")
     spec = SYNTHETIC[dataset]
@@ -224,6 +232,7 @@ def build_synthetic_benchmark(
     )
     dm.setup("test")
     data = dm.test_set
+    check_classes(target, len(dm.class_names), f"the {dataset} benchmark", data.images[:1].float() / 255.0)
     renderer = getattr(dm, "test_renderer", None) or dm.renderer
     if renderer is None:
         raise UserInputError(
@@ -348,6 +357,7 @@ def build_folder_benchmark(
         raise UserInputError(
             f"the target has {len(target.class_names)} classes but {str(root)!r} has {len(folders)} class folders"
         )
+    check_classes(target, len(folders), repr(str(root)), load_image(paths[0], image_size)[None])
     predictions, features = classify(target, paths, batch_size, image_size, desc=f"classifying {name}")
     chosen, rest = _split_errors(labels, predictions, torch.ones_like(labels, dtype=torch.bool), n, seed)
     errors = [

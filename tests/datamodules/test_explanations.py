@@ -171,3 +171,13 @@ def test_messages_layout():
     messages = build_messages("Why?", "ctx", "Because.")
     assert [m["role"] for m in messages] == ["system", "user", "assistant"]
     assert messages[1]["content"][0] == {"type": "image"}
+
+
+def test_sixteen_bit_grey_images_are_scaled_not_clipped(tmp_path):
+    import numpy as np
+    from PIL import Image
+
+    path = tmp_path / "wide.png"
+    Image.fromarray(np.full((4, 4), 32896, dtype=np.uint16)).save(path)  # 32896 / 257 = 128
+    assert Image.open(path).mode.startswith("I")
+    assert np.asarray(to_pil(path))[0, 0].tolist() == [128, 128, 128]

@@ -18,6 +18,7 @@ from nemo_train.explainer import ExplainerModule
 from nemo_train.models.vlm import load_processor
 
 REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.fault
 
 
 @pytest.fixture(scope="module")
