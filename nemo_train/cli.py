@@ -29,6 +29,7 @@ PIPELINE_COMMANDS: dict[str, str] = {
     "distill-teacher": "nemo_train.nemo.distill:distill_teacher",
     "distill-eval": "nemo_train.nemo.distill_eval:distill_eval",
     "lbee": "nemo_train.lbee.pipeline:lbee",
+    "differences": "nemo_train.differences.pipeline:differences",
 }
 
 
