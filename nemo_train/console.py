@@ -25,7 +25,9 @@ def make_console(file: Any = None) -> Console:
     """
     file = file if file is not None else sys.stdout
     terminal = hasattr(file, "isatty") and file.isatty()
-    return Console(file=file, width=None if terminal else LOG_WIDTH, no_color=not terminal, highlight=False, markup=False)
+    return Console(
+        file=file, width=None if terminal else LOG_WIDTH, no_color=not terminal, highlight=False, markup=False
+    )
 
 
 def format_cell(value: Any, digits: int = 3) -> str:
