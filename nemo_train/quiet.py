@@ -31,7 +31,7 @@ def set_output(verbose: bool = False) -> None:
     """Quiet (default) or verbose output for this process and the W&B service it starts.
 
     Quiet: W&B prints nothing (``WANDB_SILENT``, console capture off), Lightning's INFO lines are hidden,
-    each warning is shown once, and progress bars are drawn only on a terminal (``TQDM_DISABLE`` otherwise).
+    deprecation notices are hidden, each other warning is shown once, and progress bars are drawn only on a terminal (``TQDM_DISABLE`` otherwise).
     Verbose: the libraries' defaults.
     """
     global _verbose
@@ -48,4 +48,16 @@ def set_output(verbose: bool = False) -> None:
         os.environ["TQDM_DISABLE"] = "1"
     for name in CHATTY_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
+    for category in (DeprecationWarning, FutureWarning):  # addressed to the libraries' developers, not users
+        warnings.filterwarnings("ignore", category=category)
     warnings.filterwarnings("once", append=True)  # after the filters libraries set: each warning text once
+
+
+_warned: set[str] = set()
+
+
+def warn_once(message: str) -> None:
+    """One line ``nemo-train: warning: ...`` on stderr, the first time ``message`` is given in this process."""
+    if message not in _warned:
+        _warned.add(message)
+        print(f"nemo-train: warning: {message}", file=sys.stderr, flush=True)
