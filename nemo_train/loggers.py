@@ -116,8 +116,11 @@ class WandbLogger(_LightningWandbLogger):
         project: str = "nemo-train",
         mode: WandbMode | None = None,
         connect_timeout: float = 5.0,
+        notes: str | None = None,
+        tags: list[str] | None = None,
         **kwargs: Any,
     ) -> None:
+        kwargs.update(notes=notes, tags=tags)
         save_dir = save_dir or "."
         Path(save_dir).mkdir(parents=True, exist_ok=True)
         kwargs.pop("offline", None)
