@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -94,9 +93,7 @@ def run_lightning_cli(args: list[str]) -> None:
     # imported here: lightning takes seconds to import and `nemo-train --help` must not wait for it
     from nemo_train.lightning_cli import NemoLightningCLI
 
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*args parameter is intended to run from within Python.*")
-        NemoLightningCLI(args=args)
+    NemoLightningCLI(args=args)
 
 
 def run_pipeline(name: str, args: list[str]) -> Any:

@@ -7,6 +7,7 @@ Every output of a run lives under ``trainer.default_root_dir`` (the one path a p
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -70,14 +71,17 @@ class NemoLightningCLI(LightningCLI):
             {"enable_progress_bar": interactive() or is_verbose(), "enable_model_summary": is_verbose()},
         )
         set_output(verbose=is_verbose())  # again: importing lightning reset its loggers to INFO
-        super().__init__(
-            L.LightningModule,
-            L.LightningDataModule,
-            subclass_mode_model=True,
-            subclass_mode_data=True,
-            args=args,
-            **kwargs,
-        )
+        with warnings.catch_warnings():
+            # nemo-train passes its own arguments on (sys.argv holds the command name and the demo's options)
+            warnings.filterwarnings("ignore", message=".*args parameter is intended to run from within Python.*")
+            super().__init__(
+                L.LightningModule,
+                L.LightningDataModule,
+                subclass_mode_model=True,
+                subclass_mode_data=True,
+                args=args,
+                **kwargs,
+            )
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config

@@ -2,8 +2,10 @@
 
 * offline by default, online when a key is configured (no code change); ``WANDB_MODE`` wins (``disabled``
   in tests);
-* online mode first checks that the server answers within ``connect_timeout`` seconds; if not, the run is
-  logged offline with one warning (sync it later with ``wandb sync``), so a run is never lost;
+* online mode first checks that the server accepts a connection within ``connect_timeout`` seconds, and
+  gives ``wandb.init`` at most ``init_timeout`` seconds; if either fails (no network, a proxy that answers
+  for an absent server, a rejected key), the run is logged offline with one warning (upload it later with
+  ``wandb sync``), so a run is never lost;
 * W&B prints nothing and does not record the command line, environment, git state or code;
 * every init argument (``notes``, ``tags``, ``config``, ...) and every logged hyper-parameter is redacted
   with :func:`nemo_train.secrets.scrub_secrets`.
@@ -23,6 +25,7 @@ from urllib.parse import urlsplit
 
 import wandb
 from lightning.pytorch.loggers import WandbLogger as _LightningWandbLogger
+from lightning.pytorch.loggers.logger import rank_zero_experiment
 
 from nemo_train.quiet import is_verbose, warn_once
 from nemo_train.secrets import scrub_secrets
@@ -90,16 +93,32 @@ def quiet_settings(settings: wandb.Settings | dict | None = None) -> wandb.Setti
     return wandb.Settings(**{**(settings or {}), **quiet})
 
 
-def init_run(save_dir: str | Path, mode: str | None = None, connect_timeout: float = 5.0, **kwargs: Any):
+def init_with_fallback(init_args: dict[str, Any]):
+    """``wandb.init(**init_args)``; an online run that cannot start is started offline instead (one warning)."""
+    try:
+        return wandb.init(**init_args)
+    except wandb.errors.Error as err:
+        if init_args.get("mode") != "online":
+            raise
+        reason = " ".join(str(err).split())[:200]
+        warn_once(f"W&B could not start an online run ({reason}); logging offline (upload later with `wandb sync`)")
+        init_args["mode"] = "offline"
+        return wandb.init(**init_args)
+
+
+def init_run(
+    save_dir: str | Path,
+    mode: str | None = None,
+    connect_timeout: float = 5.0,
+    init_timeout: float = 20.0,
+    **kwargs: Any,
+):
     """``wandb.init`` for pipelines (no Trainer): quiet settings, redacted arguments, offline fallback."""
     Path(save_dir).mkdir(parents=True, exist_ok=True)
     kwargs = scrub_secrets(kwargs)
-    return wandb.init(
-        dir=str(save_dir),
-        mode=resolve_mode(mode, connect_timeout),
-        settings=quiet_settings(kwargs.pop("settings", None)),
-        **kwargs,
-    )
+    settings = quiet_settings(kwargs.pop("settings", None)).model_copy(update={"init_timeout": init_timeout})
+    mode = resolve_mode(mode, connect_timeout)
+    return init_with_fallback({"dir": str(save_dir), "mode": mode, "settings": settings, **kwargs})
 
 
 class WandbLogger(_LightningWandbLogger):
@@ -116,6 +135,7 @@ class WandbLogger(_LightningWandbLogger):
         project: str = "nemo-train",
         mode: WandbMode | None = None,
         connect_timeout: float = 5.0,
+        init_timeout: float = 20.0,
         notes: str | None = None,
         tags: list[str] | None = None,
         **kwargs: Any,
@@ -125,7 +145,7 @@ class WandbLogger(_LightningWandbLogger):
         Path(save_dir).mkdir(parents=True, exist_ok=True)
         kwargs.pop("offline", None)
         kwargs = scrub_secrets(kwargs)
-        settings = quiet_settings(kwargs.pop("settings", None))
+        settings = quiet_settings(kwargs.pop("settings", None)).model_copy(update={"init_timeout": init_timeout})
         super().__init__(
             name=scrub_secrets(name),
             save_dir=save_dir,
@@ -135,6 +155,16 @@ class WandbLogger(_LightningWandbLogger):
             **kwargs,
         )
         self._wandb_init.pop("anonymous", None)  # Lightning always passes it; W&B warns that it has no effect
+
+    @property
+    @rank_zero_experiment
+    def experiment(self):
+        """The W&B run, started on first use (offline instead when an online run cannot start)."""
+        if self._experiment is None and wandb.run is None:
+            self._experiment = init_with_fallback(self._wandb_init)
+            self._experiment.define_metric("trainer/global_step")
+            self._experiment.define_metric("*", step_metric="trainer/global_step", step_sync=True)
+        return super().experiment
 
     def log_hyperparams(self, params: dict[str, Any] | Namespace) -> None:
         if isinstance(params, Namespace):

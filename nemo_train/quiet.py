@@ -14,6 +14,9 @@ import warnings
 #: are hidden in quiet mode. Warnings and errors still show.
 CHATTY_LOGGERS = ("lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning", "wandb")
 
+#: Loggers whose warnings announce optional accelerations that are absent (bitsandbytes' CPU kernels).
+NOISY_FALLBACK_LOGGERS = ("bitsandbytes",)
+
 _verbose = False
 
 
@@ -39,7 +42,7 @@ def set_output(verbose: bool = False) -> None:
     if verbose:
         for name in ("WANDB_SILENT", "WANDB_CONSOLE", "TQDM_DISABLE"):
             os.environ.pop(name, None)
-        for name in CHATTY_LOGGERS:
+        for name in CHATTY_LOGGERS + NOISY_FALLBACK_LOGGERS:
             logging.getLogger(name).setLevel(logging.NOTSET)
         return
     os.environ["WANDB_SILENT"] = "true"
@@ -48,6 +51,8 @@ def set_output(verbose: bool = False) -> None:
         os.environ["TQDM_DISABLE"] = "1"
     for name in CHATTY_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
+    for name in NOISY_FALLBACK_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
     for category in (DeprecationWarning, FutureWarning):  # addressed to the libraries' developers, not users
         warnings.filterwarnings("ignore", category=category)
     warnings.filterwarnings("once", append=True)  # after the filters libraries set: each warning text once
