@@ -131,12 +131,12 @@ def test_killed_run_resumes_from_last(tmp_path):
     proc.wait()
     killed_at = torch.load(last, map_location="cpu", weights_only=True)
     assert killed_at["epoch"] < 3, "the run finished before it could be killed"
-    result = nemo_train("fit", "--config", str(config), "--ckpt_path", "last", timeout=600)
+    result = nemo_train("--verbose", "fit", "--config", str(config), "--ckpt_path", "last", timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     resumed = torch.load(last, map_location="cpu", weights_only=True)
     assert resumed["epoch"] == 3  # the last epoch (0-based) of max_epochs=4
     assert resumed["global_step"] > killed_at["global_step"]
-    assert "Restoring states from the checkpoint" in result.stderr + result.stdout
+    assert "Restoring states from the checkpoint" in result.stderr + result.stdout  # Lightning INFO, shown by --verbose
 
 
 @pytest.mark.slow
@@ -193,3 +193,17 @@ def test_wandb_offline_run_holds_metrics_config_and_grid(tmp_path, monkeypatch):
     finally:
         wandb.finish()
     assert secret not in (tmp_path / "run" / "config.yaml").read_text()
+
+
+def test_fit_output_is_quiet_when_not_a_terminal(tmp_path):
+    """No W&B banner, no Lightning info lines (GPU available, tips, model summary), no progress bar, one warning each."""
+    config = small_config(tmp_path, train_size=256, logger="wandb")
+    result = nemo_train("fit", "--config", str(config), env={"WANDB_MODE": "offline"}, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    output = result.stdout + result.stderr
+    for noise in ("wandb:", "GPU available", "Tip:", "| Name", "Epoch 0:", "exists and is not empty", "Seed set to"):
+        assert noise not in output, f"{noise!r} in output:\n{output}"
+    assert (
+        list((tmp_path / "run" / "wandb").glob("offline-run-*"))
+        and (tmp_path / "run" / "checkpoints" / "best.ckpt").is_file()
+    )
