@@ -10,6 +10,39 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
+from nemo_train.errors import UserInputError
+
+
+def check_range(option: str, value: int | float, low: int | float, high: int | float, unit: str = "") -> None:
+    """:class:`UserInputError` naming ``option`` unless ``low <= value <= high`` (checked before any allocation,
+    so an oversized option is a one-line error instead of a machine running out of memory)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        unit = f" {unit}" if unit else ""
+        raise UserInputError(f"{option}={value!r} is out of range; expected {low} to {high}{unit}")
+
+
+#: Largest generated dataset (all splits, as uint8 images) a datamodule builds: 4 GiB.
+MAX_DATASET_BYTES = 4 << 30
+
+
+def check_dataset_bytes(num_images: int, image_size: int, options: str) -> None:
+    """:class:`UserInputError` naming ``options`` when ``num_images`` RGB uint8 images of ``image_size`` px would
+    exceed :data:`MAX_DATASET_BYTES` (checked before rendering anything)."""
+    size = num_images * 3 * image_size * image_size
+    if size > MAX_DATASET_BYTES:
+        raise UserInputError(
+            f"{options} would hold {num_images:,} images of {image_size} px ({size / 2**30:.1f} GiB); "
+            f"expected at most {MAX_DATASET_BYTES / 2**30:.0f} GiB: lower them"
+        )
+
+
+def check_loader(batch_size: int, num_workers: int) -> None:
+    """:class:`UserInputError` unless ``batch_size`` is positive and ``num_workers`` not negative."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise UserInputError(f"batch_size={batch_size!r}; expected a positive number of samples per batch")
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+        raise UserInputError(f"num_workers={num_workers!r}; expected 0 or more DataLoader worker processes")
+
 
 class AttributeImageDataset(Dataset):
     """Images held in memory as ``uint8`` with a label, a group and generator attributes per sample.

@@ -28,7 +28,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from datamodules.base import AttributeImageDataset, SplitDataModule, to_uint8
+from datamodules.base import (
+    AttributeImageDataset,
+    SplitDataModule,
+    check_dataset_bytes,
+    check_loader,
+    check_range,
+    to_uint8,
+)
 from datamodules.folder import load_images, require_folder
 from nemo_train.errors import UserInputError
 
@@ -50,6 +57,10 @@ COLOR_NAMES: list[str] = list(COLORS)
 SIZES: dict[str, float] = {"small": 0.32, "medium": 0.46, "large": 0.62}
 SIZE_NAMES: list[str] = list(SIZES)
 ATTRIBUTES: dict[str, list[str]] = {"shape": SHAPES, "material": MATERIALS, "color": COLOR_NAMES, "size": SIZE_NAMES}
+#: Documented limits of the size options, checked before anything is allocated: rendered images 8 to 128 px
+#: (the ray caster holds every sub-pixel ray of a 128-image chunk in memory), images read from a folder 8 to
+#: 1024 px, up to 100,000 training images and 50 views per test cell (and 4 GiB of images in all).
+MAX_RENDER_SIZE, MAX_FOLDER_SIZE, MAX_TRAIN_SIZE, MAX_TEST_STYLES = 128, 1024, 100_000, 50
 
 
 def style_uniform(style: torch.Tensor, count: int) -> torch.Tensor:
@@ -157,10 +168,8 @@ class CLEVRRenderer:
     LIGHT_ELEVATION, LIGHT_AZIMUTH = 50.0, -40.0
 
     def __init__(self, image_size: int = 64, supersample: int = 2, jitter: float = 1.0) -> None:
-        if image_size < 8:
-            raise UserInputError(f"CLEVR image_size={image_size} is too small; expected at least 8 pixels")
-        if supersample < 1:
-            raise UserInputError(f"supersample={supersample} must be >= 1")
+        check_range("CLEVR image_size", image_size, 8, MAX_RENDER_SIZE, "pixels")
+        check_range("supersample", supersample, 1, 4, "rays per pixel along each axis")
         self.image_size, self.supersample, self.jitter = image_size, supersample, jitter
         self.palette = torch.tensor(list(COLORS.values()))
         self.radii = torch.tensor(list(SIZES.values()))
@@ -385,36 +394,67 @@ def read_attribute_records(data_dir: str | Path) -> list[dict[str, Any]]:
     if not meta.is_file():
         raise UserInputError(f"CLEVR data folder {str(root)!r} has no attributes.json (expected {str(meta)!r})")
     try:
-        raw = json.loads(meta.read_text())
+        raw = json.loads(meta.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise UserInputError(f"{str(meta)!r} is not UTF-8 text (byte {err.start}); expected UTF-8 JSON") from None
     except json.JSONDecodeError as err:
         raise UserInputError(f"{str(meta)!r} is not valid JSON: {err}") from None
     if isinstance(raw, dict) and "scenes" in raw:
-        records = []
-        for scene in raw["scenes"]:
-            objects = scene.get("objects", [])
-            if len(objects) != 1:
-                raise UserInputError(
-                    f"scene {scene.get('image_filename')!r} has {len(objects)} objects; single-object CLEVR expects 1"
-                )
-            name = scene["image_filename"]
-            file = f"images/{name}" if (root / "images" / name).exists() else name
-            records.append({"file": file, **{k: objects[0][k] for k in ("shape", "material", "color", "size")}})
+        records = _scene_records(raw["scenes"], root, meta)
     elif isinstance(raw, list):
         records = raw
     else:
         raise UserInputError(f"{str(meta)!r} must hold a list of records or a CLEVR scenes object")
     out = []
     for i, rec in enumerate(records):
-        missing = [k for k in ("file", "shape", "material", "color", "size") if k not in rec]
+        where = f"record {i} of {str(meta)!r}"
+        if not isinstance(rec, dict):
+            raise UserInputError(f"{where} is {type(rec).__name__} {rec!r}; expected an object with {list(_FIELDS)}")
+        missing = [k for k in _FIELDS if k not in rec]
         if missing:
-            raise UserInputError(f"record {i} of {str(meta)!r} lacks field(s) {missing}")
-        out.append(
-            {
-                "path": root / rec["file"],
-                **{k: attribute_index(k, rec[k]) for k in ("shape", "material", "color", "size")},
-            }
-        )
+            raise UserInputError(f"{where} lacks field(s) {missing}")
+        wrong = [k for k in _FIELDS if not isinstance(rec[k], str)]
+        if wrong:
+            raise UserInputError(
+                f"{where} has non-string {', '.join(f'{k}={rec[k]!r}' for k in wrong)}; expected text "
+                "(a file path relative to the folder and attribute names)"
+            )
+        try:
+            values = {k: attribute_index(k, rec[k]) for k in ATTRIBUTES}
+        except UserInputError as err:
+            raise UserInputError(f"{where}: {err}") from None
+        out.append({"path": root / rec["file"], **values})
     return out
+
+
+_FIELDS = ("file", "shape", "material", "color", "size")
+
+
+def _scene_records(scenes: Any, root: Path, meta: Path) -> list[dict[str, Any]]:
+    """Records of the official CLEVR scenes layout (single-object scenes only)."""
+    if not isinstance(scenes, list):
+        raise UserInputError(f"'scenes' of {str(meta)!r} is {type(scenes).__name__}; expected a list of scenes")
+    records = []
+    for i, scene in enumerate(scenes):
+        where = f"scene {i} of {str(meta)!r}"
+        if not isinstance(scene, dict) or not isinstance(scene.get("image_filename"), str):
+            raise UserInputError(
+                f"{where} has no image_filename text; expected {{'image_filename': ..., 'objects': [...]}}"
+            )
+        objects = scene.get("objects", [])
+        if not isinstance(objects, list) or len(objects) != 1:
+            count = len(objects) if isinstance(objects, list) else type(objects).__name__
+            raise UserInputError(
+                f"scene {scene['image_filename']!r} has {count} objects; single-object CLEVR expects 1"
+            )
+        obj = objects[0]
+        missing = [k for k in ATTRIBUTES if not isinstance(obj, dict) or k not in obj]
+        if missing:
+            raise UserInputError(f"the object of {where} ({scene['image_filename']!r}) lacks field(s) {missing}")
+        name = scene["image_filename"]
+        file = f"images/{name}" if (root / "images" / name).exists() else name
+        records.append({"file": file, **{k: obj[k] for k in ATTRIBUTES}})
+    return records
 
 
 # --------------------------------------------------------------------------------------------- data module
@@ -430,9 +470,10 @@ class CLEVRDataModule(SplitDataModule):
     Args:
         data_dir: folder of real renders + ``attributes.json``; ``None`` renders the embedded default.
         bias: preset (``rubber``, ``metal``, ``unbiased``) or ``{favoured_material, favoured_fraction, shortcut_shape}``.
-        image_size: side length of the images in pixels.
-        train_size: generated training images (validation gets a quarter of that); with real data, an upper bound.
-        test_styles: views per attribute cell of the generated test grid.
+        image_size: side length of the images in pixels (8 to 128 rendered, 8 to 1024 read from a folder).
+        train_size: generated training images, 12 to 100,000 (validation gets a quarter of that); with real
+            data, an upper bound.
+        test_styles: views per attribute cell of the generated test grid, 1 to 50.
         batch_size, num_workers: DataLoader settings.
         seed: seed of every random draw.
     """
@@ -451,16 +492,21 @@ class CLEVRDataModule(SplitDataModule):
         super().__init__()
         self.save_hyperparameters()
         self.bias = MaterialBias.parse(bias)
-        if train_size < 12:
-            raise UserInputError(f"train_size={train_size} is too small; need at least 12 images")
-        if test_styles < 1:
-            raise UserInputError(f"test_styles={test_styles} must be >= 1")
-        if data_dir is not None:
+        check_range("train_size", train_size, 12, MAX_TRAIN_SIZE, "images")
+        check_range("test_styles", test_styles, 1, MAX_TEST_STYLES, "views per test cell")
+        check_range("image_size", image_size, 8, MAX_RENDER_SIZE if data_dir is None else MAX_FOLDER_SIZE, "pixels")
+        check_loader(batch_size, num_workers)
+        if data_dir is None:
+            total = train_size + max(train_size // 4, 12) + 144 * test_styles
+            check_dataset_bytes(total, image_size, f"train_size={train_size}, test_styles={test_styles}")
+        else:
             require_folder(data_dir, "CLEVR data folder")
         self.num_classes = len(SHAPES)
         self.class_names = list(SHAPES)
         self.group_names = ["aligned", "conflicting"]
         self.eval_groupings: dict[str, list[str]] = {"material": list(MATERIALS)}
+        #: The renderer of every split (``None`` for real renders): ``renderer.render_batch(**attrs)`` re-renders
+        #: any generated sample exactly.
         self.renderer = CLEVRRenderer(image_size) if data_dir is None else None
         self.num_skipped_images = 0
         self.train_set = self.val_set = self.test_set = None
@@ -518,6 +564,12 @@ class CLEVRDataModule(SplitDataModule):
         pool = pool[torch.rand(len(pool), generator=gen) < keep_prob]
         pool = pool[torch.randperm(len(pool), generator=gen)][: hp.train_size + hp.train_size // 4]
         n_val = max(1, len(pool) // 5)
+        if len(pool) - n_val < 1:
+            raise UserInputError(
+                f"CLEVR data folder {hp.data_dir!r} has {len(kept)} readable image(s), {int(is_test.sum())} of them "
+                f"held out for testing, leaving {len(pool)} for the training and validation splits under this bias; "
+                "expected at least 2 (a quarter of every attribute cell is the test split: add renders)"
+            )
 
         def subset(index: torch.Tensor) -> AttributeImageDataset:
             sub = {k: v[index] for k, v in attrs.items()}

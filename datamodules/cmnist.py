@@ -1,8 +1,10 @@
 """Coloured and rotated MNIST with a planted colour bias (paper 002, Sec. 5.1 and App. A.3).
 
 Every image is made by a conditional generator, :class:`CMNISTRenderer`, from three attributes: the
-digit (a handwritten exemplar, chosen by ``style``), the colour of its strokes (10 colours) and a
-rotation (13 angles, -30 to 30 degrees; rotation is the distracting factor that does not matter).
+digit (a handwritten exemplar, chosen by ``style``), a colour (10 colours; by default the colour of the
+strokes on black, or with ``color_target="background"`` the colour of the background behind white strokes,
+as in ReBias-style coloured MNIST) and a rotation (13 angles, -30 to 30 degrees; rotation is the
+distracting factor that does not matter).
 A :class:`BiasSpec` says which colours each digit may take in the training data; the test split is
 the full digit x colour x angle grid, each sample marked bias-*aligned* (its colour is allowed for its
 digit) or bias-*conflicting*.
@@ -16,13 +18,23 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
-from datamodules.base import AttributeImageDataset, SplitDataModule, rotate_batch, to_uint8
+from datamodules.base import AttributeImageDataset, SplitDataModule, check_loader, check_range, rotate_batch, to_uint8
 from nemo_train.errors import UserInputError
 
+#: What the colour attribute paints: the digit's strokes (on black) or the background (behind white strokes).
+ColorTarget = Literal["strokes", "background"]
+#: Exemplar pools of a renderer, in the order of the bits above :data:`STYLE_BITS` of a ``style``.
+POOLS: tuple[str, ...] = ("train", "val", "test")
+#: A style's low bits pick the exemplar within its pool; the bits above name the pool (see :data:`POOLS`).
+STYLE_BITS = 30
+#: Documented limits of the size options (checked before anything is allocated): at most 200,000 training
+#: images (the validation split adds a quarter) and 50 exemplars per cell of the 1,300-cell test grid.
+MAX_TRAIN_SIZE, MAX_TEST_STYLES = 200_000, 50
 #: Stroke colours (RGB in [0, 1]), in the order of paper 002, App. A.3.
 COLORS: dict[str, tuple[float, float, float]] = {
     "red": (1.0, 0.0, 0.0),
@@ -134,23 +146,62 @@ def load_digits(data_dir: str | Path | None, split: str) -> tuple[torch.Tensor, 
 class CMNISTRenderer:
     """Conditional generator ``render(digit, color, angle, style) -> float[3, 28, 28]``.
 
-    ``style`` picks the handwritten exemplar of ``digit`` (modulo the number available), so re-rendering
-    a sample with one attribute changed is an exact counterfactual edit of that attribute alone.
+    The renderer holds one or more exemplar pools (``pools``: name -> ``(digits, labels)``, in the order of
+    :data:`POOLS`: the datamodule's renderer holds the training, validation and test exemplars). A
+    ``style`` names one exemplar of ``digit``: its bits above :data:`STYLE_BITS` pick the pool and the low
+    bits the exemplar (modulo the number the pool holds), so every sample of every split re-renders exactly
+    from its attributes, and re-rendering with one attribute changed is an exact counterfactual edit of
+    that attribute alone (the exemplar's pool and index stay). ``color_target`` says what the colour paints.
     """
-
-    def __init__(self, digits: torch.Tensor, labels: torch.Tensor) -> None:
-        self.digits = digits
-        self.by_digit = [torch.nonzero(labels == d).flatten() for d in range(10)]
-        missing = [d for d, idx in enumerate(self.by_digit) if len(idx) == 0]
-        if missing:
-            raise UserInputError(f"the digit source has no exemplar of digit(s) {missing}")
-        self.palette = torch.tensor(list(COLORS.values()))
 
     attributes: dict[str, list] = {"digit": list(range(10)), "color": COLOR_NAMES, "angle": ANGLES}
 
-    def num_styles(self, digit: int) -> int:
-        """How many exemplars of ``digit`` this renderer holds."""
-        return len(self.by_digit[int(digit)])
+    def __init__(
+        self,
+        digits: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        color_target: ColorTarget = "strokes",
+        pools: Mapping[str, tuple[torch.Tensor, torch.Tensor]] | None = None,
+    ) -> None:
+        if pools is None:
+            if digits is None or labels is None:
+                raise UserInputError("CMNISTRenderer needs digits and labels, or pools")
+            pools = {"train": (digits, labels)}
+        unknown = [name for name in pools if name not in POOLS]
+        if unknown:
+            raise UserInputError(f"unknown exemplar pool(s) {unknown}; expected some of {list(POOLS)}")
+        if color_target not in ("strokes", "background"):
+            raise UserInputError(f"color_target={color_target!r}; expected 'strokes' or 'background'")
+        self.color_target = color_target
+        self.pool_names = [name for name in POOLS if name in pools]
+        self.digits = torch.cat([pools[name][0] for name in self.pool_names])
+        labels = torch.cat([pools[name][1] for name in self.pool_names])
+        offsets = torch.tensor([0] + [len(pools[name][0]) for name in self.pool_names]).cumsum(0)
+        # by_pool[p][d]: indices into self.digits of the exemplars of digit d in pool p (None: pool absent)
+        self.by_pool: list[list[torch.Tensor] | None] = [None] * len(POOLS)
+        for k, name in enumerate(self.pool_names):
+            pool_labels = labels[offsets[k] : offsets[k + 1]]
+            by_digit = [torch.nonzero(pool_labels == d).flatten() + offsets[k] for d in range(10)]
+            missing = [d for d, idx in enumerate(by_digit) if len(idx) == 0]
+            if missing:
+                raise UserInputError(f"the {name} digit source has no exemplar of digit(s) {missing}")
+            self.by_pool[POOLS.index(name)] = by_digit
+        self.palette = torch.tensor(list(COLORS.values()))
+
+    @staticmethod
+    def style_of(pool: str, index: torch.Tensor | int) -> torch.Tensor | int:
+        """The ``style`` of exemplar ``index`` (taken modulo the pool's size per digit) of ``pool``."""
+        return (POOLS.index(pool) << STYLE_BITS) + index
+
+    def num_styles(self, digit: int, pool: str = "train") -> int:
+        """How many exemplars of ``digit`` the pool ``pool`` holds."""
+        return len(self._pool(POOLS.index(pool))[int(digit)])
+
+    def _pool(self, index: int) -> list[torch.Tensor]:
+        by_digit = self.by_pool[index] if 0 <= index < len(POOLS) else None
+        if by_digit is None:
+            raise UserInputError(f"style names exemplar pool {index}, which this renderer does not hold")
+        return by_digit
 
     @staticmethod
     def color_index(color: int | str) -> int:
@@ -177,13 +228,18 @@ class CMNISTRenderer:
     ) -> torch.Tensor:
         """Render a batch ``float[B, 3, 28, 28]`` from 1-D attribute tensors (colour as index)."""
         digit, color, style = digit.long(), color.long(), style.long()
+        pool, within = style >> STYLE_BITS, style & ((1 << STYLE_BITS) - 1)
         exemplar = torch.empty_like(digit)
-        for d in digit.unique().tolist():
-            mask = digit == d
-            pool = self.by_digit[d]
-            exemplar[mask] = pool[style[mask] % len(pool)]
+        for p in pool.unique().tolist():
+            by_digit = self._pool(p)
+            for d in digit[pool == p].unique().tolist():
+                mask = (digit == d) & (pool == p)
+                exemplar[mask] = by_digit[d][within[mask] % len(by_digit[d])]
         gray = rotate_batch(self.digits[exemplar][:, None], angle.float())
-        return (gray * self.palette[color][:, :, None, None]).clamp(0, 1)
+        paint = self.palette[color][:, :, None, None]
+        if self.color_target == "background":
+            return (gray + (1 - gray) * paint).clamp(0, 1)
+        return (gray * paint).clamp(0, 1)
 
 
 class CMNISTDataModule(SplitDataModule):
@@ -192,8 +248,11 @@ class CMNISTDataModule(SplitDataModule):
     Args:
         data_dir: folder holding torchvision's MNIST; ``None`` uses the embedded scikit-learn digits.
         bias: a preset (``model_a``, ``model_b``, ``unbiased``) or ``{digit: [colour, ...]}``.
-        train_size: number of generated training images (validation gets a quarter of that, same bias).
-        test_styles: exemplars per (digit, colour, angle) cell of the test grid (1,300 cells).
+        color_target: ``strokes`` (coloured digits on black) or ``background`` (white digits on a coloured
+            background, as the model-differences paper's CMNIST).
+        train_size: number of generated training images, 10 to 200,000 (validation gets a quarter of that,
+            same bias).
+        test_styles: exemplars per (digit, colour, angle) cell of the test grid (1,300 cells), 1 to 50.
         batch_size, num_workers: DataLoader settings.
         seed: seed of every random draw, so two runs see identical data.
     """
@@ -202,6 +261,7 @@ class CMNISTDataModule(SplitDataModule):
         self,
         data_dir: str | None = None,
         bias: str | dict[int, list[str]] = "model_a",
+        color_target: ColorTarget = "strokes",
         train_size: int = 12000,
         test_styles: int = 2,
         batch_size: int = 128,
@@ -211,14 +271,21 @@ class CMNISTDataModule(SplitDataModule):
         super().__init__()
         self.save_hyperparameters()
         self.bias = BiasSpec.parse(bias)
-        if train_size < 10:
-            raise UserInputError(f"train_size={train_size} is too small; need at least 10 images")
+        check_range("train_size", train_size, 10, MAX_TRAIN_SIZE, "images")
+        check_range("test_styles", test_styles, 1, MAX_TEST_STYLES, "exemplars per test cell")
+        check_loader(batch_size, num_workers)
         self.num_classes = 10
         self.class_names = [str(d) for d in range(10)]
         self.group_names = ["aligned", "conflicting"]
         self.eval_groupings: dict[str, list[str]] = {}
+        #: The one renderer of every split (its training, validation and test exemplar pools): after
+        #: ``setup``, ``renderer.render_batch(**attrs)`` re-renders any sample of any split exactly.
         self.renderer: CMNISTRenderer | None = None
-        self.test_renderer: CMNISTRenderer | None = None
+
+    @property
+    def test_renderer(self) -> CMNISTRenderer | None:
+        """The same object as :attr:`renderer` (which renders every split); kept for older callers."""
+        return self.renderer
 
     def setup(self, stage: str | None = None) -> None:
         """Generate the splits once (idempotent)."""
@@ -229,27 +296,32 @@ class CMNISTDataModule(SplitDataModule):
         gen = torch.Generator().manual_seed(hp.seed)
         order = torch.randperm(len(digits), generator=gen)
         cut = int(0.85 * len(digits))
-        self.renderer = CMNISTRenderer(digits[order[:cut]], labels[order[:cut]])
-        val_renderer = CMNISTRenderer(digits[order[cut:]], labels[order[cut:]])
-        self.test_renderer = CMNISTRenderer(*load_digits(hp.data_dir, "test"))
-        self.train_set = self._biased_split(self.renderer, hp.train_size, gen)
-        self.val_set = self._biased_split(val_renderer, max(hp.train_size // 4, 10), gen)
-        self.test_set = self.grid_split(self.test_renderer, hp.test_styles)
+        pools = {
+            "train": (digits[order[:cut]], labels[order[:cut]]),
+            "val": (digits[order[cut:]], labels[order[cut:]]),
+            "test": load_digits(hp.data_dir, "test"),
+        }
+        self.renderer = CMNISTRenderer(color_target=hp.color_target, pools=pools)
+        self.train_set = self._biased_split(self.renderer, hp.train_size, gen, "train")
+        self.val_set = self._biased_split(self.renderer, max(hp.train_size // 4, 10), gen, "val")
+        self.test_set = self.grid_split(self.renderer, hp.test_styles)
 
-    def _biased_split(self, renderer: CMNISTRenderer, size: int, gen: torch.Generator) -> AttributeImageDataset:
+    def _biased_split(
+        self, renderer: CMNISTRenderer, size: int, gen: torch.Generator, pool: str
+    ) -> AttributeImageDataset:
         digit = torch.randint(0, 10, (size,), generator=gen)
         allowed = self.bias.allowed_matrix()[digit].float()
         color = torch.multinomial(allowed, 1, generator=gen).flatten()
         angle = torch.tensor(ANGLES)[torch.randint(0, len(ANGLES), (size,), generator=gen)]
-        style = torch.randint(0, 1 << 30, (size,), generator=gen)
+        style = renderer.style_of(pool, torch.randint(0, 1 << STYLE_BITS, (size,), generator=gen))
         return self._dataset(renderer, digit, color, angle, style)
 
-    def grid_split(self, renderer: CMNISTRenderer, styles: int = 1) -> AttributeImageDataset:
-        """The full digit x colour x angle grid (1,300 cells), ``styles`` exemplars per cell."""
+    def grid_split(self, renderer: CMNISTRenderer, styles: int = 1, pool: str = "test") -> AttributeImageDataset:
+        """The full digit x colour x angle grid (1,300 cells), ``styles`` exemplars of ``pool`` per cell."""
         d, c, a, s = torch.meshgrid(
             torch.arange(10), torch.arange(len(COLOR_NAMES)), torch.tensor(ANGLES), torch.arange(styles), indexing="ij"
         )
-        return self._dataset(renderer, d.flatten(), c.flatten(), a.flatten(), s.flatten())
+        return self._dataset(renderer, d.flatten(), c.flatten(), a.flatten(), renderer.style_of(pool, s.flatten()))
 
     def _dataset(self, renderer, digit, color, angle, style) -> AttributeImageDataset:
         images = torch.cat(

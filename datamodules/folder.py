@@ -1,9 +1,15 @@
 """Reading image files from a data folder robustly: missing folders fail clearly, corrupt files are skipped.
 
-Every folder-backed dataset of ours (real CLEVR renders, NICO++) goes through :func:`require_folder` and
-:func:`load_images`. Unreadable or truncated files do not stop a run: they are left out, ONE warning says
+The one image-folder reader of the toolkit: the folder-backed datasets (real CLEVR renders, NICO++) and the
+NEMO benchmark builder (ImageNet-R style ``root/<class>/<image>`` folders) all list files with
+:func:`list_images`, decode them with :func:`read_image` and drop unreadable ones with :func:`load_images` /
+:func:`readable_paths`. Unreadable or truncated files do not stop a run: they are left out, ONE warning says
 how many were skipped (and names the first few), and the count is kept on the result
 (:attr:`LoadedImages.num_skipped`) so a datamodule can expose it.
+
+High-bit-depth images are scaled, not clipped: a 16-bit grey image (PIL modes ``I;16*`` and ``I``) is
+mapped from 0-65535 to 0-255 before it becomes RGB (``convert("RGB")`` alone would clip every value above
+255, leaving a handful of grey levels).
 """
 
 from __future__ import annotations
@@ -65,15 +71,29 @@ class LoadedImages:
         return len(self.skipped)
 
 
+#: PIL modes of single-channel images with more than 8 bits per pixel (read as 16-bit values).
+WIDE_GREY_MODES = ("I", "I;16", "I;16B", "I;16L", "I;16N")
+#: Errors that mean "this file is not a readable image".
+UNREADABLE = (OSError, ValueError, UnidentifiedImageError, Image.DecompressionBombError, SyntaxError)
+
+
+def to_rgb(img: Image.Image) -> Image.Image:
+    """``img`` as 8-bit RGB; 16-bit grey is scaled from 0-65535 to 0-255 (not clipped at 255)."""
+    if img.mode in WIDE_GREY_MODES:
+        wide = np.asarray(img, dtype=np.float64).clip(0, 65535)
+        img = Image.fromarray(np.rint(wide / 257.0).astype(np.uint8), mode="L")
+    return img.convert("RGB")
+
+
 def read_image(path: str | Path, size: int, resize: str = "center_crop") -> np.ndarray:
-    """Decode one file to ``uint8[S, S, 3]`` RGB; raises ``OSError`` / ``ValueError`` when it is unreadable.
+    """Decode one file to ``uint8[S, S, 3]`` RGB; raises one of :data:`UNREADABLE` when it is unreadable.
 
     ``center_crop`` scales the shorter side to ``size`` and cuts the centre square; ``stretch`` scales both
     sides to ``size``.
     """
     with Image.open(path) as img:
         img.draft("RGB", (size, size))  # JPEG: decode at a reduced scale when that is still >= size
-        img = img.convert("RGB")
+        img = to_rgb(img)
         if resize == "center_crop":
             w, h = img.size
             scale = size / min(w, h)
@@ -108,25 +128,46 @@ def load_images(
         raise UserInputError(f"unknown resize mode {resize!r}; expected one of {list(RESIZE_MODES)}")
     paths = [Path(p) for p in paths]
 
-    def decode(path: Path) -> np.ndarray | None:
-        try:
-            return read_image(path, size, resize)
-        except (OSError, ValueError, UnidentifiedImageError, Image.DecompressionBombError):
-            return None
-
-    with ThreadPoolExecutor(max_workers=max(1, num_threads)) as pool:
-        arrays = list(tqdm(pool.map(decode, paths), total=len(paths), desc=desc, disable=len(paths) < 500, leave=False))
+    arrays = _decode_all(paths, size, resize, num_threads, desc)
     kept = [i for i, a in enumerate(arrays) if a is not None]
     skipped = [paths[i] for i, a in enumerate(arrays) if a is None]
-    if skipped:
-        examples = ", ".join(str(p) for p in skipped[:3]) + (", ..." if len(skipped) > 3 else "")
-        warnings.warn(
-            f"skipped {len(skipped)} unreadable image file(s) of {len(paths)}: {examples}",
-            UnreadableImagesWarning,
-            stacklevel=2,
-        )
+    _warn_skipped(skipped, len(paths))
     if kept:
         images = torch.from_numpy(np.stack([arrays[i] for i in kept])).permute(0, 3, 1, 2).contiguous()
     else:
         images = torch.empty(0, 3, size, size, dtype=torch.uint8)
     return LoadedImages(images=images, kept=torch.tensor(kept, dtype=torch.long), skipped=skipped)
+
+
+def readable_paths(
+    paths: Sequence[str | Path], size: int = 64, num_threads: int = 4, desc: str = "checking images"
+) -> tuple[list[int], list[Path]]:
+    """Indices of the ``paths`` that decode (at ``size`` px, so JPEGs decode at a reduced scale) and the paths
+    that do not, with the same single warning as :func:`load_images`; nothing is kept in memory."""
+    paths = [Path(p) for p in paths]
+    ok = _decode_all(paths, size, "stretch", num_threads, desc, keep=False)
+    skipped = [p for p, good in zip(paths, ok) if not good]
+    _warn_skipped(skipped, len(paths))
+    return [i for i, good in enumerate(ok) if good], skipped
+
+
+def _decode_all(paths: list[Path], size: int, resize: str, num_threads: int, desc: str, keep: bool = True) -> list:
+    def decode(path: Path):
+        try:
+            array = read_image(path, size, resize)
+        except UNREADABLE:
+            return None if keep else False
+        return array if keep else True
+
+    with ThreadPoolExecutor(max_workers=max(1, num_threads)) as pool:
+        return list(tqdm(pool.map(decode, paths), total=len(paths), desc=desc, disable=len(paths) < 500, leave=False))
+
+
+def _warn_skipped(skipped: list[Path], total: int) -> None:
+    if skipped:
+        examples = ", ".join(str(p) for p in skipped[:3]) + (", ..." if len(skipped) > 3 else "")
+        warnings.warn(
+            f"skipped {len(skipped)} unreadable image file(s) of {total}: {examples}",
+            UnreadableImagesWarning,
+            stacklevel=3,
+        )

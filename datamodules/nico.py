@@ -23,7 +23,14 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from datamodules.base import AttributeImageDataset, SplitDataModule, to_uint8
+from datamodules.base import (
+    AttributeImageDataset,
+    SplitDataModule,
+    check_dataset_bytes,
+    check_loader,
+    check_range,
+    to_uint8,
+)
 from datamodules.clevr import style_uniform
 from datamodules.folder import list_images, load_images, require_folder
 from nemo_train.errors import UserInputError
@@ -44,6 +51,10 @@ CONTEXT_FOLDERS: dict[str, tuple[str, ...]] = {
     "dim_lighting": ("dim_lighting", "dim", "dim lighting", "dimlighting"),
     **{c: (c,) for c in CONTEXTS[1:]},
 }
+#: Documented limits of the size options, checked before anything is allocated: rendered images 8 to 128 px,
+#: images read from a folder 8 to 1024 px, up to 100,000 synthetic training images and 1,000 test images per
+#: (class, context) pair (and 4 GiB of images in all).
+MAX_RENDER_SIZE, MAX_FOLDER_SIZE, MAX_TRAIN_SIZE, MAX_TEST_PER_PAIR = 128, 1024, 100_000, 1000
 #: Number of uniform random numbers each style seeds (scene parameters + three 8x8 noise grids).
 _PARAMS, _GRID = 16, 8
 
@@ -156,10 +167,8 @@ class NICORenderer:
     attributes: dict[str, list[str]] = {"object": CLASSES, "context": CONTEXTS}
 
     def __init__(self, image_size: int = 64, supersample: int = 2) -> None:
-        if image_size < 8:
-            raise UserInputError(f"NICO++ image_size={image_size} is too small; expected at least 8 pixels")
-        if supersample < 1:
-            raise UserInputError(f"supersample={supersample} must be >= 1")
+        check_range("NICO++ image_size", image_size, 8, MAX_RENDER_SIZE, "pixels")
+        check_range("supersample", supersample, 1, 4, "samples per pixel along each axis")
         self.image_size, self.supersample = image_size, supersample
         n = image_size * supersample
         coords = (torch.arange(n) + 0.5) / n * 2 - 1
@@ -301,9 +310,9 @@ class NICODataModule(SplitDataModule):
     Args:
         data_dir: real NICO++ folder (layout in :func:`scan_nico_folder`); ``None`` renders the synthetic default.
         correlation: fraction of a class's training (and validation) images in its correlated context.
-        image_size: side length of the images in pixels.
-        train_size: synthetic training images (validation gets a quarter); ignored for real data.
-        test_per_pair: test images per (class, context) pair of the unbiased test split.
+        image_size: side length of the images in pixels (8 to 128 rendered, 8 to 1024 read from a folder).
+        train_size: synthetic training images, 6 to 100,000 (validation gets a quarter); ignored for real data.
+        test_per_pair: test images per (class, context) pair of the unbiased test split, 1 to 1,000.
         val_fraction: real data only: fraction of the biased pool kept for validation.
         correlated_context: ``{class: context}`` override of :data:`CORRELATED_CONTEXT`.
         batch_size, num_workers: DataLoader settings.
@@ -327,10 +336,13 @@ class NICODataModule(SplitDataModule):
         self.save_hyperparameters()
         if not 0.0 < correlation <= 1.0:
             raise UserInputError(f"correlation={correlation} must lie in (0, 1], e.g. 0.75, 0.85 or 0.95")
-        if train_size < 6:
-            raise UserInputError(f"train_size={train_size} is too small; need at least one image per class")
-        if test_per_pair < 1:
-            raise UserInputError(f"test_per_pair={test_per_pair} must be >= 1")
+        check_range("train_size", train_size, 6, MAX_TRAIN_SIZE, "images")
+        check_range("test_per_pair", test_per_pair, 1, MAX_TEST_PER_PAIR, "images per (class, context) pair")
+        check_range("image_size", image_size, 8, MAX_RENDER_SIZE if data_dir is None else MAX_FOLDER_SIZE, "pixels")
+        check_loader(batch_size, num_workers)
+        if data_dir is None:
+            total = train_size + max(train_size // 4, 6) + 36 * test_per_pair
+            check_dataset_bytes(total, image_size, f"train_size={train_size}, test_per_pair={test_per_pair}")
         if not 0.0 < val_fraction < 1.0:
             raise UserInputError(f"val_fraction={val_fraction} must lie in (0, 1)")
         if data_dir is not None:
@@ -341,6 +353,8 @@ class NICODataModule(SplitDataModule):
         self.context_names = list(CONTEXTS)
         self.group_names = ["aligned", "conflicting"]
         self.eval_groupings: dict[str, list[str]] = {"context": list(CONTEXTS)}
+        #: The renderer of every split (``None`` for real data): ``renderer.render_batch(**attrs)`` re-renders any
+        #: synthetic sample exactly.
         self.renderer = NICORenderer(image_size) if data_dir is None else None
         self.num_skipped_images = 0
         self.train_set = self.val_set = self.test_set = None

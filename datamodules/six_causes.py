@@ -28,10 +28,10 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
+from datamodules.base import check_loader
 from nemo_train.errors import UserInputError
+from nemo_train.vocabulary import CAUSES  # re-exported: the shared vocabulary defines the six causes
 
-#: The six causes of low competency, in the order of the paper's tables.
-CAUSES: tuple[str, ...] = ("spatial", "brightness", "contrast", "saturation", "noise", "pixelation")
 #: The direction each photometric cause takes when none is given.
 DEFAULT_DIRECTIONS: dict[str, str] = {"brightness": "up", "contrast": "down", "saturation": "down"}
 _LUMA = (0.299, 0.587, 0.114)
@@ -235,6 +235,7 @@ class SixCausesDataModule(L.LightningDataModule):
             raise UserInputError(f"severity_range={tuple(severity_range)}; expected 0 < low <= high <= 1")
         if per_cause < 1:
             raise UserInputError(f"per_cause={per_cause}; expected at least 1")
+        check_loader(batch_size, 0)
         self.directions = check_directions(directions)
         self.source, self.competency = source, competency
         self.threshold, self.per_cause, self.severity_range = threshold, per_cause, (low, high)

@@ -23,6 +23,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from nemo_train.console import print_table  # noqa: E402
 
 
 def _weights_bytes(model) -> int:
@@ -47,12 +50,17 @@ def run_one(path: str, args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
     from datamodules.explanations import ExplanationDataModule
     from nemo_train.explainer import ExplainerModule
+    from nemo_train.models.vlm import load_processor
 
     four_bit = path.endswith("4bit")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     L.seed_everything(0, verbose=False)
     dm = ExplanationDataModule(
-        model_name_or_path=args.model, data_dir=args.data_dir, per_cause=args.per_cause, batch_size=args.batch_size
+        model_name_or_path=args.model,
+        processor_loader=load_processor,
+        data_dir=args.data_dir,
+        per_cause=args.per_cause,
+        batch_size=args.batch_size,
     )
     dm.prepare_data()
     dm.setup("fit")
@@ -179,16 +187,18 @@ def main() -> None:
     if not rows:
         raise SystemExit("every configuration failed")
     by_path = {r["path"]: r for r in rows}
-    print(
-        f"\nexplainer fine-tuning, {args.model}, batch {args.batch_size}, {args.steps} timed steps, device {rows[0]['device']}, {args.threads} thread(s)"
-    )
-    print(f"{'path':<16}{'step ms':>10}{'samples/s':>11}{'vs TRL':>8}{'peak MB':>10}{'weights MB':>12}")
+    table = []
     for r in rows:
         ref = by_path.get("trl-4bit" if r["path"].endswith("4bit") else "trl")
-        ratio = f"{r['samples_per_s'] / ref['samples_per_s']:.2f}x" if ref else "-"
-        print(
-            f"{r['path']:<16}{r['median_step_ms']:>10.1f}{r['samples_per_s']:>11.1f}{ratio:>8}{r['peak_memory_mb']:>10.0f}{r['weights_mb']:>12.2f}"
-        )
+        ratio = f"{r['samples_per_s'] / ref['samples_per_s']:.2f}x" if ref else None
+        table.append([r["path"], r["median_step_ms"], r["samples_per_s"], ratio, r["peak_memory_mb"], r["weights_mb"]])
+    print_table(
+        ["path", "step ms", "samples/s", "vs TRL", "peak MB", "weights MB"],
+        table,
+        title=f"Explainer fine-tuning, {args.model}, batch {args.batch_size}, {args.steps} timed steps, "
+        f"device {rows[0]['device']}, {args.threads} thread(s)",
+        digits=1,
+    )
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from datamodules.cmnist import CMNISTDataModule  # noqa: E402
+from nemo_train.console import print_table  # noqa: E402
 from nemo_train.models import ClassifierModule  # noqa: E402
 
 
@@ -88,16 +89,25 @@ def main() -> None:
 
     steps = len(datamodule.train_dataloader())
     base = statistics.median(times["bare PyTorch loop"])
-    print(
-        f"\nOne epoch of CMNIST bias_cnn: {args.train_size} images, batch {args.batch_size}, {steps} steps, "
-        f"{args.threads} threads, median of {args.repeats}"
+    rows = [
+        [
+            name,
+            statistics.median(v),
+            min(v),
+            max(v),
+            round(args.train_size / statistics.median(v)),
+            statistics.median(v) / base,
+        ]
+        for name, v in times.items()
+    ]
+    print_table(
+        ["path", "median s", "min s", "max s", "img/s", "ratio"],
+        rows,
+        title=(
+            f"One epoch of CMNIST bias_cnn: {args.train_size} images, batch {args.batch_size}, {steps} steps, "
+            f"{args.threads} threads, median of {args.repeats}"
+        ),
     )
-    print(f"{'path':<20} {'median s':>9} {'min s':>7} {'max s':>7} {'img/s':>8} {'ratio':>6}")
-    for name, values in times.items():
-        median = statistics.median(values)
-        print(
-            f"{name:<20} {median:>9.2f} {min(values):>7.2f} {max(values):>7.2f} {args.train_size / median:>8.0f} {median / base:>6.3f}"
-        )
 
 
 if __name__ == "__main__":

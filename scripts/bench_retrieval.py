@@ -25,6 +25,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from nemo_train.console import print_table
 from nemo_train.nemo.retrieval import ReferenceIndex
 
 
@@ -76,7 +77,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     try:
-        import faiss
+        import faiss  # optional dependency (pip install nemo-train[faiss])
 
         faiss.omp_set_num_threads(args.threads)
     except ImportError:
@@ -108,16 +109,15 @@ def main() -> None:
             rows.append((n, "ReferenceIndex + faiss", build_f, t, args.queries, got == exact))
         del refs, index
 
-    print(
-        f"\ndim={args.dim} classes={args.classes} k={args.k} threads={args.threads} "
-        f"faiss={'yes' if faiss is not None else 'not installed'}"
+    print_table(
+        ["method", "references", "build s", "search s", "queries", "ms/query", "agree"],
+        [(name, f"{n:,}", build, search, q, 1000 * search / q, agree) for n, name, build, search, q, agree in rows],
+        title=(
+            f"Reference retrieval: dim={args.dim} classes={args.classes} k={args.k} threads={args.threads} "
+            f"faiss={'yes' if faiss is not None else 'not installed'}"
+        ),
+        digits=4,
     )
-    print(
-        f"{'references':>11} | {'method':<30} | {'build s':>8} | {'search s':>9} | {'queries':>7} | {'ms/query':>9} | agree"
-    )
-    print("-" * 100)
-    for n, name, build, search, q, agree in rows:
-        print(f"{n:>11,} | {name:<30} | {build:>8.3f} | {search:>9.4f} | {q:>7} | {1000 * search / q:>9.3f} | {agree}")
 
 
 if __name__ == "__main__":

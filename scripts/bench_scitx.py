@@ -19,6 +19,13 @@ import time
 
 import torch
 
+from nemo_train.console import print_table
+from nemo_train.models import ClassifierModule
+from nemo_train.nemo.benchmark import build_cmnist_benchmark
+from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
+from nemo_train.nemo.methods.scitx import SciTX
+from nemo_train.nemo.targets import ClassifierTarget
+
 os.environ.setdefault("WANDB_MODE", "disabled")
 
 
@@ -43,18 +50,12 @@ class CyclingHypothesizer:
 
 
 def make_target(name: str, size: int):
-    from nemo_train.models import ClassifierModule
-    from nemo_train.nemo.targets import ClassifierTarget
-
     torch.manual_seed(0)
     module = ClassifierModule(backbone=name, num_classes=10)
     return ClassifierTarget(module, [str(i) for i in range(10)], image_size=None if name == "bias_cnn" else size)
 
 
 def run(target, bench, m: int, batched: bool) -> tuple[float, list[str]]:
-    from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
-    from nemo_train.nemo.methods.scitx import SciTX
-
     scorer = CounterfactualScorer(
         target, KeywordAttributeDeriver(bench.vocabulary), ExactAttributeEditor(bench.renderer), batched=batched
     )
@@ -75,7 +76,6 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    from nemo_train.nemo.benchmark import build_cmnist_benchmark
 
     rows = []
     for name in args.targets:
@@ -87,12 +87,12 @@ def main() -> None:
             single, texts_s = run(target, bench, m, False)
             rows.append((name, m, len(bench.errors), single, batched, texts_b == texts_s))
     where = torch.cuda.get_device_name() if args.device == "cuda" else f"{args.threads} CPU threads"
-    print(f"\nSciTX throughput on CMNIST errors ({where}, resnet18 at {args.size} px, torch {torch.__version__})")
-    print(
-        f"{'target':<10} {'M':>3} {'errors':>7} {'one-at-a-time/s':>16} {'batched/s':>10} {'speed-up':>9} {'same picks':>11}"
+    print_table(
+        ["target", "M", "errors", "one-at-a-time/s", "batched/s", "speed-up", "same picks"],
+        [(name, m, n, single, batched, f"{batched / single:.2f}x", same) for name, m, n, single, batched, same in rows],
+        title=f"SciTX throughput on CMNIST errors ({where}, resnet18 at {args.size} px, torch {torch.__version__})",
+        digits=2,
     )
-    for name, m, n, single, batched, same in rows:
-        print(f"{name:<10} {m:>3} {n:>7} {single:>16.2f} {batched:>10.2f} {batched / single:>8.2f}x {str(same):>11}")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,9 @@
 Uses the classifier, PaRCE estimator and datamodule recorded in the run's ``results.json`` (see
 ``nemo-train counterfactuals``), takes ``--images`` test images spread over the test split, applies every
 cause at each ``--severities`` value (both directions where a cause has two) and prints the mean score and
-the fraction of images below the run's threshold. Use it to choose ``cause_directions`` and ``severity``
-for a dataset: a cause whose images stay above the threshold contributes nothing to the six-cause set.
+the fraction of images below the run's threshold. Use it to choose ``causes.directions`` and
+``causes.severity`` for a dataset: a cause whose images stay above the threshold contributes nothing to the
+six-cause set.
 """
 
 from __future__ import annotations
@@ -14,6 +15,11 @@ from __future__ import annotations
 import argparse
 
 import torch
+
+from datamodules.six_causes import CAUSES, DEFAULT_DIRECTIONS, apply_cause
+from nemo_train.competency.estimator import load_run
+from nemo_train.console import print_table
+from nemo_train.errors import UserInputError
 
 
 def main() -> None:
@@ -23,10 +29,6 @@ def main() -> None:
     parser.add_argument("--severities", type=float, nargs="+", default=[0.5, 0.75, 1.0])
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-
-    from datamodules.six_causes import CAUSES, DEFAULT_DIRECTIONS, apply_cause
-    from nemo_train.competency.pipeline import load_run
-    from nemo_train.errors import UserInputError
 
     try:
         estimator, datamodule, _ = load_run(args.run_dir)
@@ -38,16 +40,12 @@ def main() -> None:
     images = torch.stack([test_set[int(i)]["image"] for i in picks])
     generator = torch.Generator().manual_seed(args.seed)
     threshold = estimator.threshold
+    rows = []
 
     def row(name: str, direction: str, severity: str, scores: torch.Tensor) -> None:
-        print(
-            f"| {name} | {direction} | {severity} | {scores.mean():.3f} | {(scores < threshold).float().mean():.2f} |"
-        )
+        rows.append([name, direction, severity, float(scores.mean()), float((scores < threshold).float().mean())])
 
     with torch.no_grad():
-        print(f"{len(images)} test images of {type(datamodule).__name__}, threshold {threshold}")
-        print("| cause | direction | severity | mean competency | below threshold |")
-        print("| --- | --- | --- | --- | --- |")
         row("clean", "—", "—", estimator(images))
         for cause in CAUSES:
             directions = ["up", "down"] if cause in DEFAULT_DIRECTIONS else [None]
@@ -58,6 +56,11 @@ def main() -> None:
                     if direction == DEFAULT_DIRECTIONS.get(cause):
                         label += " (default)"
                     row(cause, label, f"{severity:g}", estimator(corrupted))
+    print_table(
+        ["cause", "direction", "severity", "mean competency", "below threshold"],
+        rows,
+        title=f"{len(images)} test images of {type(datamodule).__name__}, threshold {threshold}",
+    )
 
 
 if __name__ == "__main__":

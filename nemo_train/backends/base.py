@@ -14,6 +14,7 @@ from nemo_train.backends.cache import ResponseCache, cache_key
 from nemo_train.backends.jsonparse import extract_json
 from nemo_train.backends.messages import Message, assistant_message, to_openai_messages, user_message
 from nemo_train.errors import UserInputError
+from nemo_train.secrets import REDACTED, secret_env_values
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,28 @@ class ChatBackend(ABC):
         """Backend settings that change replies and so belong in the cache key (never secrets)."""
         return {}
 
+    def fingerprint(self) -> dict[str, Any]:
+        """What changes this backend's replies (for result fingerprints): class, model and the settings of
+        :meth:`cache_params` except the endpoint's address (the same model served elsewhere answers the same)."""
+        params = {k: v for k, v in self.cache_params().items() if k != "base_url"}
+        return {"class": type(self).__name__, "model": self.model, **params}
+
+    def attach_cache(self, path: str | Path) -> None:
+        """Use an on-disk reply cache at ``path`` unless one was configured."""
+        if self.cache is None:
+            self.cache = ResponseCache(path)
+
+    def secret_values(self) -> set[str]:
+        """Secret strings that must never leave this backend: values of secret-looking environment variables."""
+        return secret_env_values()
+
+    def scrub(self, text: str) -> str:
+        """``text`` with every configured secret replaced (before it is cached, stored or logged)."""
+        for secret in self.secret_values():
+            if secret and secret in text:
+                text = text.replace(secret, REDACTED)
+        return text
+
     # ----------------------------------------------------------------- public API
     def chat(
         self,
@@ -90,8 +113,7 @@ class ChatBackend(ABC):
             return cached
         self.stats.add("requests")
         replies = self._generate(messages, n=n, temperature=temperature, max_tokens=max_tokens, seed=seed)
-        self._store(key, replies, n)
-        return replies
+        return self._store(key, replies, n)
 
     def _cache_key(
         self, messages: list[Message], *, n: int, temperature: float, max_tokens: int, seed: int | None
@@ -113,11 +135,14 @@ class ChatBackend(ABC):
             return list(cached)
         return None
 
-    def _store(self, key: str | None, replies: list[str], n: int) -> None:
+    def _store(self, key: str | None, replies: list[str], n: int) -> list[str]:
+        """Scrub secrets from ``replies``, cache them under ``key`` and return them."""
         if len(replies) != n:
             raise BackendError(f"{type(self).__name__} returned {len(replies)} replies; expected n={n}")
+        replies = [self.scrub(reply) for reply in replies]
         if key is not None:
             self.cache.put(key, replies, model=self.model)
+        return replies
 
     def _map(self, fn: Any, items: list[Any]) -> list[Any]:
         """``fn`` over ``items``, ``concurrency`` at a time, results in input order."""

@@ -5,12 +5,16 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 from nemo_train.errors import UserInputError
+
+log = logging.getLogger(__name__)
 
 _SCHEMA = "CREATE TABLE IF NOT EXISTS replies (key TEXT PRIMARY KEY, model TEXT, value TEXT NOT NULL)"
 
@@ -44,7 +48,9 @@ class ResponseCache:
 
     SQLite makes each write a transaction: a process killed mid-write leaves the previous state, and
     several processes or threads may write at once (WAL journal, a busy timeout). Each thread gets its
-    own connection. Only replies are stored: no headers, no keys.
+    own connection. Only replies are stored: no headers, no keys. A damaged file (not a database, or
+    failing SQLite's quick check) is moved aside to ``<name>.corrupt-<time>`` with one warning and a
+    new, empty cache is started: the run pays again for those replies but never stops.
 
     ``path`` is the SQLite file, or a folder (an existing one, or a path without a suffix) that gets
     :attr:`FILE_NAME` inside it; several backends may share one file (the model is in every key).
@@ -65,8 +71,30 @@ class ResponseCache:
             ) from None
         self.timeout = timeout
         self._local = threading.local()
-        with self._connection() as conn:
-            conn.execute(_SCHEMA)
+        try:
+            self._open()
+        except sqlite3.DatabaseError as err:  # "file is not a database", a damaged page, ...
+            self.close()
+            aside = self._move_aside()
+            log.warning("reply cache %s is damaged (%s); moved it to %s and started a new one", self.path, err, aside)
+            self._open()
+
+    def _open(self) -> None:
+        conn = self._connection()
+        conn.execute(_SCHEMA)
+        (verdict,) = conn.execute("PRAGMA quick_check").fetchone()
+        if verdict != "ok":
+            raise sqlite3.DatabaseError(f"integrity check: {verdict}")
+
+    def _move_aside(self) -> Path:
+        """Rename the damaged file (and its WAL side files) to ``<name>.corrupt-<time>``; returns the new path."""
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
+        for suffix in ("", "-wal", "-shm"):
+            side = Path(f"{self.path}{suffix}")
+            if side.exists():
+                side.replace(f"{aside}{suffix}")
+        return aside
 
     def _connection(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)

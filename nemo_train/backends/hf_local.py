@@ -2,32 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import torch
+from peft import PeftModel
+from transformers import AutoModelForImageTextToText, AutoProcessor
 
 from nemo_train.backends.base import ChatBackend
 from nemo_train.backends.messages import Message, to_local_messages
 from nemo_train.errors import UserInputError
-
-
-def _is_explainer_folder(path: str) -> bool:
-    try:
-        from nemo_train.explainer.module import EXPLAINER_META
-    except ImportError:
-        return False
-    return (Path(path) / EXPLAINER_META).is_file()
-
-
-def _resolve_model_path(name_or_path: str) -> str:
-    try:
-        from nemo_train.explainer.tiny import resolve_model_path
-    except ImportError:
-        return name_or_path
-    return resolve_model_path(name_or_path)
+from nemo_train.models.vlm import EXPLAINER_META, is_explainer_folder, resolve_model_path
 
 
 class HFLocalBackend(ChatBackend):
@@ -35,8 +23,8 @@ class HFLocalBackend(ChatBackend):
 
     Give either ``model_name_or_path`` (a hub id or folder; loaded lazily on first use, with the peft
     adapter folder ``adapter`` on top if given) or ready ``model`` and ``processor`` objects (e.g. an
-    explainer being trained). Where ``nemo_train.explainer`` is installed its names work too: the
-    embedded tiny model id, and saved explainer folders (loaded with its ``load_explainer``).
+    explainer being trained). The embedded tiny model id works, and a saved explainer folder (as
+    ``model_name_or_path`` or ``adapter``) loads its base model with the adapter on top.
 
     Temperature 0 decodes greedily (``n`` equal replies from one generation); a positive temperature
     samples ``n`` sequences, seeded by ``seed`` without touching the global RNG. :meth:`chat_batch`
@@ -81,25 +69,17 @@ class HFLocalBackend(ChatBackend):
     def load(self) -> tuple[Any, Any]:
         """Load (once) and return ``(model, processor)``."""
         if self._model is None:
-            explainer_folder = next(
-                (p for p in (self.adapter, self.model_name_or_path) if p is not None and _is_explainer_folder(p)), None
-            )
-            if explainer_folder is not None:
-                from nemo_train.explainer.generation import load_explainer
-
-                module = load_explainer(explainer_folder)
-                self._model, self._processor = module.model.to(self.device).eval(), module.processor
-                return self._model, self._processor
-            from transformers import AutoModelForImageTextToText, AutoProcessor
-
-            path = _resolve_model_path(self.model_name_or_path)
-            self._processor = AutoProcessor.from_pretrained(path)
+            name, adapter = self.model_name_or_path, self.adapter
+            explainer_folder = next((p for p in (adapter, name) if p is not None and is_explainer_folder(p)), None)
+            if explainer_folder is not None:  # the adapter folder names its base model and holds the processor
+                name = json.loads((Path(explainer_folder) / EXPLAINER_META).read_text())["model_name_or_path"]
+                adapter = explainer_folder
+            path = resolve_model_path(name)
+            self._processor = AutoProcessor.from_pretrained(adapter if explainer_folder else path)
             dtype = self.dtype if self.dtype == "auto" else getattr(torch, self.dtype)
             model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype)
-            if self.adapter is not None:
-                from peft import PeftModel
-
-                model = PeftModel.from_pretrained(model, self.adapter)
+            if adapter is not None:
+                model = PeftModel.from_pretrained(model, adapter)
             self._model = model.to(self.device).eval()
         return self._model, self._processor
 
@@ -127,8 +107,7 @@ class HFLocalBackend(ChatBackend):
             self.stats.add("requests", len(chunk))
             replies = self._generate_many([conversations[i] for i in chunk], **settings)
             for i, reply in zip(chunk, replies):
-                self._store(keys[i], reply, n)
-                results[i] = reply
+                results[i] = self._store(keys[i], reply, n)
         return results
 
     @torch.inference_mode()
@@ -141,11 +120,11 @@ class HFLocalBackend(ChatBackend):
         for messages in conversations:
             local_messages, conversation_images = to_local_messages(messages)
             texts.append(processor.apply_chat_template(local_messages, add_generation_prompt=True, tokenize=False))
-            images += conversation_images
+            images.append(conversation_images)
         bos = getattr(tokenizer, "bos_token", None)
         inputs = processor(
             text=texts,
-            images=images or None,
+            images=images if any(images) else None,  # one image list per conversation (Mllama requires it)
             return_tensors="pt",
             padding=True,
             padding_side="left",

@@ -7,10 +7,16 @@ import torch
 from lightning.pytorch.loggers import WandbLogger
 
 from nemo_train.competency.autoencoder import CompetencyAutoencoder
-from nemo_train.competency.counterfactuals import METHODS, build_generator
+from nemo_train.competency.counterfactuals import (
+    CounterfactualGenerator,
+    LatentNearestNeighbor,
+    ReconstructionCounterfactual,
+)
 from nemo_train.competency.evaluation import CounterfactualEvaluator, format_table
+from nemo_train.competency.gradient_counterfactuals import ImageGradientDescent, LatentGradientDescent
 from nemo_train.competency.parce import PaRCE
 from nemo_train.errors import UserInputError
+from nemo_train.metrics.perceptual import perceptual_distance
 
 
 class CounterfactualMetricsCallback(L.Callback):
@@ -30,8 +36,9 @@ class CounterfactualMetricsCallback(L.Callback):
         images: the low-competency images ``[N, C, H, W]`` to explain.
         holdout: the calibration loader (dict batches with ``image`` and ``label``); its images are also the
             FID / KID reference set.
-        methods: which of IGD, FGD, Reco, LGD, LNN to run.
-        generator_options: per-method keyword arguments, e.g. ``{"LGD": {"max_iter": 50}}``.
+        methods: the counterfactual generators to run (default: Reco, LGD and LNN with the paper's settings),
+            each configured by ``class_path`` / ``init_args``.
+        alexnet_weights: AlexNet weights for LPIPS (else the torch hub cache, else ``1-ssim``).
         refit: recalibrate the estimator before each evaluation.
         every_n_epochs: evaluate every n-th validation epoch.
         grid_size: examples shown in the image grid.
@@ -42,19 +49,25 @@ class CounterfactualMetricsCallback(L.Callback):
         estimator: PaRCE,
         images: torch.Tensor,
         holdout,
-        methods: tuple[str, ...] = ("Reco", "LGD", "LNN"),
-        generator_options: dict | None = None,
+        methods: list[CounterfactualGenerator] | None = None,
+        alexnet_weights: str | None = None,
         refit: bool = True,
         every_n_epochs: int = 1,
         grid_size: int = 6,
     ) -> None:
-        unknown = [m for m in methods if m not in METHODS]
-        if unknown:
-            raise UserInputError(f"unknown counterfactual method(s) {unknown}; expected some of {list(METHODS)}")
+        methods = (
+            list(methods)
+            if methods is not None
+            else [ReconstructionCounterfactual(), LatentGradientDescent(), LatentNearestNeighbor()]
+        )
+        names = [m.name for m in methods]
+        if len(set(names)) != len(names):
+            raise UserInputError(f"methods {names} repeat a method; each names one row of the table")
         if every_n_epochs < 1:
             raise UserInputError(f"every_n_epochs={every_n_epochs}; expected at least 1")
         self.estimator, self.images, self.holdout = estimator, images, holdout
-        self.methods, self.options = tuple(methods), dict(generator_options or {})
+        self.generators, self.alexnet_weights = methods, alexnet_weights
+        self.methods = tuple(names)
         self.refit, self.every_n_epochs, self.grid_size = refit, every_n_epochs, grid_size
         self.last_results: dict[str, dict[str, float]] = {}
 
@@ -83,19 +96,15 @@ class CounterfactualMetricsCallback(L.Callback):
             self._log_wandb(loggers, trainer.global_step, rows, outputs)
 
     def _evaluate(self, estimator: PaRCE):
-        from nemo_train.competency.perceptual import perceptual_distance
-
         holdout_images = torch.cat([batch["image"] for batch in self.holdout])
-        evaluator = CounterfactualEvaluator(
-            estimator, holdout_images, perceptual_distance(self.options.get("alexnet_weights"))
-        )
+        evaluator = CounterfactualEvaluator(estimator, holdout_images, perceptual_distance(self.alexnet_weights))
         rows, outputs = {}, {}
         rows["Orig"], _ = evaluator.evaluate(None, self.images)
-        for name in self.methods:
-            generator = build_generator(name, estimator, **self.options.get(name, {}))
-            if name == "LNN":
-                generator.fit(holdout_images)
-            rows[name], outputs[name] = evaluator.evaluate(generator, self.images)
+        for generator in self.generators:
+            if isinstance(generator, ImageGradientDescent) and generator.alexnet_weights is None:
+                generator.alexnet_weights = self.alexnet_weights
+            generator.bind(estimator).fit(holdout_images)
+            rows[generator.name], outputs[generator.name] = evaluator.evaluate(generator, self.images)
         return rows, outputs
 
     def _log_wandb(self, loggers, step, rows, outputs) -> None:

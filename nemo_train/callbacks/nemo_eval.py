@@ -17,8 +17,8 @@ def explain_with_module(prompt: str | None = None, max_new_tokens: int = 48, bat
     """Greedy explanations from the explainer being trained (``generate_explanations``, issue 4)."""
 
     def explain(module: L.LightningModule, images: Sequence[torch.Tensor]) -> list[str]:
-        from nemo_train.explainer.causes import BIAS_PROMPT
         from nemo_train.explainer.generation import generate_explanations
+        from nemo_train.vocabulary import BIAS_PROMPT
 
         out = generate_explanations(
             module, list(images), prompts=prompt or BIAS_PROMPT, max_new_tokens=max_new_tokens, batch_size=batch_size

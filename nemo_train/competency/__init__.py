@@ -2,20 +2,20 @@
 
 from nemo_train.competency.autoencoder import CompetencyAutoencoder
 from nemo_train.competency.counterfactuals import (
-    METHODS,
     CounterfactualGenerator,
     CounterfactualResult,
+    LatentNearestNeighbor,
+    ReconstructionCounterfactual,
+)
+from nemo_train.competency.gradient_counterfactuals import (
     FeatureGradientDescent,
     ImageGradientDescent,
     LatentGradientDescent,
-    LatentNearestNeighbor,
-    ReconstructionCounterfactual,
-    build_generator,
+    paper_methods,
 )
 from nemo_train.competency.parce import PaRCE, parce_score, reliability
 
 __all__ = [
-    "METHODS",
     "CompetencyAutoencoder",
     "CounterfactualGenerator",
     "CounterfactualResult",
@@ -25,7 +25,7 @@ __all__ = [
     "LatentNearestNeighbor",
     "PaRCE",
     "ReconstructionCounterfactual",
-    "build_generator",
+    "paper_methods",
     "parce_score",
     "reliability",
 ]

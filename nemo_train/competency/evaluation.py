@@ -7,14 +7,18 @@ used by the ``counterfactuals`` pipeline command, the benchmark and :class:`Coun
 
 from __future__ import annotations
 
+import io
 import math
 
 import torch
+from rich.markup import escape
 from torch import nn
+from torchmetrics import MetricCollection
 from tqdm.auto import tqdm
 
 from nemo_train.competency.counterfactuals import CounterfactualGenerator, CounterfactualResult
 from nemo_train.competency.parce import PaRCE
+from nemo_train.console import print_table
 from nemo_train.metrics.counterfactual import (
     MeanCosineSimilarity,
     PerceptualDistance,
@@ -49,23 +53,29 @@ class CounterfactualEvaluator:
         self.estimator = estimator
         self.device = estimator.class_means.device
         self.batch_size = batch_size
-        self.perceptual = PerceptualDistance(perceptual.to(self.device)).to(self.device)
-        self.success = SuccessRate(estimator.threshold).to(self.device)
-        self.feature_sim = MeanCosineSimilarity().to(self.device)
-        self.latent_sim = MeanCosineSimilarity().to(self.device)
+        self.perceptual = PerceptualDistance(perceptual.to(self.device))
+        self.success = SuccessRate(estimator.threshold)
+        self.feature_sim = MeanCosineSimilarity()
+        self.latent_sim = MeanCosineSimilarity()
         self.time = TimePerImage()
         image_shape = tuple(real_images.shape[1:])
-        self.realism = {
-            k: m.to(self.device)
-            for k, m in realism_metrics(estimator.classifier, image_shape, inception_weights).items()
-        }
+        self.realism = realism_metrics(estimator.classifier, image_shape, inception_weights)
+        # One collection for device moves and resets; each metric is updated with its own inputs.
+        self.metrics = MetricCollection(
+            {
+                "perceptual": self.perceptual,
+                "success": self.success,
+                "feature_sim": self.feature_sim,
+                "latent_sim": self.latent_sim,
+                "time": self.time,
+                **{name.replace("[", "_").replace("]", ""): m for name, m in self.realism.items()},
+            },
+            compute_groups=False,
+        ).to(self.device)
         for chunk in real_images.split(batch_size):
             for metric in self.realism.values():
                 metric.update(chunk.to(self.device), real=True)
         self.num_real = len(real_images)
-
-    def _metrics(self):
-        return [self.perceptual, self.success, self.feature_sim, self.latent_sim, self.time, *self.realism.values()]
 
     @torch.no_grad()
     def update(self, originals: torch.Tensor, result: CounterfactualResult) -> None:
@@ -102,8 +112,7 @@ class CounterfactualEvaluator:
 
     def reset(self) -> None:
         """Forget the counterfactuals seen so far (the real-image statistics are kept)."""
-        for metric in self._metrics():
-            metric.reset()
+        self.metrics.reset()
 
     def evaluate(
         self,
@@ -141,18 +150,29 @@ def _maybe(metric) -> float:
     return float(metric.compute()) if metric.count > 0 else math.nan
 
 
-def format_table(rows: dict[str, dict[str, float]]) -> str:
-    """The Table-1 layout: one row per method, columns success, perceptual, similarities, FID, KID, time."""
+def table_rows(rows: dict[str, dict[str, float]]) -> tuple[list[str], list[list[str]]]:
+    """Columns and cells of the Table-1 layout: one row per method; success, perceptual, similarities, FID,
+    KID, time."""
     if not rows:
-        return ""
+        return [], []
     keys = list(next(iter(rows.values())))
-    headers = ["Method"] + [_header(k) for k in keys]
+    headers = ["Method"] + [escape(_header(k)) for k in keys]  # rich would read "[inception]" as markup
     body = [[method] + [_cell(k, values.get(k, math.nan)) for k in keys] for method, values in rows.items()]
-    widths = [max(len(r[i]) for r in [headers, *body]) for i in range(len(headers))]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths))]
-    lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in body]
-    return "\n".join(lines)
+    return headers, body
+
+
+def print_counterfactual_table(rows: dict[str, dict[str, float]], file=None, title: str | None = None) -> str:
+    """Print the Table-1 layout (see :func:`table_rows`) with :func:`nemo_train.console.print_table`; return
+    it as text. ``file=io.StringIO()`` renders without printing."""
+    headers, body = table_rows(rows)
+    if not headers:
+        return ""
+    return print_table(headers, body, title=title, file=file)
+
+
+def format_table(rows: dict[str, dict[str, float]]) -> str:
+    """The Table-1 layout as text, without printing it (for ``table.txt`` and logs)."""
+    return print_counterfactual_table(rows, file=io.StringIO())
 
 
 def _header(key: str) -> str:

@@ -4,25 +4,29 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
-from PIL import Image
 from tqdm.auto import tqdm
 
-from datamodules.explanations import ExplanationRecord, build_messages, read_records, side_by_side, to_pil
-from nemo_train.errors import UserInputError
-from nemo_train.explainer.causes import (
-    PAIR_PROMPT,
-    SINGLE_IMAGE_PROMPT,
-    format_accuracy_table,
-    per_cause_accuracy,
-    predicted_cause,
+from datamodules.explanations import (
+    ExplanationRecord,
+    ImageLike,
+    build_messages,
+    processor_images,
+    question_for,
+    read_records,
+    side_by_side,
+    to_pil,
 )
-from nemo_train.explainer.module import EXPLAINER_META, ExplainerModule
-
-ImageLike = torch.Tensor | Image.Image | str | Path
+from nemo_train.errors import UserInputError
+from nemo_train.explainer.module import ExplainerModule
+from nemo_train.explainer.report import print_accuracy_table
+from nemo_train.models.vlm import is_explainer_folder
+from nemo_train.vocabulary import CAUSES, cause_candidates, per_cause_accuracy, predicted_cause
 
 
 def load_explainer(model: str | Path | ExplainerModule, merge: bool = False) -> ExplainerModule:
@@ -30,11 +34,16 @@ def load_explainer(model: str | Path | ExplainerModule, merge: bool = False) -> 
     if isinstance(model, ExplainerModule):
         model.configure_model()
         return model
-    if (Path(model) / EXPLAINER_META).is_file():
+    if is_explainer_folder(model):
         return ExplainerModule.from_adapter(model, merge=merge)
     module = ExplainerModule(model_name_or_path=str(model))  # a fresh LoRA starts at zero: the base model's answers
     module.configure_model()
     return module.eval()
+
+
+def _check_counts(what: str, values: Sequence | None, images: Sequence) -> None:
+    if values is not None and len(values) != len(images):
+        raise UserInputError(f"{len(values)} {what} for {len(images)} images; expected one per image")
 
 
 @torch.no_grad()
@@ -51,13 +60,16 @@ def generate_explanations(
     top_p: float = 1.0,
     seed: int | None = None,
     progress: bool = False,
+    generate_kwargs: dict[str, Any] | None = None,
 ) -> list[list[str]]:
     """``num_samples`` explanations per image: greedy when ``temperature == 0``, sampled otherwise.
 
     ``images`` are ``float[3, H, W]`` tensors in ``[0, 1]``, PIL images or paths; with ``counterfactuals``
     each image is shown with its counterfactual on the right. ``prompts`` (one, or one per image) and
     ``system_prompt`` default to what the explainer was trained with. ``seed`` makes sampling repeatable.
-    Returns one list of ``num_samples`` strings per image.
+    Up to ``batch_size`` conversations go through one left-padded ``generate`` call, each with its own
+    image list (the layout every processor accepts). ``generate_kwargs`` are passed on (e.g.
+    ``synced_gpus`` under DeepSpeed ZeRO-3). Returns one list of ``num_samples`` strings per image.
     """
     if num_samples < 1:
         raise UserInputError(f"num_samples={num_samples}; expected at least 1")
@@ -65,10 +77,7 @@ def generate_explanations(
         raise UserInputError(f"temperature={temperature}; expected 0 (greedy) or a positive value")
     if batch_size < 1:
         raise UserInputError(f"batch_size={batch_size}; expected at least 1")
-    if counterfactuals is not None and len(counterfactuals) != len(images):
-        raise UserInputError(
-            f"{len(counterfactuals)} counterfactuals for {len(images)} images; expected one per image (or None)"
-        )
+    _check_counts("counterfactuals", counterfactuals, images)
     module = load_explainer(module_or_path)
     settings = module.prompting or {}
     system_prompt = system_prompt if system_prompt is not None else settings.get("system_prompt")
@@ -83,56 +92,104 @@ def generate_explanations(
         if cf is not None:
             picture = side_by_side(picture, to_pil(cf))
         pictures.append(picture)
-        default = settings.get("prompt") or (PAIR_PROMPT if cf is not None else SINGLE_IMAGE_PROMPT)
-        questions.append(prompts[i] if prompts is not None else default)
+        record = ExplanationRecord(image="", counterfactual="" if cf is not None else None)
+        questions.append(
+            prompts[i] if prompts is not None else question_for(record, True, None, settings.get("prompt"))
+        )
 
     processor, model = module.processor, module.model
     tokenizer = processor.tokenizer
+    sample = temperature > 0
+    sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p} if sample else {"do_sample": False}
     was_training = model.training
     model.eval()
     outputs: list[list[str]] = []
-    generator_state = torch.random.fork_rng(devices=[]) if seed is not None else None
     try:
-        if generator_state is not None:
-            generator_state.__enter__()
-            torch.manual_seed(seed)
-        starts = range(0, len(pictures), batch_size)
-        for start in tqdm(starts, desc="explaining", disable=not progress):
-            texts = [
-                processor.apply_chat_template(
-                    build_messages(q, system_prompt), add_generation_prompt=True, tokenize=False
+        with torch.random.fork_rng(devices=[]) if seed is not None else nullcontext():
+            if seed is not None:
+                torch.manual_seed(seed)
+            for start in tqdm(range(0, len(pictures), batch_size), desc="explaining", disable=not progress):
+                texts = [
+                    processor.apply_chat_template(
+                        build_messages(q, system_prompt), add_generation_prompt=True, tokenize=False
+                    )
+                    for q in questions[start : start + batch_size]
+                ]
+                bos = tokenizer.bos_token
+                inputs = processor(
+                    text=texts,
+                    images=processor_images(pictures[start : start + batch_size]),
+                    return_tensors="pt",
+                    padding=True,
+                    padding_side="left",
+                    add_special_tokens=not (bos and texts[0].startswith(bos)),
+                ).to(module.device)
+                generated = model.generate(
+                    **inputs,
+                    max_new_tokens=max_new_tokens,
+                    num_return_sequences=num_samples if sample else 1,
+                    pad_token_id=tokenizer.pad_token_id,
+                    **sampling,
+                    **(generate_kwargs or {}),
                 )
-                for q in questions[start : start + batch_size]
-            ]
-            bos = tokenizer.bos_token
-            inputs = processor(
-                text=texts,
-                images=pictures[start : start + batch_size],
-                return_tensors="pt",
-                padding=True,
-                padding_side="left",
-                add_special_tokens=not (bos and texts[0].startswith(bos)),
-            ).to(module.device)
-            sampling = (
-                {"do_sample": True, "temperature": temperature, "top_p": top_p}
-                if temperature > 0
-                else {"do_sample": False}
-            )
-            generated = model.generate(
-                **inputs,
-                max_new_tokens=max_new_tokens,
-                num_return_sequences=num_samples,
-                pad_token_id=tokenizer.pad_token_id,
-                **sampling,
-            )
-            decoded = tokenizer.batch_decode(generated[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
-            decoded = [d.strip() for d in decoded]
-            outputs += [decoded[i : i + num_samples] for i in range(0, len(decoded), num_samples)]
+                decoded = tokenizer.batch_decode(generated[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+                decoded = [d.strip() for d in decoded]
+                if sample:
+                    outputs += [decoded[i : i + num_samples] for i in range(0, len(decoded), num_samples)]
+                else:  # greedy: every sample is the same
+                    outputs += [[d] * num_samples for d in decoded]
     finally:
-        if generator_state is not None:
-            generator_state.__exit__(None, None, None)
         model.train(was_training)
     return outputs
+
+
+@dataclass(frozen=True)
+class PromptArgs:
+    """What the explainer is asked.
+
+    Args:
+        counterfactual: show a pair's counterfactual beside its image: ``as_trained`` (the explainer's
+            training setting; a base model without one gets it), ``show`` or ``hide``.
+        prompt: override of the question the explainer was trained with.
+        system_prompt: override of the context turn.
+    """
+
+    counterfactual: Literal["as_trained", "show", "hide"] = "as_trained"
+    prompt: str | None = None
+    system_prompt: str | None = None
+
+
+@dataclass(frozen=True)
+class GenerationArgs:
+    """How explanations are generated.
+
+    Args:
+        num_samples: explanations per image.
+        temperature: ``0`` is greedy; above, sampled with ``top_p``.
+        top_p: nucleus sampling mass.
+        max_new_tokens: length limit of an explanation.
+        batch_size: images per ``generate`` call.
+        seed: sampling seed (repeatable runs; a resumed run continues the same sequence).
+    """
+
+    num_samples: int = 1
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_new_tokens: int = 48
+    batch_size: int = 8
+    seed: int = 0
+
+
+def _records(pairs: str | None, images: list[str] | None, counterfactuals: list[str] | None) -> list[ExplanationRecord]:
+    if (pairs is None) == (images is None):
+        raise UserInputError("give exactly one of --pairs (a JSONL of errors) or --images (image files)")
+    if pairs is not None:
+        return read_records(pairs)
+    _check_counts("counterfactuals", counterfactuals, images)
+    return [
+        ExplanationRecord(image=str(Path(p).resolve()), counterfactual=str(Path(c).resolve()) if c else None)
+        for p, c in zip(images, counterfactuals or [None] * len(images))
+    ]
 
 
 def explain(
@@ -141,14 +198,8 @@ def explain(
     images: list[str] | None = None,
     counterfactuals: list[str] | None = None,
     output: str = "explanations.jsonl",
-    use_counterfactual: bool | None = None,
-    prompt: str | None = None,
-    system_prompt: str | None = None,
-    num_samples: int = 1,
-    temperature: float = 0.0,
-    max_new_tokens: int = 48,
-    batch_size: int = 8,
-    seed: int = 0,
+    prompting: PromptArgs = PromptArgs(),
+    generation: GenerationArgs = GenerationArgs(),
 ) -> Path:
     """Write explanations of classifier errors (JSONL) with a fine-tuned explainer or a base MLLM.
 
@@ -158,85 +209,64 @@ def explain(
         images: image files to explain (instead of ``pairs``).
         counterfactuals: one counterfactual image per entry of ``images`` (optional).
         output: the JSONL written, one line per input with ``explanations`` (and ``correct`` when a
-            ``cause`` is known); an interrupted run resumes after the last line written.
-        use_counterfactual: show a pair's counterfactual beside its image when it has one (default: as the
-            explainer was trained; a base model without training settings gets it).
-        prompt, system_prompt: override the question / context the explainer was trained with.
-        num_samples, temperature: explanations per image; ``temperature 0`` is greedy.
-        max_new_tokens, batch_size, seed: generation settings.
+            ``cause`` is known); an interrupted run resumes after the last line written. When causes are
+            known, the per-cause accuracy table is printed and the mean is written to
+            ``<output>.accuracy.json`` (``{"average": ..., "<cause>": ...}``).
+        prompting: what the explainer is asked (:class:`PromptArgs`).
+        generation: generation settings (:class:`GenerationArgs`).
     """
-    if (pairs is None) == (images is None):
-        raise UserInputError("give exactly one of --pairs (a JSONL of errors) or --images (image files)")
-    if pairs is not None:
-        records = read_records(pairs)
-    else:
-        if counterfactuals is not None and len(counterfactuals) != len(images):
-            raise UserInputError(
-                f"{len(counterfactuals)} counterfactuals for {len(images)} images; expected one per image"
-            )
-        records = [
-            ExplanationRecord(image=str(Path(p).resolve()), counterfactual=str(Path(c).resolve()) if c else None)
-            for p, c in zip(images, counterfactuals or [None] * len(images))
-        ]
+    records = _records(pairs, images, counterfactuals)
+    show_cf = prompting.counterfactual != "hide"
     for record in records:
-        for path in (record.image, record.counterfactual if use_counterfactual is not False else None):
+        for path in (record.image, record.counterfactual if show_cf else None):
             if path is not None and not Path(path).is_file():
-                raise UserInputError(f"image {path!r} does not exist")
+                raise UserInputError(f"{record.origin or 'image'}: image {path!r} does not exist")
     out = Path(output)
+    if out.is_dir():
+        raise UserInputError(f"output {str(out)!r} is a folder; expected a JSONL file path")
     out.parent.mkdir(parents=True, exist_ok=True)
     done = [json.loads(line) for line in out.read_text().splitlines() if line.strip()] if out.is_file() else []
     module = load_explainer(model)
-    if use_counterfactual is None:
-        use_counterfactual = bool((module.prompting or {}).get("use_counterfactual", True))
+    trained = module.prompting or {}
+    use_cf = bool(trained.get("use_counterfactual", True)) if prompting.counterfactual == "as_trained" else show_cf
     todo = records[len(done) :]
+    g = generation
     with out.open("a") as sink:
-        for start in tqdm(range(0, len(todo), batch_size), desc="explaining", disable=not todo):
-            chunk = todo[start : start + batch_size]
-            texts = generate_explanations(
-                module,
-                [r.image for r in chunk],
-                prompts=[_question(module, r, use_counterfactual, prompt) for r in chunk],
-                num_samples=num_samples,
-                temperature=temperature,
-                max_new_tokens=max_new_tokens,
-                batch_size=batch_size,
-                counterfactuals=[r.counterfactual for r in chunk]
-                if use_counterfactual and any(r.counterfactual for r in chunk)
-                else None,
-                system_prompt=system_prompt,
-                seed=seed + len(done) + start,
-            )
+        for start in tqdm(range(0, len(todo), g.batch_size), desc="explaining", disable=not todo):
+            chunk = todo[start : start + g.batch_size]
+            try:
+                texts = generate_explanations(
+                    module,
+                    [r.image for r in chunk],
+                    prompts=[question_for(r, use_cf, prompting.prompt, trained.get("prompt")) for r in chunk],
+                    num_samples=g.num_samples,
+                    temperature=g.temperature,
+                    top_p=g.top_p,
+                    max_new_tokens=g.max_new_tokens,
+                    batch_size=g.batch_size,
+                    counterfactuals=[r.counterfactual for r in chunk]
+                    if use_cf and any(r.counterfactual for r in chunk)
+                    else None,
+                    system_prompt=prompting.system_prompt,
+                    seed=g.seed + len(done) + start,
+                )
+            except UserInputError as err:
+                where = f"{chunk[0].origin}..{chunk[-1].origin}" if chunk[0].origin else "images"
+                raise UserInputError(f"{where}: {err}") from None
             for record, samples in zip(chunk, texts):
                 row: dict[str, Any] = {**record.to_json(), "explanations": samples}
                 if record.cause:
-                    row["correct"] = [predicted_cause(s, _candidates(record.cause)) == record.cause for s in samples]
+                    row["correct"] = [
+                        predicted_cause(s, cause_candidates(record.cause)) == record.cause for s in samples
+                    ]
                 sink.write(json.dumps(row) + "\n")
                 done.append(row)
             sink.flush()
     scored = [r for r in done if "cause" in r]
     if scored:
-        table = per_cause_accuracy(
-            [r["cause"] for r in scored], [r["explanations"][0] for r in scored], _cause_columns(scored)
-        )
-        print(format_accuracy_table({"explainer": table}))
+        columns = (*CAUSES, *sorted({r["cause"] for r in scored} - set(CAUSES)))
+        table = per_cause_accuracy([r["cause"] for r in scored], [r["explanations"][0] for r in scored], columns)
+        print_accuracy_table({"explainer": table}, title=f"Explanation accuracy, {len(scored)} pairs")
+        out.with_name(out.name + ".accuracy.json").write_text(json.dumps(table, indent=2))
     print(f"wrote {len(done)} explanations to {out}")
     return out
-
-
-def _question(module: ExplainerModule, record: ExplanationRecord, use_counterfactual: bool, prompt: str | None) -> str:
-    with_cf = use_counterfactual and record.counterfactual is not None
-    trained = (module.prompting or {}).get("prompt")
-    return prompt or record.prompt or trained or (PAIR_PROMPT if with_cf else SINGLE_IMAGE_PROMPT)
-
-
-def _candidates(cause: str) -> tuple[str, ...]:
-    from datamodules.six_causes import CAUSES
-
-    return CAUSES if cause in CAUSES else (*CAUSES, cause)
-
-
-def _cause_columns(rows: list[dict]) -> tuple[str, ...]:
-    from datamodules.six_causes import CAUSES
-
-    extra = sorted({r["cause"] for r in rows} - set(CAUSES))
-    return (*CAUSES, *extra)

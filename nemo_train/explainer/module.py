@@ -1,16 +1,27 @@
-"""``ExplainerModule``: LoRA / QLoRA fine-tuning of a multimodal LLM on image-explanation pairs (paper 004, App. C)."""
+"""``ExplainerModule``: LoRA / QLoRA fine-tuning of a multimodal LLM on image-explanation pairs."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 import torch
+from peft import LoraConfig, PeftModel, get_peft_model, prepare_model_for_kbit_training
+from peft.utils import SAFETENSORS_WEIGHTS_NAME as SAFE_WEIGHTS_NAME
+from safetensors.torch import save_file
+from transformers import AutoModelForImageTextToText, BitsAndBytesConfig, get_linear_schedule_with_warmup
+from transformers.integrations import HfDeepSpeedConfig
 
 from nemo_train.errors import UserInputError
-from nemo_train.explainer.tiny import TINY_MODEL, resolve_model_path
+from nemo_train.explainer.distributed import adapter_state_dict, clean_name, trainable_names, zero_stage
+from nemo_train.explainer.quantization import (
+    check_modules_to_save,
+    keep_training_layout,
+    skip_patterns,
+)
+from nemo_train.models.vlm import EXPLAINER_META, TINY_MODEL, load_processor, resolve_model_path
 
 #: LoRA targets: attention and MLP projections of the language model only (the default).
 LANGUAGE_TARGETS = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
@@ -23,16 +34,8 @@ VISION_LANGUAGE_TARGETS = (
 )
 #: Modules kept in full precision under 4-bit loading: the output head and the vision-language projector.
 DEFAULT_QUANT_SKIP = ["lm_head", r".*visual\.merger", r".*multi_modal_projector", r".*connector"]
-#: File written next to a saved adapter so that it can be reloaded without the training config.
-EXPLAINER_META = "nemo_explainer.json"
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def _dtype(name: str, what: str) -> torch.dtype:
-    if name not in _DTYPES:
-        raise UserInputError(f"{what}={name!r}; expected one of {sorted(_DTYPES)}")
-    return _DTYPES[name]
+DType = Literal["float32", "bfloat16", "float16"]
 
 
 def batch_size_of(batch: dict[str, torch.Tensor]) -> int:
@@ -48,25 +51,27 @@ def tokens_of(batch: dict[str, torch.Tensor]) -> int:
 class ExplainerModule(L.LightningModule):
     """A multimodal LLM (anything ``AutoModelForImageTextToText`` loads) fine-tuned with LoRA to explain errors.
 
-    The model is built in :meth:`configure_model` (so FSDP / DeepSpeed can shard it at creation). LoRA
-    (peft) hits the modules whose names fully match ``lora_targets`` (a regex; language-only by default);
-    ``modules_to_save`` trains whole modules too. ``load_in_4bit`` loads the base through transformers'
-    ``BitsAndBytesConfig`` (nf4, double quantization, ``compute_dtype``; ``quant_skip_modules`` stay
-    unquantized). Lightning checkpoints hold only the trainable weights; a peft adapter (safetensors) with
-    the processor is written to ``adapter_dir`` at every checkpoint and at the end of training.
+    The model is built in :meth:`configure_model` (so FSDP / DeepSpeed can shard it at creation; under
+    DeepSpeed ZeRO-3 transformers' ``HfDeepSpeedConfig`` is active while the weights load, so they are
+    loaded into the partitions). LoRA (peft) hits the modules whose names fully match ``lora_targets`` (a
+    regex; language-only by default); ``modules_to_save`` trains whole modules too (kept unquantized).
+    ``load_in_4bit`` loads the base through transformers' ``BitsAndBytesConfig`` (nf4, double
+    quantization, ``compute_dtype``; ``quant_skip_modules`` stay unquantized). Lightning checkpoints hold
+    only the trainable weights; the peft adapter is written by
+    :class:`nemo_train.callbacks.adapter_checkpoint.AdapterCheckpoint`.
 
     Args:
         model_name_or_path: hub id, local folder, or ``embedded:tiny-qwen2-vl`` (built locally, random init).
         adapter: a saved adapter folder to start from (resume fine-tuning or load for inference).
-        lora_r, lora_alpha, lora_dropout: LoRA rank, scale and dropout (004: 16, 16, 0).
+        lora_r, lora_alpha, lora_dropout: LoRA rank, scale and dropout (16, 16, 0 in the published recipe).
         lora_targets: regex over module names, e.g. :data:`LANGUAGE_TARGETS` or :data:`VISION_LANGUAGE_TARGETS`.
         modules_to_save: module names trained in full (e.g. ``["visual", "lm_head"]`` for a random-init model).
         load_in_4bit: QLoRA; ``quant_storage_dtype`` must equal ``compute_dtype`` under FSDP.
         gradient_checkpointing: recompute activations (``use_reentrant=False``).
-        lr, weight_decay, warmup_steps: AdamW with linear warm-up then linear decay to zero.
+        lr, weight_decay, warmup_steps: AdamW with linear warm-up then linear decay to zero
+            (``transformers.get_linear_schedule_with_warmup``).
         torch_dtype: dtype the unquantized weights are loaded in.
-        attn_implementation: passed to ``from_pretrained`` (``sdpa``, ``eager``, ``flash_attention_2``).
-        adapter_dir: where the adapter goes (default ``<default_root_dir>/adapter``).
+        attn_implementation: passed to ``from_pretrained``.
     """
 
     def __init__(
@@ -79,16 +84,15 @@ class ExplainerModule(L.LightningModule):
         lora_targets: str = LANGUAGE_TARGETS,
         modules_to_save: list[str] | None = None,
         load_in_4bit: bool = False,
-        compute_dtype: str = "float32",
-        quant_storage_dtype: str | None = None,
+        compute_dtype: DType = "float32",
+        quant_storage_dtype: DType | None = None,
         quant_skip_modules: list[str] | None = None,
         gradient_checkpointing: bool = False,
         lr: float = 2e-4,
         weight_decay: float = 0.0,
         warmup_steps: int = 0,
-        torch_dtype: str = "float32",
-        attn_implementation: str | None = "sdpa",
-        adapter_dir: str | None = None,
+        torch_dtype: DType = "float32",
+        attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] | None = "sdpa",
     ) -> None:
         super().__init__()
         if lora_r < 1:
@@ -97,43 +101,36 @@ class ExplainerModule(L.LightningModule):
             raise UserInputError(f"lora_dropout={lora_dropout}; expected a value in [0, 1)")
         if lr <= 0:
             raise UserInputError(f"lr={lr}; expected a positive learning rate")
-        for name, value in (
-            ("compute_dtype", compute_dtype),
-            ("torch_dtype", torch_dtype),
-            ("quant_storage_dtype", quant_storage_dtype),
-        ):
-            if value is not None:
-                _dtype(value, name)
+        if warmup_steps < 0:
+            raise UserInputError(f"warmup_steps={warmup_steps}; expected 0 or more")
         self.save_hyperparameters()
         self.model: torch.nn.Module | None = None
         self.processor: Any = None
         self.prompting: dict[str, Any] = {}
         self.strict_loading = False  # checkpoints hold only the trainable weights
         self.flops_per_batch = None  # ThroughputMonitor: samples/s and tokens/s only (batches vary in length)
+        self._hf_deepspeed_config: Any = None  # kept alive while ZeRO-3 loads the weights
 
     # ------------------------------------------------------------------------------------------ model
 
-    def quantization_config(self):
-        """The ``BitsAndBytesConfig`` used when ``load_in_4bit`` (nf4, double quantization)."""
-        from transformers import BitsAndBytesConfig
+    def quantization_config(self) -> BitsAndBytesConfig:
+        """The ``BitsAndBytesConfig`` used when ``load_in_4bit`` (nf4, double quantization).
 
+        ``modules_to_save`` are added to the skip list: a module trained in full cannot be quantized.
+        """
         hp = self.hparams
-        compute = _dtype(hp.compute_dtype, "compute_dtype")
+        skip = list(hp.quant_skip_modules or DEFAULT_QUANT_SKIP) + skip_patterns(hp.modules_to_save)
         return BitsAndBytesConfig(
             load_in_4bit=True,
             bnb_4bit_quant_type="nf4",
             bnb_4bit_use_double_quant=True,
-            bnb_4bit_compute_dtype=compute,
-            bnb_4bit_quant_storage=_dtype(hp.quant_storage_dtype, "quant_storage_dtype")
-            if hp.quant_storage_dtype
-            else torch.uint8,
-            llm_int8_skip_modules=list(hp.quant_skip_modules or DEFAULT_QUANT_SKIP),
+            bnb_4bit_compute_dtype=getattr(torch, hp.compute_dtype),
+            bnb_4bit_quant_storage=getattr(torch, hp.quant_storage_dtype) if hp.quant_storage_dtype else torch.uint8,
+            llm_int8_skip_modules=skip,
         )
 
-    def lora_config(self):
+    def lora_config(self) -> LoraConfig:
         """The peft ``LoraConfig`` built from the hyper-parameters."""
-        from peft import LoraConfig
-
         hp = self.hparams
         return LoraConfig(
             r=hp.lora_r,
@@ -144,16 +141,16 @@ class ExplainerModule(L.LightningModule):
         )
 
     def _load_base(self) -> torch.nn.Module:
-        from transformers import AutoModelForImageTextToText
-
         hp = self.hparams
-        kwargs: dict[str, Any] = {"dtype": _dtype(hp.torch_dtype, "torch_dtype")}
+        kwargs: dict[str, Any] = {"dtype": getattr(torch, hp.torch_dtype)}
         if hp.attn_implementation:
             kwargs["attn_implementation"] = hp.attn_implementation
         if hp.load_in_4bit:
             kwargs["quantization_config"] = self.quantization_config()
             device = self.trainer.strategy.root_device if self._trainer is not None else torch.device("cpu")
             kwargs["device_map"] = {"": str(device)}
+        if zero_stage(self._trainer) == 3:
+            self._hf_deepspeed_config = HfDeepSpeedConfig(self.trainer.strategy.config)
         path = resolve_model_path(hp.model_name_or_path)
         try:
             return AutoModelForImageTextToText.from_pretrained(path, **kwargs)
@@ -164,14 +161,12 @@ class ExplainerModule(L.LightningModule):
         """Load the base model, prepare it for k-bit training / checkpointing, and add (or load) the adapter."""
         if self.model is not None:
             return
-        from peft import PeftModel, get_peft_model, prepare_model_for_kbit_training
-
-        from datamodules.explanations import load_processor
-
         hp = self.hparams
         base = self._load_base().train()  # from_pretrained returns eval mode; Lightning keeps module modes
         checkpointing = {"use_reentrant": False}
         if hp.load_in_4bit:
+            keep_training_layout(base)  # one weight layout for evaluation and training on CPU
+            check_modules_to_save(base, hp.modules_to_save)
             base = prepare_model_for_kbit_training(
                 base, use_gradient_checkpointing=hp.gradient_checkpointing, gradient_checkpointing_kwargs=checkpointing
             )
@@ -196,9 +191,9 @@ class ExplainerModule(L.LightningModule):
         self.processor = load_processor(hp.adapter or hp.model_name_or_path)
 
     def trainable_parameter_names(self) -> list[str]:
-        """Names (in this module's ``state_dict``) of the parameters the optimizer updates."""
+        """Clean names (in this module's ``state_dict``, wrapper segments removed) of the trained parameters."""
         self.configure_model()
-        return [f"model.{n}" for n, p in self.model.named_parameters() if p.requires_grad]
+        return sorted(trainable_names(self))
 
     # --------------------------------------------------------------------------------------- training
 
@@ -220,14 +215,7 @@ class ExplainerModule(L.LightningModule):
         params = [p for p in self.model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=hp.lr, weight_decay=hp.weight_decay)
         total = max(1, int(self.trainer.estimated_stepping_batches)) if self._trainer is not None else 1
-        warmup = min(hp.warmup_steps, total - 1)
-
-        def scale(step: int) -> float:
-            if step < warmup:
-                return (step + 1) / (warmup + 1)
-            return max(0.0, (total - step) / max(1, total - warmup))
-
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, scale)
+        scheduler = get_linear_schedule_with_warmup(optimizer, min(hp.warmup_steps, total - 1), total)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def on_fit_start(self) -> None:
@@ -238,39 +226,32 @@ class ExplainerModule(L.LightningModule):
     # ------------------------------------------------------------------------------------ checkpoints
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Keep only the trainable weights in the checkpoint, and write the adapter next to it."""
+        """Keep only the trainable weights in the checkpoint (names compared without wrapper segments)."""
         trainable = set(self.trainable_parameter_names())
         state = checkpoint.get("state_dict")
         if state is not None:
-            checkpoint["state_dict"] = {k: v for k, v in state.items() if k in trainable}
+            checkpoint["state_dict"] = {clean_name(k): v for k, v in state.items() if clean_name(k) in trainable}
         checkpoint["explainer_prompting"] = dict(self.prompting)
-        if self._trainer is not None and self.trainer.is_global_zero and not self._sharded():
-            self.save_adapter(self.default_adapter_dir())
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.configure_model()
         self.prompting = dict(checkpoint.get("explainer_prompting", {}))
 
-    def on_train_end(self) -> None:
-        if self.trainer.is_global_zero and not self._sharded():
-            self.save_adapter(self.default_adapter_dir())
+    def save_adapter(self, path: str | Path, state_dict: dict[str, torch.Tensor] | None = None) -> Path:
+        """Write the peft adapter (safetensors), the processor and the base model's name to ``path``.
 
-    def _sharded(self) -> bool:
-        name = type(self.trainer.strategy).__name__
-        return "FSDP" in name or "DeepSpeed" in name
-
-    def default_adapter_dir(self) -> Path:
-        """``adapter_dir``, else ``<trainer.default_root_dir>/adapter``."""
-        if self.hparams.adapter_dir:
-            return Path(self.hparams.adapter_dir)
-        root = self.trainer.default_root_dir if self._trainer is not None else "."
-        return Path(root) / "adapter"
-
-    def save_adapter(self, path: str | Path) -> Path:
-        """Write the peft adapter (safetensors), the processor and the base model's name to ``path``."""
+        ``state_dict`` (this module's clean names, e.g. gathered from shards) replaces the live weights.
+        """
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(path, safe_serialization=True)
+        if state_dict is None:
+            state_dict = {clean_name(n): p for n, p in self.named_parameters() if p.requires_grad}
+        state = {k.removeprefix("model."): v for k, v in state_dict.items()}
+        save_file(adapter_state_dict(self.model, state), path / SAFE_WEIGHTS_NAME, metadata={"format": "pt"})
+        config = self.model.peft_config["default"]
+        inference_mode, config.inference_mode = config.inference_mode, True
+        config.save_pretrained(path)
+        config.inference_mode = inference_mode
         self.processor.save_pretrained(path)
         hp = self.hparams
         meta = {

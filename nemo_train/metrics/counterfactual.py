@@ -14,7 +14,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torchmetrics import Metric
+from torchmetrics import MeanMetric, Metric
+from torchmetrics.image.fid import FrechetInceptionDistance
+from torchmetrics.image.kid import KernelInceptionDistance
+
+from nemo_train.metrics.perceptual import realism_features
 
 
 def success_rate(scores: torch.Tensor, threshold: float) -> torch.Tensor:
@@ -30,94 +34,75 @@ def mean_cosine_similarity(a: torch.Tensor, b: torch.Tensor, valid: torch.Tensor
     return sims.mean().float() if len(sims) else torch.tensor(float("nan"))
 
 
-class SuccessRate(Metric):
+class _Float64Mean(MeanMetric):
+    """torchmetrics' ``MeanMetric`` with float64 states (sums over thousands of images stay exact to print)."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(nan_strategy="disable", **kwargs)
+        self.set_dtype(torch.float64)
+
+    @property
+    def count(self) -> torch.Tensor:
+        """Total weight seen so far (the number of values for an unweighted mean)."""
+        return self.weight
+
+    def compute(self) -> torch.Tensor:
+        return (self.mean_value / self.weight).float()
+
+
+class SuccessRate(_Float64Mean):
     """Fraction of counterfactuals with competency at least ``threshold``; ``update(scores)``."""
 
-    is_differentiable = False
     higher_is_better = True
-    full_state_update = False
 
     def __init__(self, threshold: float = 0.9, **kwargs) -> None:
         super().__init__(**kwargs)
         if not 0.0 < threshold < 1.0:
             raise ValueError(f"threshold={threshold}; expected a value in (0, 1)")
         self.threshold = threshold
-        self.add_state("hits", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("total", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
 
     def update(self, scores: torch.Tensor) -> None:
-        self.hits += (scores.detach() >= self.threshold).sum()
-        self.total += scores.numel()
-
-    def compute(self) -> torch.Tensor:
-        return (self.hits / self.total).float()
+        super().update((scores.detach() >= self.threshold).double())
 
 
-class MeanCosineSimilarity(Metric):
+class MeanCosineSimilarity(_Float64Mean):
     """Mean cosine similarity of paired vectors; ``update(a, b, valid=None)`` counts only ``valid`` rows."""
 
-    is_differentiable = False
     higher_is_better = True
-    full_state_update = False
-
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.add_state("total", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("count", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
 
     def update(self, a: torch.Tensor, b: torch.Tensor, valid: torch.Tensor | None = None) -> None:
         sims = F.cosine_similarity(a.detach().flatten(1).double(), b.detach().flatten(1).double(), dim=1)
-        if valid is not None:
-            sims = sims[valid.bool()]
-        self.total += sims.sum()
-        self.count += sims.numel()
-
-    def compute(self) -> torch.Tensor:
-        return (self.total / self.count).float()
+        super().update(sims if valid is None else sims[valid.bool()])
 
 
-class PerceptualDistance(Metric):
+class PerceptualDistance(_Float64Mean):
     """Mean ``distance(original, counterfactual)`` for a module such as LPIPS; ``name`` says which distance."""
 
-    is_differentiable = False
     higher_is_better = False
-    full_state_update = False
 
     def __init__(self, distance: nn.Module, **kwargs) -> None:
         super().__init__(**kwargs)
         self.distance = distance
         self.name = getattr(distance, "name", type(distance).__name__)
-        self.add_state("total", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("count", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
 
     @torch.no_grad()
     def update(self, originals: torch.Tensor, counterfactuals: torch.Tensor) -> None:
-        values = self.distance(originals.float(), counterfactuals.float())
-        self.total += values.double().sum()
-        self.count += values.numel()
-
-    def compute(self) -> torch.Tensor:
-        return (self.total / self.count).float()
+        super().update(self.distance(originals.float(), counterfactuals.float()).double())
 
 
-class TimePerImage(Metric):
-    """Seconds per processed image; ``update(seconds, images)`` adds a batch's time and image count."""
+class TimePerImage(_Float64Mean):
+    """Seconds per processed image; ``update(seconds, images)`` adds a batch's time and image count
+    (a weighted mean: batches weigh by their image count; 0 while no image was processed)."""
 
-    is_differentiable = False
     higher_is_better = False
-    full_state_update = False
-
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.add_state("seconds", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("images", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
 
     def update(self, seconds: float, images: int) -> None:
-        self.seconds += float(seconds)
-        self.images += int(images)
+        images = int(images)
+        if images > 0:
+            super().update(torch.tensor(float(seconds) / images, dtype=torch.float64), images)
 
     def compute(self) -> torch.Tensor:
-        return (self.seconds / self.images.clamp(min=1)).float()
+        return (self.mean_value / self.weight.clamp(min=1e-300)).float()
 
 
 def realism_metrics(
@@ -132,11 +117,6 @@ def realism_metrics(
     Update each with ``update(images, real=True)`` for the reference set and ``real=False`` for the
     counterfactuals (float images in ``[0, 1]``). KID uses subsets of ``kid_subset_size`` images.
     """
-    from torchmetrics.image.fid import FrechetInceptionDistance
-    from torchmetrics.image.kid import KernelInceptionDistance
-
-    from nemo_train.competency.perceptual import realism_features
-
     feature, space, path = realism_features(classifier, image_shape, inception_weights)
     extra = {"feature_extractor_weights_path": path} if path else {}
     fid = FrechetInceptionDistance(feature=feature, normalize=True, reset_real_features=False, **extra)

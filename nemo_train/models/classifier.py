@@ -9,6 +9,7 @@ import timm
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torchmetrics import ClasswiseWrapper, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 import nemo_train.models.bias_cnn  # noqa: F401  (registers ``bias_cnn`` in timm)
@@ -69,7 +70,7 @@ class ClassifierModule(L.LightningModule):
         )
         self.group_names: list[str] = ["aligned", "conflicting"]
         self.eval_groupings: dict[str, list[str]] = {}
-        self.metrics = nn.ModuleDict()
+        self.metrics = nn.ModuleDict()  # "val" / "test": clones of one MetricCollection, made in setup
 
     # ----------------------------------------------------------------- model API
     def forward(self, images: torch.Tensor) -> torch.Tensor:
@@ -101,20 +102,23 @@ class ClassifierModule(L.LightningModule):
                 )
             self.group_names = list(getattr(datamodule, "group_names", self.group_names))
             self.eval_groupings = dict(getattr(datamodule, "eval_groupings", {}) or {})
-        for stage_name in ("val", "test"):
-            if stage_name not in self.metrics:
-                self.metrics[stage_name] = self._stage_metrics()
+        if not self.metrics:
+            metrics = self._metrics()
+            for stage_name in ("val", "test"):
+                self.metrics[stage_name] = metrics.clone(prefix=f"{stage_name}/")
 
-    def _stage_metrics(self) -> nn.ModuleDict:
-        metrics = nn.ModuleDict(
-            {
-                "acc": MulticlassAccuracy(self.hparams.num_classes, average="micro"),
-                "group": GroupAccuracy(len(self.group_names)),
-            }
-        )
+    def _metrics(self) -> MetricCollection:
+        """Overall accuracy (``acc``), accuracy per group (``acc_<group>``) and per value of each evaluation
+        grouping (``acc_<key>_<value>``)."""
+        metrics = {
+            "acc": MulticlassAccuracy(self.hparams.num_classes, average="micro"),
+            "group": ClasswiseWrapper(GroupAccuracy(len(self.group_names)), self.group_names, prefix="acc_"),
+        }
         for key, names in self.eval_groupings.items():
-            metrics[f"by_{key}"] = GroupAccuracy(len(names))
-        return metrics
+            metrics[f"by_{key}"] = ClasswiseWrapper(
+                GroupAccuracy(len(names), attribute=key), names, prefix=f"acc_{key}_"
+            )
+        return MetricCollection(metrics, compute_groups=False)
 
     # ----------------------------------------------------------------- steps
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
@@ -128,21 +132,14 @@ class ClassifierModule(L.LightningModule):
         logits = self(batch["image"])
         loss = F.cross_entropy(logits, batch["label"])
         preds = logits.argmax(-1)
-        metrics = self.metrics[stage]
-        metrics["acc"].update(preds, batch["label"])
-        metrics["group"].update(preds, batch["label"], batch["group"])
-        for key in self.eval_groupings:
-            metrics[f"by_{key}"].update(preds, batch["label"], batch["attrs"][key])
+        self.metrics[stage].update(preds=preds, target=batch["label"], groups=batch["group"], attrs=batch.get("attrs"))
         self.log(f"{stage}/loss", loss, batch_size=len(logits), sync_dist=True)
 
     def _eval_epoch_end(self, stage: str) -> None:
         metrics = self.metrics[stage]
-        values = {f"{stage}/acc": metrics["acc"].compute()}
-        values.update(_named(f"{stage}/acc_", self.group_names, metrics["group"].compute()))
-        for key, names in self.eval_groupings.items():
-            values.update(_named(f"{stage}/acc_{key}_", names, metrics[f"by_{key}"].compute()))
-        for metric in metrics.values():
-            metric.reset()
+        # a group without samples has no accuracy (nan): it is left out of the log
+        values = {name: value for name, value in metrics.compute().items() if not torch.isnan(value)}
+        metrics.reset()
         self.log_dict(values, prog_bar=stage == "val")
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
@@ -168,8 +165,3 @@ class ClassifierModule(L.LightningModule):
             optimizer, max_lr=self.hparams.lr, total_steps=max(int(steps), 1), pct_start=0.15
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
-
-
-def _named(prefix: str, names: list[str], values: torch.Tensor) -> dict[str, torch.Tensor]:
-    """``{prefix+name: value}`` for groups that had samples (``nan`` ones are left out)."""
-    return {f"{prefix}{name}": value for name, value in zip(names, values) if not torch.isnan(value)}

@@ -16,6 +16,7 @@ the exact editor re-renders with. Builders:
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,9 +25,11 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from datamodules.folder import IMAGE_EXTENSIONS, UNREADABLE, list_images, read_image, readable_paths
 from nemo_train.errors import UserInputError
+from nemo_train.nemo.targets import load_checkpoint_target
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".JPEG", ".JPG", ".PNG")
+IMAGE_SUFFIXES = IMAGE_EXTENSIONS  # the shared image-folder reader's extensions (any case)
 
 
 @dataclass
@@ -90,17 +93,13 @@ class NemoBenchmark:
 
 
 def load_image(path: str | Path, size: int = 224) -> torch.Tensor:
-    """An RGB image file as float ``[3, size, size]`` in [0, 1] (shorter side resized, centre crop)."""
-    from PIL import Image
-    from torchvision.transforms import functional as TF
-
+    """An RGB image file as float ``[3, size, size]`` in [0, 1] (shorter side resized, centre crop), read by
+    the shared image-folder reader (:func:`datamodules.folder.read_image`)."""
     try:
-        with Image.open(path) as im:
-            image = im.convert("RGB")
-    except (OSError, ValueError) as err:
+        array = read_image(path, size, "center_crop")
+    except UNREADABLE as err:
         raise UserInputError(f"cannot read image {str(path)!r}: {err}") from None
-    image = TF.center_crop(TF.resize(image, size, antialias=True), [size, size])
-    return TF.to_tensor(image)
+    return torch.from_numpy(array).permute(2, 0, 1).float().div_(255.0)
 
 
 def _split_errors(
@@ -175,6 +174,16 @@ SYNTHETIC: dict[str, dict[str, Any]] = {
 }
 
 
+def check_classes(target, num_classes: int, where: str, probe: torch.Tensor) -> None:
+    """A one-line error when the target's output has another number of classes than the benchmark."""
+    outputs = int(target.predict_proba(probe).shape[-1])
+    if outputs != num_classes:
+        raise UserInputError(
+            f"the target classifies into {outputs} classes but {where} has {num_classes}; "
+            "expected a classifier trained on this benchmark's classes"
+        )
+
+
 def _bias_values(name: str, dm) -> dict[int, list[str]]:
     """Per class, the values of the cause attribute the class had in training (the bias-aligned ones)."""
     if name == "cmnist":
@@ -203,10 +212,6 @@ def build_synthetic_benchmark(
     samples are drawn with ``seed``; every other grid image is the reference database, captioned from its
     attributes. The benchmark keeps the renderer, so edits are exact re-renders.
     """
-    import importlib
-
-    from nemo_train.nemo.targets import load_checkpoint_target
-
     if dataset not in SYNTHETIC:
         raise UserInputError(f"unknown generated dataset {dataset!r}; expected one of {sorted(SYNTHETIC)}")
     spec = SYNTHETIC[dataset]
@@ -227,6 +232,7 @@ def build_synthetic_benchmark(
     )
     dm.setup("test")
     data = dm.test_set
+    check_classes(target, len(dm.class_names), f"the {dataset} benchmark", data.images[:1].float() / 255.0)
     renderer = getattr(dm, "test_renderer", None) or dm.renderer
     if renderer is None:
         raise UserInputError(
@@ -315,7 +321,7 @@ def list_image_folder(
     for k, name in enumerate(folders):
         if not (root / name).is_dir():
             continue
-        files = sorted(p for p in (root / name).iterdir() if p.suffix in IMAGE_SUFFIXES)
+        files = list_images(root / name)
         paths += [str(p) for p in files]
         labels += [k] * len(files)
     if not paths:
@@ -344,10 +350,14 @@ def build_folder_benchmark(
     same class folders), form the reference database. Captions are made later, on retrieval.
     """
     folders, paths, labels = list_image_folder(root, class_folders)
+    # unreadable files are left out with one warning, as the folder datamodules do
+    kept, _ = readable_paths(paths, desc=f"checking {name} images")
+    paths, labels = [paths[i] for i in kept], labels[kept]
     if len(target.class_names) != len(folders):
         raise UserInputError(
             f"the target has {len(target.class_names)} classes but {str(root)!r} has {len(folders)} class folders"
         )
+    check_classes(target, len(folders), repr(str(root)), load_image(paths[0], image_size)[None])
     predictions, features = classify(target, paths, batch_size, image_size, desc=f"classifying {name}")
     chosen, rest = _split_errors(labels, predictions, torch.ones_like(labels, dtype=torch.bool), n, seed)
     errors = [
@@ -364,6 +374,8 @@ def build_folder_benchmark(
     ref_labels, ref_preds, ref_feats = labels[rest], predictions[rest], features[rest]
     if extra_reference is not None:
         _, extra_paths, extra_labels = list_image_folder(extra_reference, folders, subset=True)
+        kept, _ = readable_paths(extra_paths, desc="checking the reference images")
+        extra_paths, extra_labels = [extra_paths[i] for i in kept], extra_labels[kept]
         extra_preds, extra_feats = classify(
             target, extra_paths, batch_size, image_size, desc="classifying the reference subset"
         )

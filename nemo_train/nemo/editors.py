@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from nemo_train.backends.messages import to_pil
 from nemo_train.errors import UserInputError
 from nemo_train.nemo.benchmark import ErrorSample
 
@@ -56,6 +57,7 @@ class DiffusersEditor:
     ) -> None:
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         if isinstance(pipeline, str):
+            # diffusers is heavy and only needed for image-folder benchmarks: imported on first use
             from diffusers import DiffusionPipeline
 
             torch_dtype = (
@@ -77,11 +79,19 @@ class DiffusersEditor:
             "height" in accepted and "width" in accepted
         ):  # Kontext / Qwen take the output size; pix2pix follows the input
             self.call_kwargs = {"height": size, "width": size, **self.call_kwargs}
+        if "max_area" in accepted and "_auto_resize" in accepted:
+            # FLUX.1 Kontext rescales height/width to max_area (1024^2) and snaps the input to its preferred
+            # resolutions unless told otherwise: keep the configured edit size
+            self.call_kwargs = {"max_area": size * size, "_auto_resize": False, **self.call_kwargs}
+        if (
+            self.call_kwargs.get("true_cfg_scale", 1.0) > 1.0
+            and "negative_prompt" in accepted
+            and "negative_prompt" not in self.call_kwargs
+        ):  # Qwen-Image-Edit applies true CFG only with a negative prompt; " " is its published default
+            self.call_kwargs["negative_prompt"] = " "
 
     def edit(self, sample: ErrorSample, instructions: Sequence[str | None]) -> torch.Tensor:
         """``[M, 3, H, W]`` edits of ``sample.image``; a ``None`` instruction returns the image unchanged."""
-        from nemo_train.backends.messages import to_pil
-
         image = sample.image
         height, width = image.shape[-2:]
         source = to_pil(F.interpolate(image[None], size=(self.size, self.size), mode="bilinear", antialias=True)[0])
@@ -90,12 +100,15 @@ class DiffusersEditor:
         for start in range(0, len(todo), self.batch_size):
             chunk = todo[start : start + self.batch_size]
             generators = [torch.Generator(device="cpu").manual_seed(self.seed + i) for i in chunk]
+            kwargs = dict(self.call_kwargs)
+            if isinstance(kwargs.get("negative_prompt"), str):  # one negative prompt per instruction
+                kwargs["negative_prompt"] = [kwargs["negative_prompt"]] * len(chunk)
             result = self.pipeline(
                 prompt=[instructions[i] for i in chunk],
                 image=[source] * len(chunk),
                 generator=generators,
                 output_type="pt",
-                **self.call_kwargs,
+                **kwargs,
             )
             edited = result.images.float().cpu()
             if edited.shape[-1] == 3:  # some pipelines return channels last

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 import torch
 
+from nemo_train.backends.messages import user_message
 from nemo_train.errors import UserInputError
 from nemo_train.nemo import prompts
 from nemo_train.nemo.benchmark import ErrorSample
@@ -157,8 +158,6 @@ class LLMInstructionDeriver:
         self.prompt_template = prompt_template
 
     def derive(self, sample: ErrorSample, hypotheses: Sequence[str], class_names: Sequence[str]) -> list[str | None]:
-        from nemo_train.backends.messages import user_message
-
         true_name, pred_name = class_names[sample.label], class_names[sample.prediction]
         conversations = [
             [
@@ -205,8 +204,6 @@ class LLMAttributeDeriver:
         return {"attribute": reply["attribute"], "value": min(values, key=lambda v: abs(v - number))}
 
     def derive(self, sample: ErrorSample, hypotheses: Sequence[str], class_names: Sequence[str]) -> list[dict | None]:
-        from nemo_train.backends.messages import user_message
-
         vocab = "\n".join(f"- {a}: {', '.join(map(str, self.vocabulary[a]))}" for a in self.editable)
         true_name, pred_name = class_names[sample.label], class_names[sample.prediction]
         conversations = [

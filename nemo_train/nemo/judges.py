@@ -10,196 +10,21 @@ from __future__ import annotations
 
 import math
 import re
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal
 
 from nemo_train.backends.base import ChatBackend
 from nemo_train.backends.messages import system_message, user_message
 from nemo_train.errors import UserInputError
+from nemo_train.nemo.criteria import CRITERIA, FactorCriterion, get_criterion
+
+__all__ = ["CRITERIA", "FactorCriterion", "Judge", "JudgePanel", "KeywordJudge", "LLMJudge", "get_criterion"]
+
+#: Benchmarks with a written-down criterion (a judge's ``criterion`` option)
+CriterionName = Literal["imagenet_r", "objectnet", "imagenet_d", "cmnist", "clevr"]
 
 SCORES = (0.0, 0.5, 1.0)
-
-
-@dataclass(frozen=True)
-class FactorCriterion:
-    """The failure factor of one benchmark.
-
-    ``description`` is what an LLM judge reads. ``keywords`` (the factor and its values, with
-    synonyms) and ``partial_keywords`` (vaguer words that only touch the factor) drive the offline
-    :class:`KeywordJudge`.
-    """
-
-    name: str
-    description: str
-    keywords: tuple[str, ...] = ()
-    partial_keywords: tuple[str, ...] = ()
-
-
-_COLOUR_WORDS = (
-    "colour",
-    "color",
-    "colours",
-    "colors",
-    "coloured",
-    "colored",
-    "colouring",
-    "coloring",
-    "hue",
-    "hues",
-    "red",
-    "reddish",
-    "green",
-    "greenish",
-    "blue",
-    "bluish",
-    "yellow",
-    "yellowish",
-    "orange",
-    "purple",
-    "violet",
-    "magenta",
-    "pink",
-    "cyan",
-    "teal",
-    "brown",
-    "grey",
-    "gray",
-    "white",
-    "black",
-    "turquoise",
-    "lime",
-    "olive",
-    "navy",
-    "crimson",
-    "scarlet",
-)
-
-CRITERIA: dict[str, FactorCriterion] = {
-    "imagenet_r": FactorCriterion(
-        name="rendition style",
-        description=(
-            "the artistic style or rendition of the image: that the object is shown as a painting, "
-            "sketch, drawing, cartoon, graffiti, embroidery, origami, sculpture, toy, tattoo, video-game "
-            "render or other non-photographic depiction, rather than as a real photograph"
-        ),
-        keywords=(
-            "style",
-            "rendition",
-            "painting",
-            "painted",
-            "sketch",
-            "drawing",
-            "drawn",
-            "cartoon",
-            "graffiti",
-            "embroidery",
-            "origami",
-            "sculpture",
-            "toy",
-            "tattoo",
-            "artistic",
-            "illustration",
-            "video game",
-            "plush",
-            "stylized",
-            "stylised",
-            "art",
-        ),
-        partial_keywords=("texture", "simplified", "abstract", "unrealistic", "colors", "colours"),
-    ),
-    "objectnet": FactorCriterion(
-        name="viewpoint, rotation or background",
-        description=(
-            "an unusual viewpoint, rotation or pose of the object (upside down, on its side, seen from "
-            "above or behind) or an unusual background or setting for it"
-        ),
-        keywords=(
-            "viewpoint",
-            "view",
-            "angle",
-            "rotation",
-            "rotated",
-            "upside down",
-            "sideways",
-            "on its side",
-            "pose",
-            "orientation",
-            "oriented",
-            "tilted",
-            "background",
-            "setting",
-            "perspective",
-        ),
-        partial_keywords=("context", "position", "placement", "surroundings", "cluttered", "scene"),
-    ),
-    "imagenet_d": FactorCriterion(
-        name="background, texture or material",
-        description=(
-            "the background the object is placed in, or the texture or material the object is made of "
-            "(for example a wooden, plastic, glass or woven version of the object)"
-        ),
-        keywords=(
-            "background",
-            "texture",
-            "textured",
-            "material",
-            "made of",
-            "wooden",
-            "wood",
-            "plastic",
-            "glass",
-            "metal",
-            "metallic",
-            "woven",
-            "fabric",
-            "stone",
-            "paper",
-            "surface pattern",
-        ),
-        partial_keywords=("surface", "appearance", "pattern", "setting", "context", "finish"),
-    ),
-    "cmnist": FactorCriterion(
-        name="colour",
-        description=(
-            "the colour of the digit: that the classifier relied on the digit's colour (a colour typical "
-            "of another class) rather than on its shape"
-        ),
-        keywords=_COLOUR_WORDS,
-        partial_keywords=("tint", "shade", "brightness", "bright", "dark", "appearance"),
-    ),
-    "clevr": FactorCriterion(
-        name="material",
-        description=(
-            "the material of the object: metal versus rubber, i.e. a shiny, reflective metallic surface "
-            "versus a matte one"
-        ),
-        keywords=(
-            "material",
-            "materials",
-            "metal",
-            "metallic",
-            "rubber",
-            "shiny",
-            "matte",
-            "reflective",
-            "reflection",
-            "reflections",
-            "glossy",
-            "specular",
-        ),
-        partial_keywords=("surface", "texture", "finish", "lighting", "appearance"),
-    ),
-}
-
-
-def get_criterion(name: str | FactorCriterion) -> FactorCriterion:
-    """A criterion by dataset name (``imagenet_r``, ``objectnet``, ``imagenet_d``, ``cmnist``, ``clevr``)."""
-    if isinstance(name, FactorCriterion):
-        return name
-    key = str(name).lower().replace("-", "_")
-    if key not in CRITERIA:
-        raise UserInputError(f"unknown judge criterion {name!r}; expected one of {sorted(CRITERIA)}")
-    return CRITERIA[key]
 
 
 @dataclass(frozen=True)
@@ -220,13 +45,36 @@ class JudgeItem:
     predicted_label: str = ""
 
 
-@runtime_checkable
-class Judge(Protocol):
-    """Anything with a ``name`` and ``judge(items) -> list[Judgement]``."""
+class Judge(ABC):
+    """Scores explanations against a :class:`FactorCriterion`: ``judge(items) -> list[Judgement]``.
+
+    ``criterion=None`` (the usual configuration) takes the evaluated benchmark's criterion when the
+    pipeline calls :meth:`for_benchmark`.
+    """
 
     name: str
+    criterion: FactorCriterion | None = None
 
+    @abstractmethod
     def judge(self, items: list[JudgeItem]) -> list[Judgement]: ...
+
+    def for_benchmark(self, benchmark: str) -> Judge:
+        """Set the criterion from the benchmark's name unless one was configured; returns ``self``."""
+        if self.criterion is None:
+            self._set_criterion(get_criterion(benchmark))
+        return self
+
+    def _set_criterion(self, criterion: FactorCriterion) -> None:
+        self.criterion = criterion
+
+    def _require_criterion(self) -> FactorCriterion:
+        if self.criterion is None:
+            raise UserInputError(f"judge {self.name!r} has no criterion; pass one or call for_benchmark()")
+        return self.criterion
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What changes this judge's scores (for result fingerprints): its class, name and criterion."""
+        return {"class": type(self).__name__, "name": self.name, "criterion": getattr(self.criterion, "name", None)}
 
 
 def snap_score(value: Any) -> float | None:
@@ -269,7 +117,7 @@ Judge only whether the cause is named, not the writing quality or the rest of th
 Reply with JSON only: {{"reasoning": "<one sentence>", "score": <1, 0.5 or 0>}}"""
 
 
-class LLMJudge:
+class LLMJudge(Judge):
     """A chat model grading explanations against a dataset's :class:`FactorCriterion` (JSON reply).
 
     Replies are requested at temperature 0 (as in NEMO App. B.2). A reply that stays malformed
@@ -279,13 +127,13 @@ class LLMJudge:
     def __init__(
         self,
         backend: ChatBackend,
-        criterion: str | FactorCriterion,
+        criterion: CriterionName | FactorCriterion | None = None,
         name: str | None = None,
         max_tokens: int = 256,
         max_reasks: int = 2,
     ) -> None:
         self.backend = backend
-        self.criterion = get_criterion(criterion)
+        self.criterion = None if criterion is None else get_criterion(criterion)
         self.name = name or f"llm:{backend.model}"
         self.max_tokens = max_tokens
         self.max_reasks = max_reasks
@@ -296,7 +144,7 @@ class LLMJudge:
             true_label=item.true_label or "unknown class",
             predicted_label=item.predicted_label or "another class",
             explanation=item.explanation.strip(),
-            factor=f"{self.criterion.name}: {self.criterion.description}.",
+            factor=f"{self._require_criterion().name}: {self.criterion.description}.",
         )
         return [system_message(JUDGE_SYSTEM), user_message(prompt)]
 
@@ -317,11 +165,14 @@ class LLMJudge:
                 out.append(Judgement(self.name, snap_score(reply.get("score")), str(reply.get("reasoning", ""))))
         return out
 
+    def fingerprint(self) -> dict[str, Any]:
+        return {**super().fingerprint(), "backend": self.backend.fingerprint(), "max_tokens": self.max_tokens}
+
     def __repr__(self) -> str:
-        return f"LLMJudge(backend={self.backend!r}, criterion={self.criterion.name!r})"
+        return f"LLMJudge(backend={self.backend!r}, criterion={getattr(self.criterion, 'name', None)!r})"
 
 
-class KeywordJudge:
+class KeywordJudge(Judge):
     """Offline judge for CLOSED-VOCABULARY SYNTHETIC benchmarks only (CMNIST colours, CLEVR materials).
 
     It looks for the factor's words and synonyms (whole words, any case): 1 if one of
@@ -332,14 +183,21 @@ class KeywordJudge:
     """
 
     def __init__(
-        self, criterion: str | FactorCriterion, name: str = "keyword-judge (closed-vocabulary synthetic only)"
+        self,
+        criterion: CriterionName | FactorCriterion | None = None,
+        name: str = "keyword-judge (closed-vocabulary synthetic only)",
     ) -> None:
-        self.criterion = get_criterion(criterion)
-        if not self.criterion.keywords:
-            raise UserInputError(f"criterion {self.criterion.name!r} has no keywords; KeywordJudge needs a vocabulary")
         self.name = name
-        self._full = self._pattern(self.criterion.keywords)
-        self._partial = self._pattern(self.criterion.partial_keywords) if self.criterion.partial_keywords else None
+        self.criterion = None
+        if criterion is not None:
+            self._set_criterion(get_criterion(criterion))
+
+    def _set_criterion(self, criterion: FactorCriterion) -> None:
+        if not criterion.keywords:
+            raise UserInputError(f"criterion {criterion.name!r} has no keywords; KeywordJudge needs a vocabulary")
+        self.criterion = criterion
+        self._full = self._pattern(criterion.keywords)
+        self._partial = self._pattern(criterion.partial_keywords) if criterion.partial_keywords else None
 
     @staticmethod
     def _pattern(words: tuple[str, ...]) -> re.Pattern[str]:
@@ -348,6 +206,7 @@ class KeywordJudge:
 
     def score_text(self, explanation: str) -> Judgement:
         """Score one explanation."""
+        self._require_criterion()
         hit = self._full.search(explanation or "")
         if hit:
             return Judgement(self.name, 1.0, f"names the {self.criterion.name}: {hit.group(0)!r}")
@@ -361,7 +220,7 @@ class KeywordJudge:
         return [self.score_text(item.explanation) for item in items]
 
     def __repr__(self) -> str:
-        return f"KeywordJudge(criterion={self.criterion.name!r})"
+        return f"KeywordJudge(criterion={getattr(self.criterion, 'name', None)!r})"
 
 
 @dataclass

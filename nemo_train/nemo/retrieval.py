@@ -155,7 +155,7 @@ class ReferenceIndex:
         return result
 
     def _faiss_search(self, queries: torch.Tensor, block: int | None, start: int, stop: int, k: int) -> RetrievalResult:
-        import faiss
+        import faiss  # optional dependency (pip install nemo-train[faiss])
 
         if block not in self._faiss_indexes:
             index = faiss.IndexFlatIP(self.embeddings.shape[1])

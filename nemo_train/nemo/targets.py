@@ -21,95 +21,24 @@ top-1 ImageNet id lies in ``k``'s set ("any mapped id counts").
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 
+import timm
 import torch
 import torch.nn.functional as F
+from timm.data import ImageNetInfo
 from torch import nn
+from transformers import AutoImageProcessor, AutoModel, AutoTokenizer, CLIPConfig, CLIPModel, CLIPTokenizer
+from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from nemo_train.errors import UserInputError
+from nemo_train.models.classifier import ClassifierModule
+from nemo_train.nemo.class_mapping import ClassMapping
 
-
-class ClassMapping:
-    """Map ImageNet-1k outputs onto a benchmark's classes (each class = a set of ImageNet ids).
-
-    Args:
-        class_names: benchmark class names, in order.
-        ids: for each class, the ImageNet indices that count as that class.
-        num_source_classes: size of the source output (1000 for ImageNet).
-    """
-
-    def __init__(
-        self,
-        class_names: Sequence[str],
-        ids: Sequence[Sequence[int]],
-        num_source_classes: int = 1000,
-        folders: Sequence[str] | None = None,
-    ) -> None:
-        if len(class_names) != len(ids):
-            raise UserInputError(f"class mapping has {len(class_names)} names but {len(ids)} id sets")
-        member = torch.zeros(len(class_names), num_source_classes)
-        for k, (name, group) in enumerate(zip(class_names, ids)):
-            if not group:
-                raise UserInputError(f"class {name!r} maps to no ImageNet id; expected at least one id")
-            for i in group:
-                if not 0 <= int(i) < num_source_classes:
-                    raise UserInputError(f"class {name!r} maps to id {i}; expected 0-{num_source_classes - 1}")
-                member[k, int(i)] = 1.0
-        self.class_names = list(class_names)
-        #: the dataset folder of each class (the class name unless the folders are e.g. WordNet ids)
-        self.folders = list(folders) if folders is not None else list(class_names)
-        self.ids = [sorted(int(i) for i in group) for group in ids]
-        self.member = member  # float[K, S]
-        self.owner = torch.full((num_source_classes,), -1, dtype=torch.long)  # source id -> class (last wins)
-        for k, group in enumerate(self.ids):
-            self.owner[group] = k
-
-    @property
-    def mask(self) -> torch.Tensor:
-        """``bool[S]``: source ids that belong to some class."""
-        return self.member.sum(0) > 0
-
-    def probs(self, logits: torch.Tensor) -> torch.Tensor:
-        """Class probabilities ``[B, K]`` from source logits ``[B, S]`` (softmax over the mapped ids)."""
-        masked = logits.masked_fill(~self.mask.to(logits.device), float("-inf"))
-        return masked.softmax(-1) @ self.member.to(logits).T
-
-    def predict(self, logits: torch.Tensor) -> torch.Tensor:
-        """Class of the top-1 mapped source id ``[B]``."""
-        masked = logits.masked_fill(~self.mask.to(logits.device), float("-inf"))
-        return self.owner.to(logits.device)[masked.argmax(-1)]
-
-    @classmethod
-    def from_json(cls, path: str | Path, num_source_classes: int = 1000) -> ClassMapping:
-        """Read ``{"class name": [imagenet ids...], ...}`` (ObjectNet / ImageNet-D mapping files in this form)."""
-        path = Path(path)
-        if not path.is_file():
-            raise UserInputError(f"class mapping file {str(path)!r} does not exist")
-        data = json.loads(path.read_text())
-        if not isinstance(data, dict):
-            raise UserInputError(
-                f"class mapping file {str(path)!r} must hold a JSON object name -> list of ImageNet ids"
-            )
-        ids = [[v] if isinstance(v, int) else list(v) for v in data.values()]
-        return cls(list(data), ids, num_source_classes)
-
-    @classmethod
-    def from_wnids(cls, wnids: Sequence[str]) -> ClassMapping:
-        """One ImageNet id per WordNet id (ImageNet-R's 200 folders ``n01443537`` ...), named by timm's labels."""
-        from timm.data import ImageNetInfo
-
-        info = ImageNetInfo()
-        order = {w: i for i, w in enumerate(info.label_names())}
-        unknown = [w for w in wnids if w not in order]
-        if unknown:
-            raise UserInputError(
-                f"unknown ImageNet WordNet id(s) {unknown[:5]}; expected folder names like 'n01443537'"
-            )
-        names = [info.index_to_description(order[w]).split(",")[0] for w in wnids]
-        return cls(names, [[order[w]] for w in wnids], folders=wnids)
+__all__ = ["ClassMapping", "ClassifierTarget", "Target", "TimmTarget", "ZeroShotTarget", "load_checkpoint_target"]
 
 
 class Target(nn.Module):
@@ -185,8 +114,6 @@ class ClassifierTarget(Target):
 
 def load_checkpoint_target(path: str | Path, class_names: Sequence[str] | None = None) -> ClassifierTarget:
     """A :class:`ClassifierTarget` from a ``ClassifierModule`` Lightning checkpoint (loaded with ``weights_only``)."""
-    from nemo_train.models.classifier import ClassifierModule
-
     path = Path(path)
     if not path.is_file():
         raise UserInputError(f"classifier checkpoint {str(path)!r} does not exist")
@@ -203,6 +130,7 @@ class TimmTarget(Target):
         mapping: benchmark classes as ImageNet id sets; ``None`` keeps the model's own classes.
         pretrained: load hub weights (``False`` gives a random model of the same architecture, for tests).
         model_kwargs: extra ``timm.create_model`` arguments (tiny test configs).
+        weights_file: a local ``.safetensors`` / ``.pth`` state dict to load instead of the hub weights.
     """
 
     def __init__(
@@ -211,13 +139,25 @@ class TimmTarget(Target):
         mapping: ClassMapping | None = None,
         pretrained: bool = True,
         model_kwargs: Mapping | None = None,
+        weights_file: str | Path | None = None,
     ) -> None:
         super().__init__()
-        import timm
-
         if model_name.split(".")[0] not in timm.list_models():
             raise UserInputError(f"unknown timm model {model_name!r}; expected a name from timm.list_models()")
-        self.model = timm.create_model(model_name, pretrained=pretrained, **dict(model_kwargs or {})).eval()
+        kwargs = dict(model_kwargs or {})
+        if weights_file is not None:
+            if not Path(weights_file).is_file():
+                raise UserInputError(f"timm weights file {str(weights_file)!r} does not exist")
+            kwargs["pretrained_cfg_overlay"] = {"file": str(weights_file)}
+        try:
+            self.model = timm.create_model(model_name, pretrained=pretrained or weights_file is not None, **kwargs)
+        except (OSError, RuntimeError, ValueError) as err:  # offline hub, missing file, wrong state dict
+            source = repr(str(weights_file)) if weights_file is not None else "the hub"
+            raise UserInputError(
+                f"cannot load weights of timm model {model_name!r} from {source} ({type(err).__name__}: "
+                f"{str(err).splitlines()[0][:150] if str(err) else ''}); give weights_file or pretrained: false"
+            ) from None
+        self.model.eval()
         cfg = timm.data.resolve_data_config({}, model=self.model)
         self.input_size = tuple(cfg["input_size"][1:])
         patch_embed_size = getattr(getattr(self.model, "patch_embed", None), "img_size", None)
@@ -280,8 +220,6 @@ def _tokens_to_map(prefix: int):
 def _imagenet_names(n: int) -> list[str]:
     if n != 1000:
         return [str(i) for i in range(n)]
-    from timm.data import ImageNetInfo
-
     info = ImageNetInfo()
     return [info.index_to_description(i).split(",")[0] for i in range(n)]
 
@@ -314,14 +252,19 @@ class ZeroShotTarget(Target):
         if "{}" not in template:
             raise UserInputError(f"prompt template {template!r} must contain '{{}}' where the class name goes")
         if isinstance(model, str):
-            from transformers import AutoImageProcessor, AutoModel, AutoTokenizer
-
-            processor = AutoImageProcessor.from_pretrained(model)
-            tokenizer = tokenizer or AutoTokenizer.from_pretrained(model)
+            name = model
+            try:
+                processor = AutoImageProcessor.from_pretrained(name)
+                tokenizer = tokenizer or AutoTokenizer.from_pretrained(name)
+                model = AutoModel.from_pretrained(name)
+            except (OSError, ValueError) as err:  # not on the hub / offline / not a CLIP or SigLIP folder
+                raise UserInputError(
+                    f"cannot load zero-shot model {name!r} ({type(err).__name__}: {str(err).splitlines()[0][:150]}); "
+                    "expected a hub id or a local folder with the model and its processor"
+                ) from None
             size = processor.size
             image_size = image_size or size.get("shortest_edge") or size.get("height")
             mean, std = processor.image_mean, processor.image_std
-            model = AutoModel.from_pretrained(model)
         if tokenizer is None:
             raise UserInputError("ZeroShotTarget needs a tokenizer when the model is passed as a module")
         self.model = model.eval()
@@ -411,11 +354,6 @@ def tiny_random_clip(class_names: Sequence[str], seed: int = 0, image_size: int 
     Its similarities carry no meaning: it exercises the zero-shot / ErrorRetrieval code paths in tests
     and on machines without hub access. Use a real hub id (``openai/clip-vit-base-patch32``) for results.
     """
-    import tempfile
-
-    from transformers import CLIPConfig, CLIPModel, CLIPTokenizer
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
-
     chars = list(bytes_to_unicode().values())
     vocab = {c: i for i, c in enumerate(chars)}
     vocab.update({c + "</w>": len(chars) + i for i, c in enumerate(chars)})

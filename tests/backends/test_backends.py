@@ -81,8 +81,9 @@ def test_batches_keep_input_order_with_threads():
 # ----------------------------------------------------------------------------- local Hugging Face model
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):
-    tiny = pytest.importorskip("nemo_train.explainer.tiny")
-    return tiny.materialize_tiny(tmp_path_factory.mktemp("tiny"))
+    from nemo_train.models.vlm import materialize_tiny
+
+    return materialize_tiny(tmp_path_factory.mktemp("tiny"))
 
 
 def test_hf_local_backend_generates_from_images_and_text(tiny_model_dir, tmp_path):
@@ -126,8 +127,9 @@ def test_hf_local_backend_with_objects_and_a_peft_adapter(tiny_model_dir, tmp_pa
 
 
 def test_hf_local_backend_loads_a_saved_explainer_folder(tiny_model_dir, tmp_path):
-    module_lib = pytest.importorskip("nemo_train.explainer.module")
-    module = module_lib.ExplainerModule(model_name_or_path=str(tiny_model_dir), lora_r=2)
+    from nemo_train.explainer import ExplainerModule
+
+    module = ExplainerModule(model_name_or_path=str(tiny_model_dir), lora_r=2)
     module.configure_model()
     folder = module.save_adapter(tmp_path / "explainer")
     messages = [user_message("Why?", [torch.rand(3, 28, 28)])]

@@ -16,6 +16,8 @@ from competency_toys import MeanClassifier, constant_images  # noqa: E402
 
 from nemo_train.callbacks.counterfactual_metrics import CounterfactualMetricsCallback  # noqa: E402
 from nemo_train.competency.autoencoder import CompetencyAutoencoder  # noqa: E402
+from nemo_train.competency.counterfactuals import LatentNearestNeighbor, ReconstructionCounterfactual  # noqa: E402
+from nemo_train.competency.gradient_counterfactuals import LatentGradientDescent  # noqa: E402
 from nemo_train.competency.parce import PaRCE  # noqa: E402
 from nemo_train.errors import UserInputError  # noqa: E402
 
@@ -37,8 +39,7 @@ def test_callback_logs_table_metrics_after_validation_only():
         estimator,
         constant_images([0.45, 0.5, 0.55]),
         holdout,
-        methods=("Reco", "LGD", "LNN"),
-        generator_options={"LGD": {"max_iter": 3}},
+        methods=[ReconstructionCounterfactual(), LatentGradientDescent(max_iter=3), LatentNearestNeighbor()],
     )
     trainer = L.Trainer(
         max_epochs=1,
@@ -79,7 +80,9 @@ def test_callback_logs_table_metrics_after_validation_only():
     assert fake.images[0][0] == "cf/grid" and fake.images[0][1][0] == 3
 
 
-def test_callback_rejects_unknown_methods():
+def test_callback_rejects_a_repeated_method():
     estimator = PaRCE(MeanClassifier(), CompetencyAutoencoder(image_size=8, widths=(4,)), 2)
-    with pytest.raises(UserInputError, match="unknown counterfactual"):
-        CounterfactualMetricsCallback(estimator, torch.rand(1, 3, 8, 8), [], methods=("GAN",))
+    with pytest.raises(UserInputError, match="repeat"):
+        CounterfactualMetricsCallback(
+            estimator, torch.rand(1, 3, 8, 8), [], methods=[LatentNearestNeighbor(), LatentNearestNeighbor("l2")]
+        )

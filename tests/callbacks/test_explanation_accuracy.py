@@ -11,10 +11,11 @@ import torch
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 
-import nemo_train.explainer.generation as generation  # noqa: E402
+import nemo_train.callbacks.explanation_accuracy as generation  # noqa: E402
 from datamodules.explanations import ExplanationRecord  # noqa: E402
 from nemo_train.callbacks.explanation_accuracy import ExplanationAccuracyCallback  # noqa: E402
-from nemo_train.explainer.causes import causes_named, format_accuracy_table, is_correct, per_cause_accuracy  # noqa: E402
+from nemo_train.explainer.report import print_accuracy_table  # noqa: E402
+from nemo_train.vocabulary import causes_named, is_correct, per_cause_accuracy  # noqa: E402
 
 # (true cause, generated text): hits per cause worked out by hand below
 CASES = [
@@ -117,5 +118,5 @@ def test_scorer_credits_exactly_one_named_cause():
     assert not is_correct("Too bright and noisy.", "noise")
     assert is_correct("The image is under-saturated.", "saturation")
     assert is_correct("Low contrast.", "contrast")
-    table = format_accuracy_table({"none": {"spatial": 0.99, "average": 0.5}})
-    assert "Spatial" in table and "99.0%" in table
+    table = print_accuracy_table({"none": {"spatial": 0.99, "contrast": math.nan, "average": 0.5}})
+    assert "Spatial" in table and "99.0" in table and "n/a" in table

@@ -14,7 +14,9 @@ from jsonargparse import ActionConfigFile, ArgumentParser  # noqa: E402
 
 from nemo_train.cli import PIPELINE_COMMANDS, run_pipeline  # noqa: E402
 from nemo_train.competency.autoencoder import CompetencyAutoencoder  # noqa: E402
+from nemo_train.competency.gradient_counterfactuals import LatentGradientDescent  # noqa: E402
 from nemo_train.competency.pipeline import counterfactuals  # noqa: E402
+from nemo_train.competency.settings import CauseArgs, CounterfactualRun, EstimatorArgs, EvalArgs  # noqa: E402
 from nemo_train.errors import UserInputError  # noqa: E402
 
 ROOT = Path(__file__).parents[2]
@@ -29,10 +31,14 @@ def test_pipeline_configs_parse_and_instantiate(path):
     config = parser.instantiate_classes(parser.parse_args(["--config", str(path)]))
     assert isinstance(config.autoencoder, CompetencyAutoencoder)
     assert config.autoencoder.hparams.image_size == config.datamodule.hparams.get("image_size", 28)
-    assert set(config.methods) == {"IGD", "FGD", "Reco", "LGD", "LNN"}
-    # the shipped presets keep the paper's lr / gamma / iterations and state their two departures
-    assert (config.lr, config.gamma, config.max_iter) == (1e-3, 0.1, 100)
-    assert config.objective == "score" and config.lgd_objective == "log_score" and config.lgd_lr == 0.1
+    assert [m.name for m in config.methods] == ["IGD", "FGD", "Reco", "LGD", "LNN"]
+    # the shipped presets keep the paper's lr / gamma / iterations and state LGD's two departures
+    for method in config.methods:
+        if method.name in ("IGD", "FGD"):
+            assert (method.lr, method.gamma, method.max_iter, method.objective) == (1e-3, 0.1, 100, "score")
+    (lgd,) = [m for m in config.methods if isinstance(m, LatentGradientDescent)]
+    assert lgd.objective == "log_score" and lgd.lr == 0.1 and (lgd.gamma, lgd.max_iter) == (0.1, 100)
+    assert config.estimator.threshold == 0.9 and config.estimator.dir is None  # <out_dir>/parce
 
 
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("*_autoencoder.yaml")), ids=lambda p: p.stem)
@@ -64,7 +70,7 @@ def test_competency_data_is_the_classifier_training_data(path):
     # PaRCE's autoencoder must learn the classifier's training distribution (paper 004, Sec. 2.1), so the
     # counterfactual preset and its autoencoder preset use the data of the classifier preset they name.
     config = yaml.safe_load(path.read_text())
-    classifier = _classifier_preset(config["classifier_checkpoint"])["data"]
+    classifier = _classifier_preset(config["estimator"]["classifier_checkpoint"])["data"]
     autoencoder = yaml.safe_load(
         (CONFIGS / path.name.replace("counterfactuals_", "").replace(".yaml", "_autoencoder.yaml")).read_text()
     )["data"]
@@ -79,6 +85,7 @@ def test_competency_data_is_the_classifier_training_data(path):
 @pytest.mark.slow
 def test_counterfactuals_command_prints_table_one(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(PIPELINE_COMMANDS, "counterfactuals", "nemo_train.competency.pipeline:counterfactuals")
+    gradient = "nemo_train.competency.gradient_counterfactuals"
     config = {
         "datamodule": {
             "class_path": "datamodules.cmnist.CMNISTDataModule",
@@ -88,24 +95,32 @@ def test_counterfactuals_command_prints_table_one(tmp_path, monkeypatch, capsys)
             "class_path": "nemo_train.competency.autoencoder.CompetencyAutoencoder",
             "init_args": {"image_size": 28, "widths": [8, 16], "latent_dim": 16},
         },
+        "methods": [
+            {"class_path": f"{gradient}.ImageGradientDescent", "init_args": {"max_iter": 3}},
+            {"class_path": f"{gradient}.FeatureGradientDescent", "init_args": {"max_iter": 3}},
+            {"class_path": "nemo_train.competency.counterfactuals.ReconstructionCounterfactual"},
+            {"class_path": f"{gradient}.LatentGradientDescent", "init_args": {"max_iter": 3}},
+            {"class_path": "nemo_train.competency.counterfactuals.LatentNearestNeighbor"},
+        ],
         "out_dir": str(tmp_path / "out"),
-        "per_cause": 2,
-        "threshold": 0.1,
-        "max_iter": 3,
-        "classifier_epochs": 2,
-        "autoencoder_epochs": 1,
+        "causes": {"per_cause": 2},
+        "estimator": {"threshold": 0.1},
+        "train": {"classifier_epochs": 2, "autoencoder_epochs": 1},
         "device": "cpu",
     }
     path = tmp_path / "cf.yaml"
     path.write_text(yaml.safe_dump(config))
-    results = run_pipeline("counterfactuals", ["--config", str(path)])
+    run = run_pipeline("counterfactuals", ["--config", str(path)])
     out = capsys.readouterr().out
     for method in ("Orig", "IGD", "FGD", "Reco", "LGD", "LNN"):
-        assert f"\n{method} " in out
+        assert f"│ {method} " in out
     assert "Success Rate" in out and "fid[classifier]" in out and "1-ssim" in out
-    assert set(results["table"]) == {"Orig", "IGD", "FGD", "Reco", "LGD", "LNN"}
+    assert isinstance(run, CounterfactualRun) and set(run.table) == {"Orig", "IGD", "FGD", "Reco", "LGD", "LNN"}
+    assert set(run.success) == {"IGD", "FGD", "Reco", "LGD", "LNN"} and 0 <= run.calibration.holdout_accuracy <= 1
     written = json.loads((tmp_path / "out" / "results.json").read_text())
     assert written["table"]["Orig"]["success"] == 0.0  # the six-cause set holds low-competency images only
+    assert written["table"] == json.loads(json.dumps(run.table))
+    assert written["generator_options"]["LGD"]["init_args"]["max_iter"] == 3
     for name in (
         "table.txt",
         "grid.png",
@@ -115,22 +130,22 @@ def test_counterfactuals_command_prints_table_one(tmp_path, monkeypatch, capsys)
         "parce/parce.safetensors",
     ):
         assert (tmp_path / "out" / name).is_file()
+    assert run.files["estimator"] == tmp_path / "out" / "parce" and run.files["grid"].is_file()
+    assert "Success Rate" in (tmp_path / "out" / "table.txt").read_text()
     # the run records what it used, so the benchmark can time the same classifier and estimator
     assert written["run"]["classifier_checkpoint"] == str(tmp_path / "out" / "classifier.ckpt")
     assert (
         written["run"]["estimator_dir"] == str(tmp_path / "out" / "parce") and written["run"]["channels_last"] is True
     )
-    assert written["run"]["datamodule"] == {
-        "class_path": "datamodules.cmnist.CMNISTDataModule",
-        "init_args": {
-            "data_dir": None,
-            "bias": "model_a",
-            "train_size": 1000,
-            "test_styles": 1,
-            "batch_size": 32,
-            "num_workers": 0,
-            "seed": 0,
-        },
+    init_args = written["run"]["datamodule"]["init_args"]
+    assert written["run"]["datamodule"]["class_path"] == "datamodules.cmnist.CMNISTDataModule"
+    assert {k: init_args[k] for k in ("data_dir", "bias", "train_size", "test_styles", "batch_size", "seed")} == {
+        "data_dir": None,
+        "bias": "model_a",
+        "train_size": 1000,
+        "test_styles": 1,
+        "batch_size": 32,
+        "seed": 0,
     }
     assert written["run"]["cause_directions"] == {"brightness": "up", "contrast": "down", "saturation": "down"}
     # the sweep script rebuilds the run's data and estimator from that record
@@ -149,13 +164,22 @@ def test_counterfactuals_command_prints_table_one(tmp_path, monkeypatch, capsys)
         text=True,
         check=True,
         cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
-    rows = [line for line in sweep.stdout.splitlines() if line.startswith("| ") and "---" not in line]
-    assert len(rows) == 1 + 1 + 3 + 2 * 3  # header, clean, 3 causes with one direction, 3 with two
-    assert "| brightness | down | 1 |" in sweep.stdout and "| brightness | up (default) | 1 |" in sweep.stdout
+    rows = [line for line in sweep.stdout.splitlines() if line.startswith("│ ")]
+    assert len(rows) == 1 + 3 + 2 * 3  # clean, 3 causes with one direction, 3 with two
+    assert any(r.split("│")[1:4] == [" brightness ", " down ", " 1 "] for r in rows) or "brightness" in sweep.stdout
     # a second run trains a new autoencoder (the parser builds it from another random state): the seed decides
     run_pipeline(
-        "counterfactuals", ["--config", str(path), "--estimator_dir", str(tmp_path / "parce2"), "--methods", "[Reco]"]
+        "counterfactuals",
+        [
+            "--config",
+            str(path),
+            "--estimator.dir",
+            str(tmp_path / "parce2"),
+            "--methods",
+            '[{"class_path": "nemo_train.competency.counterfactuals.ReconstructionCounterfactual"}]',
+        ],
     )
     first, second = (tmp_path / "out" / "parce" / "parce.safetensors"), (tmp_path / "parce2" / "parce.safetensors")
     assert first.read_bytes() == second.read_bytes()
@@ -192,38 +216,50 @@ def test_estimator_uses_a_trained_autoencoder_checkpoint_without_training(tmp_pa
 
 def test_counterfactuals_command_rejects_bad_values(tmp_path):
     with pytest.raises(UserInputError, match="threshold"):
-        counterfactuals(threshold=1.5, out_dir=str(tmp_path))
-    with pytest.raises(UserInputError, match="unknown counterfactual method"):
-        counterfactuals(methods=["GAN"], out_dir=str(tmp_path))
-    with pytest.raises(UserInputError, match="stopping"):
-        counterfactuals(stopping="sometimes", out_dir=str(tmp_path))
-    with pytest.raises(UserInputError, match="objective"):
-        counterfactuals(objective="loss", out_dir=str(tmp_path))
-    with pytest.raises(UserInputError, match="lgd_objective"):
-        counterfactuals(lgd_objective="loss", out_dir=str(tmp_path))
-    with pytest.raises(UserInputError, match="lgd_lr"):
-        counterfactuals(lgd_lr=-0.1, out_dir=str(tmp_path))
+        EstimatorArgs(threshold=1.5)
+    with pytest.raises(UserInputError, match="loss_scale"):
+        EstimatorArgs(loss_scale=0.0)
+    with pytest.raises(UserInputError, match="per_cause"):
+        CauseArgs(per_cause=0)
+    with pytest.raises(UserInputError, match="severity"):
+        CauseArgs(severity=(0.5, 1.5))
+    with pytest.raises(UserInputError, match="batch_size"):
+        EvalArgs(batch_size=0)
+    with pytest.raises(UserInputError, match="more than once"):
+        counterfactuals(methods=[LatentGradientDescent(), LatentGradientDescent(lr=0.1)], out_dir=str(tmp_path))
     with pytest.raises(UserInputError, match="directions"):
-        counterfactuals(cause_directions={"noise": "up"}, out_dir=str(tmp_path))
+        counterfactuals(causes=CauseArgs(directions={"noise": "up"}), out_dir=str(tmp_path))
     with pytest.raises(UserInputError, match="nemo-train fit"):
-        counterfactuals(classifier_checkpoint=str(tmp_path / "missing.ckpt"), out_dir=str(tmp_path), per_cause=1)
+        counterfactuals(
+            estimator=EstimatorArgs(classifier_checkpoint=str(tmp_path / "missing.ckpt")),
+            causes=CauseArgs(per_cause=1),
+            out_dir=str(tmp_path),
+        )
 
 
-def test_demo_step_runs_the_pipeline_on_the_demo_checkpoint(tmp_path, monkeypatch):
-    from types import SimpleNamespace
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "nemo_train.cli", "counterfactuals", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
 
-    import nemo_train.competency.pipeline as pipeline
 
-    calls = []
-    monkeypatch.setattr(pipeline, "counterfactuals", lambda **kwargs: calls.append(kwargs))
-    checkpoint = tmp_path / "model_a.ckpt"
-    checkpoint.write_bytes(b"")
-    ctx = SimpleNamespace(out_dir=tmp_path, checkpoints={"cmnist_model_a": checkpoint}, artifacts={}, fast=True)
-    pipeline.demo_step(ctx)
-    (kwargs,) = calls
-    assert kwargs["classifier_checkpoint"] == str(checkpoint) and kwargs["out_dir"] == str(tmp_path / "counterfactuals")
-    assert kwargs["lgd_objective"] == "log_score" and kwargs["lgd_lr"] == 0.1  # the shipped preset's settings
-    assert ctx.artifacts["counterfactual_table"] == tmp_path / "counterfactuals" / "table.txt"
-    ctx = SimpleNamespace(out_dir=tmp_path, checkpoints={}, artifacts={}, fast=False)
-    pipeline.demo_step(ctx)
-    assert calls[-1]["classifier_checkpoint"] is None and calls[-1]["per_cause"] == 10
+def test_help_lists_the_choices_and_a_bad_choice_is_one_line(tmp_path):
+    help_text = _cli("--help").stdout
+    for text in ("--estimator.loss_scale", "--causes.per_cause", "{auto,cpu,cuda}", "--methods"):
+        assert text in help_text
+    config = yaml.safe_load((CONFIGS / "counterfactuals_cmnist.yaml").read_text())
+    config["methods"][3]["init_args"]["stopping"] = "sometimes"
+    config["out_dir"] = str(tmp_path)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(config))
+    failed = _cli("--config", str(path))
+    assert failed.returncode == 2 and "Traceback" not in failed.stderr
+    assert "stopping" in failed.stderr and "per_image" in failed.stderr  # names the option and its choices
+    config["methods"][3]["init_args"] = {"learning_rate": 0.1}
+    path.write_text(yaml.safe_dump(config))
+    failed = _cli("--config", str(path))
+    assert failed.returncode == 2 and "learning_rate" in failed.stderr and "Traceback" not in failed.stderr

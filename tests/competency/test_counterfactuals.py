@@ -4,8 +4,28 @@ import pytest
 import torch
 from competency_toys import constant_images
 
-from nemo_train.competency.counterfactuals import METHODS, LatentNearestNeighbor, build_generator, vector_distance
+from nemo_train.competency.counterfactuals import LatentNearestNeighbor, ReconstructionCounterfactual, vector_distance
+from nemo_train.competency.gradient_counterfactuals import (
+    FeatureGradientDescent,
+    ImageGradientDescent,
+    LatentGradientDescent,
+    paper_methods,
+)
 from nemo_train.errors import UserInputError
+
+CLASSES = {
+    "IGD": ImageGradientDescent,
+    "FGD": FeatureGradientDescent,
+    "Reco": ReconstructionCounterfactual,
+    "LGD": LatentGradientDescent,
+    "LNN": LatentNearestNeighbor,
+}
+
+
+def build_generator(name, estimator, **options):
+    """The generator class ``name`` built with ``options`` and bound to ``estimator``."""
+    return CLASSES[name](**options).bind(estimator)
+
 
 LOW = [0.40, 0.42, 0.45]  # competency 0.83, 0.78, 0.68 under the toy estimator (threshold 0.9)
 HIGH = 0.2  # competency 0.99
@@ -61,6 +81,9 @@ def test_log_score_objective_moves_images_whose_score_has_underflowed(toy_estima
 
 
 def test_igd_with_the_perceptual_distance_also_succeeds(toy_estimator):
+    from nemo_train.metrics import perceptual
+
+    perceptual._warn_once.cache_clear()  # the fallback warns once per process
     with pytest.warns(UserWarning, match="1-ssim"):
         generator = build_generator("IGD", toy_estimator, lr=0.01)
     assert generator.distance_name == "1-ssim"
@@ -105,7 +128,7 @@ def test_lnn_decodes_the_nearest_competent_latent(latent_estimator, distance):
     autoencoder = toy_estimator.autoencoder
     bank_images = constant_images([0.1, 0.2, 0.3, 0.6])  # the last one is not competent and stays out
     assert (toy_estimator(bank_images) >= 0.9).tolist() == [True, True, True, False]
-    lnn = LatentNearestNeighbor(toy_estimator, distance=distance).fit(bank_images)
+    lnn = LatentNearestNeighbor(distance=distance).bind(toy_estimator).fit(bank_images)
     assert len(lnn.bank) == 3
     images = constant_images(LOW)
     result = lnn(images)
@@ -126,18 +149,50 @@ def test_vector_distances_by_hand():
 
 
 def test_bad_settings_give_clear_errors(toy_estimator):
-    with pytest.raises(UserInputError, match="unknown counterfactual method"):
-        build_generator("XYZ", toy_estimator)
-    with pytest.raises(UserInputError, match="stopping"):
-        build_generator("LGD", toy_estimator, stopping="never")
-    with pytest.raises(UserInputError, match="objective"):
-        build_generator("IGD", toy_estimator, objective="loss")
     with pytest.raises(UserInputError, match="threshold"):
-        build_generator("Reco", toy_estimator, threshold=1.2)
-    with pytest.raises(UserInputError, match="distance"):
-        build_generator("FGD", toy_estimator, distance="manhattan")
+        ReconstructionCounterfactual(threshold=1.2)
+    with pytest.raises(UserInputError, match="lr="):
+        LatentGradientDescent(lr=-1.0)
+    with pytest.raises(UserInputError, match="bind"):
+        ReconstructionCounterfactual()(constant_images(LOW))
     with pytest.raises(UserInputError, match="fit"):
         build_generator("LNN", toy_estimator)(constant_images(LOW))
     with pytest.raises(UserInputError, match=r"\[B, 3, 8, 8\]"):
         build_generator("Reco", toy_estimator)(torch.rand(1, 3, 9, 9))
-    assert set(METHODS) == {"IGD", "FGD", "Reco", "LGD", "LNN"}
+
+
+def test_generators_report_their_options_and_the_paper_defaults():
+    assert [g.name for g in paper_methods()] == ["IGD", "FGD", "Reco", "LGD", "LNN"]
+    lgd = LatentGradientDescent(lr=0.1, objective="log_score")
+    assert lgd.options() == {
+        "distance": "cos",
+        "lr": 0.1,
+        "gamma": 0.1,
+        "max_iter": 100,
+        "stopping": "per_image",
+        "objective": "log_score",
+        "threshold": None,
+    }
+    assert lgd.class_path() == "nemo_train.competency.gradient_counterfactuals.LatentGradientDescent"
+
+
+@pytest.mark.parametrize(
+    ("init_args", "option"),
+    [
+        ({"stopping": "never"}, "stopping"),
+        ({"objective": "loss"}, "objective"),
+        ({"distance": "manhattan"}, "distance"),
+    ],
+)
+def test_choices_are_validated_by_their_types(init_args, option):
+    from jsonargparse import ArgumentParser
+
+    from nemo_train.competency.counterfactuals import CounterfactualGenerator
+
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_argument("--method", type=CounterfactualGenerator)
+    config = {"class_path": "nemo_train.competency.gradient_counterfactuals.LatentGradientDescent"}
+    with pytest.raises(Exception, match=option):
+        parser.parse_object({"method": {**config, "init_args": init_args}})
+    parsed = parser.parse_object({"method": {**config, "init_args": {"stopping": "batch"}}})
+    assert isinstance(parser.instantiate_classes(parsed).method, LatentGradientDescent)

@@ -119,7 +119,7 @@ def test_bad_attributes_raise_user_input_error(renderer):
         renderer.render("cube", 5, "red", "large")
     with pytest.raises(UserInputError, match="shape indices"):
         renderer.render_batch(torch.tensor([3]), torch.tensor([0]), torch.tensor([0]), torch.tensor([0]))
-    with pytest.raises(UserInputError, match="too small"):
+    with pytest.raises(UserInputError, match="image_size=4 is out of range"):
         CLEVRRenderer(image_size=4)
 
 

@@ -19,14 +19,14 @@ from datamodules.explanations import (  # noqa: E402
     ExplanationRecord,
     build_messages,
     build_six_cause_pairs,
-    load_processor,
     read_records,
     to_pil,
     write_records,
 )
 from datamodules.six_causes import CAUSES  # noqa: E402
 from nemo_train.errors import UserInputError  # noqa: E402
-from nemo_train.explainer.causes import EXPLANATIONS, is_correct  # noqa: E402
+from nemo_train.models.vlm import TINY_MODEL, load_processor  # noqa: E402
+from nemo_train.vocabulary import EXPLANATIONS, is_correct  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +149,12 @@ def test_records_round_trip(tmp_path):
 
 def test_datamodule_batches_and_side_by_side_counterfactual(processor, pairs):
     dm = ExplanationDataModule(
-        train_jsonl=str(pairs["train"]), val_jsonl=str(pairs["val"]), use_counterfactual=True, batch_size=4
+        TINY_MODEL,
+        load_processor,
+        train_jsonl=str(pairs["train"]),
+        val_jsonl=str(pairs["val"]),
+        use_counterfactual=True,
+        batch_size=4,
     )
     dm.setup("fit")
     batch = next(iter(dm.train_dataloader()))
@@ -159,10 +164,20 @@ def test_datamodule_batches_and_side_by_side_counterfactual(processor, pairs):
     assert len(dm.val_records) == len(read_records(pairs["val"]))
     assert dm.prompt_settings()["use_counterfactual"] is True
     with pytest.raises(UserInputError, match="val_jsonl is set without train_jsonl"):
-        ExplanationDataModule(val_jsonl=str(pairs["val"]))
+        ExplanationDataModule(TINY_MODEL, val_jsonl=str(pairs["val"]))
 
 
 def test_messages_layout():
     messages = build_messages("Why?", "ctx", "Because.")
     assert [m["role"] for m in messages] == ["system", "user", "assistant"]
     assert messages[1]["content"][0] == {"type": "image"}
+
+
+def test_sixteen_bit_grey_images_are_scaled_not_clipped(tmp_path):
+    import numpy as np
+    from PIL import Image
+
+    path = tmp_path / "wide.png"
+    Image.fromarray(np.full((4, 4), 32896, dtype=np.uint16)).save(path)  # 32896 / 257 = 128
+    assert Image.open(path).mode.startswith("I")
+    assert np.asarray(to_pil(path))[0, 0].tolist() == [128, 128, 128]

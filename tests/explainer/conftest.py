@@ -29,3 +29,12 @@ def six_cause_pairs(tmp_path_factory, explainer_cache):
     from datamodules.explanations import build_six_cause_pairs
 
     return build_six_cause_pairs(tmp_path_factory.mktemp("pairs"), per_cause=4, seed=0, val_fraction=0.25)
+
+
+@pytest.fixture(scope="session")
+def tiny_real(tmp_path_factory):
+    """Tiny random Qwen2.5-VL and Mllama checkpoints: ``{"qwen2_5_vl": Path, "mllama": Path}``."""
+    from tests.explainer.tiny_real import build
+
+    root = tmp_path_factory.mktemp("tiny_real")
+    return {family: build(family, root / family) for family in ("qwen2_5_vl", "mllama")}

@@ -18,11 +18,12 @@ SCRIPT = textwrap.dedent(
     import sys, torch, lightning as L
     from datamodules.explanations import ExplanationDataModule
     from nemo_train.explainer import ExplainerModule
+    from nemo_train.models.vlm import TINY_MODEL, load_processor
 
     train, val, out = sys.argv[1:4]
     L.seed_everything(0)
     module = ExplainerModule(lr=1e-2)
-    dm = ExplanationDataModule(train_jsonl=train, val_jsonl=val, batch_size=2)
+    dm = ExplanationDataModule(TINY_MODEL, load_processor, train_jsonl=train, val_jsonl=val, batch_size=2)
     trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=3, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         limit_val_batches=1, num_sanity_val_steps=0, default_root_dir=out)

@@ -32,3 +32,25 @@ def test_bad_group_index_raises():
         assert "group indices" in str(err)
     else:
         raise AssertionError("expected ValueError")
+
+
+def test_attribute_grouping_and_named_values_in_one_collection():
+    from torchmetrics import ClasswiseWrapper, MetricCollection
+
+    collection = MetricCollection(
+        {
+            "group": ClasswiseWrapper(GroupAccuracy(2), ["aligned", "conflicting"], prefix="acc_"),
+            "by_context": ClasswiseWrapper(
+                GroupAccuracy(3, attribute="context"), ["a", "b", "c"], prefix="acc_context_"
+            ),
+        },
+        compute_groups=False,
+    ).clone(prefix="val/")
+    preds, target = torch.tensor([0, 1, 1, 0]), torch.tensor([0, 1, 0, 0])
+    attrs = {"context": torch.tensor([0, 1, 1, 1])}
+    collection.update(preds=preds, target=target, groups=torch.tensor([0, 0, 1, 1]), attrs=attrs)
+    values = {k: float(v) for k, v in collection.compute().items()}
+    # aligned: 2/2 right; conflicting: 1/2; context a: 1/1, b: 2/3, c: no sample
+    assert values["val/acc_aligned"] == 1.0 and values["val/acc_conflicting"] == 0.5
+    assert values["val/acc_context_a"] == 1.0 and abs(values["val/acc_context_b"] - 2 / 3) < 1e-6
+    assert math.isnan(values["val/acc_context_c"])

@@ -273,3 +273,32 @@ def test_diffusers_editor_is_batched_seeded_and_keeps_size():
     assert torch.equal(first, second)  # seeded
     assert torch.equal(first[1], sample.image)  # no instruction, no edit
     assert not torch.equal(first[0], sample.image)
+
+
+@pytest.mark.parametrize("name", ["FluxKontextPipeline", "QwenImageEditPipeline"])
+def test_diffusers_editor_options_reach_kontext_and_qwen_pipelines(name):
+    """Kontext keeps the configured edit size (no 1024^2 rescale); Qwen's true CFG gets its negative prompt."""
+    import inspect
+    from types import SimpleNamespace
+
+    import diffusers
+
+    from nemo_train.nemo.editors import DiffusersEditor
+
+    calls = []
+
+    def call(self, prompt, image, **kwargs):
+        calls.append(kwargs)
+        return SimpleNamespace(images=torch.zeros(len(prompt), 3, 64, 64))
+
+    call.__signature__ = inspect.signature(getattr(diffusers, name).__call__)  # the real pipeline's options
+    recorder = type(name, (), {"__call__": call, "set_progress_bar_config": lambda self, **kwargs: None})()
+    editor = DiffusersEditor(recorder, size=64)
+    edited = editor.edit(ErrorSample("x", torch.rand(3, 28, 28), 0, 1), ["make it red", "make it blue"])
+    assert edited.shape == (2, 3, 28, 28)
+    (kwargs,) = calls
+    assert kwargs["height"] == kwargs["width"] == 64
+    if name == "FluxKontextPipeline":
+        assert kwargs["max_area"] == 64 * 64 and kwargs["_auto_resize"] is False
+    else:
+        assert kwargs["true_cfg_scale"] == 4.0 and kwargs["negative_prompt"] == [" ", " "]

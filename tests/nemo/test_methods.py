@@ -56,7 +56,7 @@ def test_scitx_selects_argmax_cei_and_batches_all_interventions():
         "The square is rotated 10 degrees.",  # CEI 0
     ]
     backend = ScriptedBackend([json.dumps({"cause_of_error": h}) for h in hypotheses])
-    method = SciTX(target, MLLMHypothesizer(backend), scorer_for(target), k=6, m=3)  # 3 per class
+    method = SciTX(target, MLLMHypothesizer(backend), scorer_for(target), k=6, m=3)  # every correct reference
     target.batch_sizes.clear()
     explanation = method.explain(bench.errors[0], bench)
     assert explanation.text == hypotheses[1]
@@ -98,15 +98,30 @@ def test_attribute_contrast_hypothesizer_names_the_contrasting_values():
 def test_change_mllm_uses_nearest_correct_reference():
     target = RedGreenTarget()
     bench = toy_benchmark(target)
-    method = ChangeMLLM(target)  # offline, rule-based comparison
+    method = ChangeMLLM(target, reference_class="true")  # offline, rule-based comparison
     explanation = method.explain(bench.errors[0], bench)
     assert explanation.details["reference"] in (0, 1, 5)  # a correct reference of the true class
     assert "colour is green where the reference is" in explanation.text
+    # default (the NEMO paper): the nearest correct reference of the true OR the predicted class
+    assert ChangeMLLM(target).reference(bench.errors[0], bench) in (2, 3)
     backend = ScriptedBackend(['{"visual_differences": "d", "cause_of_error": "The green colour misleads the model."}'])
     explanation = ChangeMLLM(target, backend).explain(bench.errors[0], bench)
     assert explanation.text == "The green colour misleads the model."
     images = [p for p in backend.calls[0]["messages"][0]["content"] if p["type"] == "image"]
     assert len(images) == 2 and torch.equal(images[0]["image"], bench.errors[0].image)
+
+
+def test_scitx_retrieval_takes_the_k_nearest_of_the_filtered_set_or_balanced_halves():
+    from nemo_train.nemo.methods.scitx import retrieve_observations
+
+    target = RedGreenTarget()
+    bench = toy_benchmark(target)
+    error = bench.errors[0]  # green, labelled 0, predicted 1
+    query = target.features(error.image[None])[0]
+    nearest = retrieve_observations(error, query, bench.reference, 2)
+    assert sorted(nearest) == [2, 3]  # both correct green references (class 1) are nearer than any class-0 one
+    balanced = retrieve_observations(error, query, bench.reference, 2, balanced=True)
+    assert [int(bench.reference.labels[i]) for i in balanced] == [0, 1]
 
 
 def test_cam_mllm_sends_a_gradcam_overlay():

@@ -1,8 +1,9 @@
-"""``nemo-eval``: the embedded default end to end, the CLI, kill -9 and resume, the LLM reply cache."""
+"""``nemo-eval``: the embedded default end to end, typed configs, the CLI, kill -9 and resume, the reply cache."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -14,22 +15,33 @@ import pytest
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 
-from nemo_train.cli import PIPELINE_COMMANDS, main, run_pipeline  # noqa: E402
+from jsonargparse import ArgumentError, ArgumentParser  # noqa: E402
+
+from nemo_train.cli import main, run_pipeline, summarize_parser_error  # noqa: E402
 from nemo_train.errors import UserInputError  # noqa: E402
-from nemo_train.nemo.run import ResultStore, format_table, known_cause_win_rate, nemo_eval, summarize  # noqa: E402
+from nemo_train.nemo.components import (  # noqa: E402
+    BenchmarkArgs,
+    ChangeMLLMMethod,
+    CheckpointTarget,
+    DistractorMethod,
+    KnownCauseMethod,
+    RunArgs,
+    SciTXMethod,
+)
+from nemo_train.nemo.report import known_cause_win_rate, print_report, summarize  # noqa: E402
+from nemo_train.nemo.run import nemo_eval  # noqa: E402
+from nemo_train.store import ResultStore  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-METHODS = ["scitx", "change_mllm", "known_cause", "distractor"]
+METHODS = [SciTXMethod(), ChangeMLLMMethod(), KnownCauseMethod(), DistractorMethod()]
 
 
-@pytest.fixture(scope="module")
-def checkpoint(trained_cmnist_classifier, tmp_path_factory):
-    """The session's trained CMNIST Model-A classifier as a Lightning checkpoint file."""
+def save_checkpoint(module, path: Path) -> str:
+    """``module`` as a Lightning checkpoint file at ``path`` (folders created)."""
     import lightning
     import torch
 
-    module, _ = trained_cmnist_classifier
-    path = tmp_path_factory.mktemp("ckpt") / "model_a.ckpt"
+    path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(
         {
             "state_dict": module.state_dict(),
@@ -41,27 +53,59 @@ def checkpoint(trained_cmnist_classifier, tmp_path_factory):
     return str(path)
 
 
+@pytest.fixture(scope="module")
+def checkpoint(trained_cmnist_classifier, tmp_path_factory):
+    """The session's trained CMNIST Model-A classifier at ``<tmp>/model_a/best.ckpt``."""
+    module, _ = trained_cmnist_classifier
+    return save_checkpoint(module, tmp_path_factory.mktemp("ckpt") / "model_a" / "best.ckpt")
+
+
+def small(n: int = 8) -> BenchmarkArgs:
+    return BenchmarkArgs(n=n, seed=0, test_styles=1)
+
+
 def test_embedded_default_separates_true_cause_from_distractor(checkpoint, tmp_path, capsys):
-    result = nemo_eval(targets=[checkpoint], methods=METHODS, n=20, seed=0, out_dir=str(tmp_path), test_styles=1)
+    result = nemo_eval(small(20), [checkpoint], METHODS, run=RunArgs(out_dir=str(tmp_path)))
     out = capsys.readouterr().out
     assert "NEMO evaluation on cmnist" in out and "SciTX" in out and "keyword judge" in out
-    records = list(ResultStore(result["results"]).records.values())
+    records = list(ResultStore(result.results).records.values())
     rate, count = known_cause_win_rate(records)
-    assert count >= 10
-    assert rate >= 0.9  # colour beats rotation on CEI for at least 90 % of the errors
-    summary = summarize(records)
-    known, distractor = summary[("KnownCause", "model_a")], summary[("Distractor(rotation)", "model_a")]
-    assert known["llm_match"] == 1.0 and distractor["llm_match"] == 0.0  # keyword judge on the colour criterion
-    assert known["cei"] > distractor["cei"]
+    assert count >= 10 and rate >= 0.9  # colour beats rotation on CEI for at least 90 % of the errors
+    assert result.known_cause_win_rate == rate
+    known, distractor = result.cell("KnownCause", "model_a"), result.cell("Distractor(rotation)", "model_a")
+    assert known.llm_match == 1.0 and distractor.llm_match == 0.0  # keyword judge on the colour criterion
+    assert known.cei > distractor.cei
     scitx = [r for r in records if r["method"] == "SciTX"]
     assert all(r["cei"] == max(r["candidate_cei"]) for r in scitx if r["candidate_cei"])  # argmax selection
+    assert all(r["settings"]["target.sha256"] and r["settings"]["method.class"] for r in records)
+
+
+def test_two_best_ckpt_targets_get_two_columns(trained_cmnist_classifier, tmp_path, capsys):
+    module, _ = trained_cmnist_classifier
+    a = save_checkpoint(module, tmp_path / "model_a" / "best.ckpt")
+    b = save_checkpoint(module, tmp_path / "model_b" / "best.ckpt")
+    result = nemo_eval(small(3), [a, b], [KnownCauseMethod()], run=RunArgs(out_dir=str(tmp_path / "out")))
+    assert [c.target for c in result.cells] == ["model_a", "model_b"]
+    assert "model_a LLM Match" in capsys.readouterr().out
+    named = nemo_eval(
+        small(3),
+        [CheckpointTarget(a, name="first"), CheckpointTarget(a, name="second")],
+        [KnownCauseMethod()],
+        run=RunArgs(out_dir=str(tmp_path / "named")),
+    )
+    assert [c.target for c in named.cells] == ["first", "second"]
+    with pytest.raises(UserInputError, match="more than once"):
+        nemo_eval(small(3), [CheckpointTarget(a, name="x"), CheckpointTarget(b, name="x")], [KnownCauseMethod()])
 
 
 def test_kill_minus_nine_then_resume(checkpoint, tmp_path):
     killed_dir, clean_dir = tmp_path / "killed", tmp_path / "clean"
-    args = dict(targets=[checkpoint], methods=METHODS, n=8, seed=0, test_styles=1)
-    code = f"from nemo_train.nemo.run import nemo_eval; nemo_eval(out_dir={str(killed_dir)!r}, **{args!r})"
-    env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT)}
+    code = (
+        "from nemo_train.nemo.run import nemo_eval; from tests.nemo.test_run import METHODS, small;"
+        f"from nemo_train.nemo.components import RunArgs; nemo_eval(small(), [{checkpoint!r}], METHODS,"
+        f" run=RunArgs(out_dir={str(killed_dir)!r}))"
+    )
+    env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"}
     proc = subprocess.Popen(
         [sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
@@ -77,26 +121,17 @@ def test_kill_minus_nine_then_resume(checkpoint, tmp_path):
     finished = len(ResultStore(results).records)
     assert 6 <= finished < 4 * 8
 
-    resumed = nemo_eval(out_dir=str(killed_dir), **args)
-    assert resumed["resumed"] == finished  # finished samples are not recomputed
-    assert resumed["computed"] == 4 * 8 - finished
+    resumed = nemo_eval(small(), [checkpoint], METHODS, run=RunArgs(out_dir=str(killed_dir)))
+    assert resumed.resumed == finished  # finished samples are not recomputed
+    assert resumed.computed == 4 * 8 - finished
     lines = [json.loads(line) for line in results.read_text().splitlines()]
     assert len(lines) == len({r["key"] for r in lines}) == 4 * 8  # nothing written twice
 
-    clean = nemo_eval(out_dir=str(clean_dir), **args)
-    assert clean["computed"] == 4 * 8 and clean["resumed"] == 0
-    assert resumed["summary"] == clean["summary"]  # same table as an uninterrupted run
-    again = nemo_eval(out_dir=str(killed_dir), **args)
-    assert again["computed"] == 0 and again["summary"] == clean["summary"]
-
-
-def test_torn_last_line_is_dropped(tmp_path):
-    path = tmp_path / "results.jsonl"
-    path.write_text(json.dumps({"key": "a|m|1", "x": 1}) + "\n" + '{"key": "a|m|2", "x"')
-    store = ResultStore(path)
-    assert list(store.records) == ["a|m|1"]
-    store.append({"key": "a|m|3"})
-    assert [json.loads(line)["key"] for line in path.read_text().splitlines()] == ["a|m|1", "a|m|3"]
+    clean = nemo_eval(small(), [checkpoint], METHODS, run=RunArgs(out_dir=str(clean_dir)))
+    assert clean.computed == 4 * 8 and clean.resumed == 0
+    assert resumed.cells == clean.cells  # same table as an uninterrupted run
+    again = nemo_eval(small(), [checkpoint], METHODS, run=RunArgs(out_dir=str(killed_dir)))
+    assert again.computed == 0 and again.cells == clean.cells
 
 
 def test_cli_with_config_file_and_llm_cache(checkpoint, tmp_path, monkeypatch, capsys):
@@ -111,21 +146,23 @@ def test_cli_with_config_file_and_llm_cache(checkpoint, tmp_path, monkeypatch, c
         n = request["body"].get("n", 1)
         return completion(*['{"cause_of_error": "The stroke colour is unusual; in training this digit was red."}'] * n)
 
-    monkeypatch.setitem(PIPELINE_COMMANDS, "nemo-eval", "nemo_train.nemo.run:nemo_eval")
     monkeypatch.setenv("NEMO_TEST_KEY", "sk-secret-123")
     with LoopbackOpenAIServer(responder) as server:
         config = tmp_path / "eval.yaml"
         config.write_text(
-            f"benchmark: cmnist\ntargets: [{checkpoint}]\nmethods: [scitx]\nn: 3\nm: 2\ntest_styles: 1\nout_dir: {tmp_path / 'out'}\n"
-            f"explainer: {{kind: openai, base_url: {server.base_url}, model: tiny, api_key_env: NEMO_TEST_KEY, max_retries: 0}}\n"
+            f"benchmark: {{n: 3, test_styles: 1}}\ntargets: [{checkpoint}]\n"
+            "methods: [{class_path: SciTXMethod, init_args: {m: 2}}]\n"
+            f"run: {{out_dir: {tmp_path / 'out'}}}\n"
+            "explainer:\n  class_path: OpenAICompatibleBackend\n"
+            f"  init_args: {{base_url: {server.base_url}, model: tiny, api_key_env: NEMO_TEST_KEY, max_retries: 0}}\n"
         )
         first = run_pipeline("nemo-eval", ["--config", str(config)])
         sent = len(server.requests)
-        assert first["computed"] == 3 and sent > 0
+        assert first.computed == 3 and sent > 0
         (tmp_path / "out" / "results.jsonl").unlink()  # lose the results, keep the reply cache
         second = run_pipeline("nemo-eval", ["--config", str(config)])
-        assert second["computed"] == 3 and len(server.requests) == sent  # every reply came from the cache
-        assert second["summary"] == first["summary"]
+        assert second.computed == 3 and len(server.requests) == sent  # every reply came from the cache
+        assert second.cells == first.cells
     out = capsys.readouterr().out
     assert "sk-secret-123" not in out
     for path in (tmp_path / "out").rglob("*"):
@@ -133,13 +170,25 @@ def test_cli_with_config_file_and_llm_cache(checkpoint, tmp_path, monkeypatch, c
             assert b"sk-secret-123" not in path.read_bytes()
     record = next(iter(ResultStore(tmp_path / "out" / "results.jsonl").records.values()))
     assert record["instruction"] == {"attribute": "color", "value": 0}
+    assert record["settings"]["explainer.model"] == "tiny"
+
+
+def parse_error(args: list[str]) -> str:
+    """The one-line message the CLI prints for a configuration the parser rejects."""
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_argument("--config", action="config")
+    parser.add_function_arguments(nemo_eval)
+    with pytest.raises(ArgumentError) as info:
+        parser.parse_args(args)
+    message = summarize_parser_error(info.value)
+    assert "\n" not in message
+    return f"{message} {info.value}"
 
 
 def test_bad_input_is_one_line(monkeypatch, capsys, tmp_path):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setitem(PIPELINE_COMMANDS, "nemo-eval", "nemo_train.nemo.run:nemo_eval")
-    with pytest.raises(UserInputError, match="unknown benchmark 'mnist'"):
-        nemo_eval(benchmark="mnist", targets=["x.ckpt"])
+    message = parse_error(["--benchmark.name", "mnist", "--targets", "[x.ckpt]"])
+    assert "Got value: mnist" in message and "cmnist" in message
     with pytest.raises(SystemExit) as exit_info:
         main(["nemo-eval", "--targets", "[missing.ckpt]"])
     assert exit_info.value.code == 2
@@ -147,32 +196,88 @@ def test_bad_input_is_one_line(monkeypatch, capsys, tmp_path):
     assert not any(tmp_path.iterdir()), "a run with a bad target wrote to its out_dir"
 
 
-def test_table_layout():
+@pytest.mark.parametrize(
+    "config, option",
+    [
+        ("benchmark: {name: cmnist, nn: 5}\n", "nn"),
+        ("methods: [{class_path: SciTXMethod, init_args: {kk: 4}}]\n", "kk"),
+        ("editor: {class_path: ExactEdit, init_args: {deriver: magic}}\n", "magic"),
+        (
+            "explainer: {class_path: OpenAICompatibleBackend, init_args: {base_url: 'http://h/v1', model: m, kind: x}}\n",
+            "kind",
+        ),
+    ],
+)
+def test_unknown_option_in_a_config_is_one_line(config, option, tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(config + "targets: [x.ckpt]\n")
+    message = parse_error(["--config", str(path)])
+    assert option in message
+
+
+def test_table_layout(capsys):
     records = [
-        {"method": "SciTX", "target": "vit", "sample_id": "a", "cei": 10.0, "llm_match": 1.0, "judges": {"j": 1.0}},
-        {"method": "SciTX", "target": "vit", "sample_id": "b", "cei": 20.0, "llm_match": 0.5, "judges": {"j": 0.5}},
-        {"method": "CamMLLM", "target": "vit", "sample_id": "a", "cei": -2.0, "llm_match": 0.0, "judges": {"j": 0.0}},
+        {
+            "method": "SciTX",
+            "target": "vit",
+            "sample_id": "a",
+            "cei": 10.0,
+            "llm_match": 1.0,
+            "explanation": "e",
+            "judges": {"j": 1.0},
+        },
+        {
+            "method": "SciTX",
+            "target": "vit",
+            "sample_id": "b",
+            "cei": 20.0,
+            "llm_match": 0.5,
+            "explanation": "e",
+            "judges": {"j": 0.5},
+        },
+        {
+            "method": "CamMLLM",
+            "target": "vit",
+            "sample_id": "a",
+            "cei": -2.0,
+            "llm_match": 0.0,
+            "explanation": "e",
+            "judges": {"j": 0.0},
+        },
+        {
+            "method": "CamMLLM",
+            "target": "vit",
+            "sample_id": "b",
+            "failed": True,
+            "cei": None,
+            "llm_match": None,
+            "judges": {},
+        },
     ]
-    summary = summarize(records)
-    assert summary[("SciTX", "vit")]["llm_match"] == 0.75 and summary[("SciTX", "vit")]["cei"] == 15.0
-    table = format_table(summary, "toy")
-    assert "0.750" in table and "15.00" in table and "-2.00" in table
+    records.append({**records[0], "sample_id": "c", "explanation": " ", "cei": 0.0, "llm_match": 0.0})
+    cells = summarize(records)
+    assert cells[0].n == 3 and cells[0].empty == 1 and cells[0].cei == 10.0
+    records.pop()
+    cells = summarize(records)
+    assert cells[0].llm_match == 0.75 and cells[0].cei == 15.0 and cells[0].n == 2
+    assert cells[1].n == 1 and cells[1].failed == 1 and cells[1].cei == -2.0
+    table = print_report(cells, "toy")
+    assert "0.750" in table and "15.0" in table and "-2.0" in table and "failed" in table and "empty" not in table
+    assert math.isnan(summarize([{**records[3], "method": "X"}])[0].cei)
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "configs" / "nemo").glob("*.yaml")), ids=lambda p: p.name)
 def test_nemo_configs_parse(path):
-    from jsonargparse import ArgumentParser
-
-    from nemo_train.nemo.run import BENCHMARKS, METHODS
-
     parser = ArgumentParser(exit_on_error=False)
     parser.add_function_arguments(nemo_eval)
     config = parser.parse_path(str(path))
-    assert config.benchmark in BENCHMARKS and config.targets
-    assert set(config.methods) <= set(METHODS)
+    assert config.targets and config.benchmark.name
+    assert "kind:" not in path.read_text()
     for spec in [config.explainer, *(config.judges or [])]:
         if spec:
-            assert spec["kind"] in ("openai", "hf_local") and "api_key" not in spec  # keys only via api_key_env
+            assert "api_key" not in str(spec.init_args).replace("api_key_env", "")  # keys only via api_key_env
+    init = parser.instantiate(config)
+    assert all(hasattr(m, "build") for m in init.methods)
 
 
 def test_wandb_table_per_sample(checkpoint, tmp_path, monkeypatch):
@@ -182,7 +287,7 @@ def test_wandb_table_per_sample(checkpoint, tmp_path, monkeypatch):
     fake_run = type("FakeRun", (), {"log": lambda self, data: logged.append(data)})()
     monkeypatch.setattr(wandb, "run", None)
     monkeypatch.setattr(wandb, "init", lambda **kwargs: fake_run)
-    nemo_eval(targets=[checkpoint], methods=["known_cause"], n=3, test_styles=1, out_dir=str(tmp_path), wandb=True)
+    nemo_eval(small(3), [checkpoint], [KnownCauseMethod()], run=RunArgs(out_dir=str(tmp_path), wandb=True))
     ((data,),) = [logged]
     table, samples = data["nemo/cmnist/table"], data["nemo/cmnist/samples"]
     assert table.data[0][:2] == ["KnownCause", "model_a"]

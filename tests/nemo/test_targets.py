@@ -11,7 +11,14 @@ import torch
 os.environ.setdefault("WANDB_MODE", "disabled")
 
 from nemo_train.errors import UserInputError  # noqa: E402
-from nemo_train.nemo.targets import ClassifierTarget, ClassMapping, TimmTarget, load_checkpoint_target, tiny_random_clip  # noqa: E402
+from nemo_train.nemo.targets import (  # noqa: E402
+    ClassifierTarget,
+    ClassMapping,
+    TimmTarget,
+    ZeroShotTarget,
+    load_checkpoint_target,
+    tiny_random_clip,
+)
 
 
 def test_imagenet_r_style_mask_equals_softmax_over_the_subset():
@@ -116,3 +123,69 @@ def test_gradcam_on_transformer_targets(kind):
     heat, overlay = gradcam_overlay(target, image, 1, target.gradcam_layer(), target.gradcam_reshape())
     assert heat.shape == (32, 32) and overlay.shape == (3, 32, 32)
     assert torch.isfinite(heat).all() and heat.max() <= 1
+
+
+def test_timm_target_from_a_local_weights_file_and_a_missing_hub_model(tmp_path, monkeypatch):
+    from safetensors.torch import save_file
+
+    from nemo_train.errors import UserInputError
+    from nemo_train.nemo.components import TimmModel
+
+    kwargs = dict(img_size=32, patch_size=16, embed_dim=32, depth=1, num_heads=2)
+    source = TimmTarget("vit_tiny_patch16_224", pretrained=False, model_kwargs=kwargs)
+    weights = tmp_path / "vit.safetensors"
+    save_file({k: v.contiguous() for k, v in source.model.state_dict().items()}, str(weights))
+    loaded = TimmTarget("vit_tiny_patch16_224", model_kwargs=kwargs, weights_file=weights)
+    for (name, a), b in zip(source.model.state_dict().items(), loaded.model.state_dict().values()):
+        assert torch.equal(a, b), name
+    spec = TimmModel("vit_tiny_patch16_224", weights_file=str(weights))
+    assert spec.identity()["sha256"] and spec.default_name() == "vit_tiny_patch16_224"
+    with pytest.raises(UserInputError, match="does not exist"):
+        TimmModel("vit_tiny_patch16_224", weights_file=str(tmp_path / "missing.pth")).check()
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # no network here either way
+    with pytest.raises(UserInputError, match="cannot load weights of timm model .* from the hub"):
+        TimmTarget("vit_tiny_patch16_224.augreg_in21k_ft_in1k", model_kwargs=kwargs)
+    with pytest.raises(UserInputError, match="cannot load zero-shot model 'no-such-org/no-such-clip'"):
+        ZeroShotTarget("no-such-org/no-such-clip", ["a", "b"])
+
+
+def test_siglip_target_loads_from_a_hub_layout_folder(tmp_path):
+    """A tiny random SigLIP saved in the hub layout (config, weights, spiece.model, processor) loads offline."""
+    import sentencepiece as spm
+    from transformers import SiglipConfig, SiglipImageProcessor, SiglipModel, SiglipTokenizer
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(f"a photo of a {w}" for w in ["cat", "dog", "bird", "red square", "green circle"] * 20))
+    spm.SentencePieceTrainer.train(
+        input=str(corpus),
+        model_prefix=str(tmp_path / "spiece"),
+        vocab_size=24,
+        model_type="unigram",
+        pad_id=0,
+        eos_id=1,
+        unk_id=2,
+        bos_id=-1,
+        minloglevel=2,
+    )
+    tokenizer = SiglipTokenizer(str(tmp_path / "spiece.model"), model_max_length=16)
+    layers = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
+    torch.manual_seed(0)
+    config = SiglipConfig(
+        text_config=dict(vocab_size=24, max_position_embeddings=16, pad_token_id=0, eos_token_id=1, **layers),
+        vision_config=dict(image_size=32, patch_size=8, **layers),
+    )
+    folder = tmp_path / "siglip-tiny"
+    SiglipModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    SiglipImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
+
+    target = ZeroShotTarget(str(folder), ["cat", "dog", "bird"])
+    assert target.is_siglip and target.image_size == 32
+    images = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    probs = target.predict_proba(images)
+    tokens = tokenizer(target.prompts, padding="max_length", truncation=True, return_tensors="pt")
+    with torch.no_grad():
+        reference = target.model(input_ids=tokens["input_ids"], pixel_values=(images - target.mean) / target.std)
+    assert torch.allclose(probs, reference.logits_per_image.softmax(-1), atol=1e-5)  # the bias cancels

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import torch
+from pytorch_grad_cam import GradCAM
+from pytorch_grad_cam.utils.image import show_cam_on_image
+from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
 
+from nemo_train.backends.messages import user_message
 from nemo_train.errors import UserInputError
 from nemo_train.nemo import prompts
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
@@ -18,10 +22,6 @@ def gradcam_overlay(
     Uses pytorch-grad-cam's ``GradCAM`` on ``target`` (``forward = logits``); ``layer`` defaults to the
     target's ``gradcam_layer()`` (the last convolution).
     """
-    from pytorch_grad_cam import GradCAM
-    from pytorch_grad_cam.utils.image import show_cam_on_image
-    from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
-
     if layer is None:
         if not hasattr(target, "gradcam_layer"):
             raise UserInputError(f"{type(target).__name__} names no Grad-CAM layer; pass cam_layer")
@@ -71,8 +71,6 @@ class CamMLLM:
         self._last_overlay = overlay
         if self.backend is None:
             return [describe_heat(heat, sample.image)]
-        from nemo_train.backends.messages import user_message
-
         names = benchmark.class_names
         text = prompts.CAM_MLLM.format(true_name=names[sample.label], pred_name=names[sample.prediction])
         return ask_causes(

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import torch
 
+from nemo_train.backends.messages import user_message
 from nemo_train.nemo import prompts
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
 from nemo_train.nemo.methods.base import Explanation, ask_causes
+from nemo_train.nemo.methods.scitx import reference_index
 
 
 class ChangeMLLM:
@@ -20,17 +22,18 @@ class ChangeMLLM:
 
     name = "ChangeMLLM"
 
-    def __init__(self, target, backend=None, temperature: float = 0.7, reference_class: str = "true") -> None:
+    def __init__(self, target, backend=None, temperature: float = 0.7, reference_class: str = "either") -> None:
         self.target, self.backend, self.temperature = target, backend, temperature
         self.reference_class = reference_class
 
     def reference(self, sample: ErrorSample, benchmark: NemoBenchmark) -> int | None:
-        """Index of the nearest correctly classified reference of class ``y`` (or ``y_hat``)."""
-        from nemo_train.nemo.methods.scitx import reference_index
-
+        """Index of the nearest correctly classified reference of class ``y`` or ``y_hat`` (``either``, as in
+        the NEMO paper), or of only one of them (``true`` / ``predicted``); ``None`` when there is none."""
         query = self.target.features(sample.image[None]).cpu()
-        cls = sample.label if self.reference_class == "true" else sample.prediction
-        found = reference_index(benchmark.reference).search(query, 1, torch.tensor([[cls]])).as_lists()[0]
+        classes = {"true": [sample.label], "predicted": [sample.prediction]}.get(
+            self.reference_class, [sample.label, sample.prediction]
+        )
+        found = reference_index(benchmark.reference).search(query, 1, torch.tensor([classes])).as_lists()[0]
         return found[0] if found else None
 
     def _offline(self, sample: ErrorSample, benchmark: NemoBenchmark, index: int) -> str:
@@ -58,8 +61,6 @@ class ChangeMLLM:
             return []
         if self.backend is None:
             return [self._offline(sample, benchmark, index)]
-        from nemo_train.backends.messages import user_message
-
         names = benchmark.class_names
         text = prompts.CHANGE_MLLM.format(
             true_name=names[sample.label],

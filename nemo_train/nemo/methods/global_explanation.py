@@ -7,6 +7,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from nemo_train.backends.messages import user_message
 from nemo_train.errors import UserInputError
 from nemo_train.nemo import prompts
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
@@ -15,8 +16,6 @@ from nemo_train.nemo.methods.base import Explanation
 
 def summarize_explanations(backend, explanations: Sequence[str], max_items: int = 200) -> str:
     """An MLLM's summary of the explanations (``global_explanation`` key of its JSON reply)."""
-    from nemo_train.backends.messages import user_message
-
     items = [e for e in explanations if e][:max_items]
     if not items:
         raise UserInputError("no explanations to summarise into a global explanation")

@@ -20,11 +20,13 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 
+from nemo_train.backends.messages import user_message
 from nemo_train.errors import UserInputError
 from nemo_train.nemo import prompts
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark, ReferenceSet
 from nemo_train.nemo.methods.base import Explanation, ask_causes, select_by_cei
 from nemo_train.nemo.retrieval import ReferenceIndex
+from nemo_train.vocabulary import BIAS_PROMPT
 
 
 @dataclass
@@ -54,14 +56,15 @@ def retrieve_observations(
     reference: ReferenceSet,
     k: int,
     class_relevance: bool = True,
-    balanced: bool = True,
+    balanced: bool = False,
 ) -> list[int]:
     """Indices of the ``k`` nearest correctly classified references, nearest first.
 
-    With ``class_relevance`` only references of class ``y`` or ``y_hat`` count; ``balanced`` then takes
+    With ``class_relevance`` only references of class ``y`` or ``y_hat`` count and the ``k`` nearest of
+    that filtered set are taken (Alg. 1 of the NEMO paper). ``balanced`` (an option of ours) instead takes
     ``ceil(k/2)`` from each class, so the prompt always has both evidence sets A (``y``) and B (``y_hat``)
-    even when the error sits deep inside ``y_hat``'s region of feature space. Without class relevance
-    (Table 5 ablation) it is plain top-``k`` over all correct references.
+    even when the error sits deep inside ``y_hat``'s region of feature space (``k + 1`` for odd ``k``).
+    Without class relevance (Table 5 ablation) it is plain top-``k`` over all correct references.
     """
     index = reference_index(reference)
     query = query.reshape(1, -1)
@@ -104,8 +107,6 @@ class MLLMHypothesizer:
         )
 
     def hypothesize(self, sample, observations, class_names, m):
-        from nemo_train.backends.messages import user_message
-
         message = user_message(self.prompt(sample, observations, class_names), images=[sample.image])
         return ask_causes(self.backend, [message], n=m, temperature=self.temperature if m > 1 else 0.0)
 
@@ -116,8 +117,6 @@ class PlainTextHypothesizer:
     hypothesis. It gets no observations (its closed training vocabulary has no place for captions)."""
 
     def __init__(self, backend, question: str | None = None, temperature: float = 0.7, max_tokens: int = 48) -> None:
-        from nemo_train.explainer.causes import BIAS_PROMPT
-
         self.backend, self.question, self.temperature, self.max_tokens = (
             backend,
             question or BIAS_PROMPT,
@@ -126,8 +125,6 @@ class PlainTextHypothesizer:
         )
 
     def hypothesize(self, sample, observations, class_names, m):
-        from nemo_train.backends.messages import user_message
-
         replies = self.backend.chat(
             [user_message(self.question, images=[sample.image])],
             n=m,
@@ -211,6 +208,7 @@ class SciTX:
         k: number of observations; m: number of hypotheses.
         captioner: ``image -> caption`` for references without a stored caption (an MLLM captioner).
         class_relevance: keep only references of class ``y`` or ``y_hat`` (Table 5 ablation when False).
+        balanced: take ``ceil(k/2)`` references from each of ``y`` and ``y_hat`` instead of the ``k`` nearest.
     """
 
     name = "SciTX"
@@ -224,17 +222,19 @@ class SciTX:
         m: int = 3,
         captioner=None,
         class_relevance: bool = True,
+        balanced: bool = False,
     ) -> None:
         if k < 1 or m < 1:
             raise UserInputError(f"SciTX needs k >= 1 and m >= 1; got k={k}, m={m}")
         self.target, self.hypothesizer, self.scorer = target, hypothesizer, scorer
         self.k, self.m, self.captioner, self.class_relevance = k, m, captioner, class_relevance
+        self.balanced = balanced
 
     def observe(self, sample: ErrorSample, benchmark: NemoBenchmark) -> list[Observation]:
         """Stage 1: retrieve and caption the ``k`` observations."""
         ref = benchmark.reference
         query = self.target.features(sample.image[None])[0].cpu()
-        indices = retrieve_observations(sample, query, ref, self.k, self.class_relevance)
+        indices = retrieve_observations(sample, query, ref, self.k, self.class_relevance, self.balanced)
         sims = (
             F.normalize(ref.features[indices].float(), dim=-1) @ F.normalize(query.float(), dim=0)
             if indices
@@ -268,6 +268,4 @@ class MLLMCaptioner:
         self.backend = backend
 
     def __call__(self, image: torch.Tensor) -> str:
-        from nemo_train.backends.messages import user_message
-
         return self.backend.chat([user_message(self.PROMPT, images=[image])], temperature=0.0)[0].strip()

@@ -1,4 +1,6 @@
-"""The embedded default explainer: a Qwen2-VL model shrunk to ~0.7 M parameters, random init, no download.
+"""Vision-language model builders: the embedded default explainer, and resolving model names to folders.
+
+The embedded default is a Qwen2-VL model shrunk to ~0.7 M parameters, random init, no download.
 
 The tokenizer is a byte-level BPE (the scheme of the real Qwen2 tokenizer) trained deterministically on
 our own prompts and reference explanations, with Qwen2-VL's special tokens; it is wrapped with a
@@ -15,13 +17,28 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import (
+    AutoModelForImageTextToText,
+    AutoProcessor,
+    PreTrainedTokenizerFast,
+    Qwen2VLConfig,
+    Qwen2VLImageProcessor,
+    Qwen2VLProcessor,
+    Qwen2VLVideoProcessor,
+)
 
-from nemo_train.explainer import causes
+from datamodules.cmnist import COLOR_NAMES
+from nemo_train import vocabulary
+from nemo_train.errors import UserInputError
 
 #: Name that selects the embedded default wherever a model id or path is expected.
 TINY_MODEL = "embedded:tiny-qwen2-vl"
+#: File written next to a saved explainer adapter so that it can be reloaded without the training config.
+EXPLAINER_META = "nemo_explainer.json"
 #: Bump when the recipe below changes, so stale caches are rebuilt.
 TINY_VERSION = 2
 
@@ -48,20 +65,15 @@ CHAT_TEMPLATE = (
 
 
 def _corpus() -> list[str]:
-    texts = [causes.SYSTEM_PROMPT, causes.SINGLE_IMAGE_PROMPT, causes.PAIR_PROMPT, causes.BIAS_PROMPT]
-    texts += [e for variants in causes.EXPLANATIONS.values() for e in variants]
-    from datamodules.cmnist import COLOR_NAMES
-
-    texts += [causes.bias_explanation(c, 3, 8, [0, 1, 2, 3, 4]) for c in COLOR_NAMES]
+    texts = [vocabulary.SYSTEM_PROMPT, vocabulary.SINGLE_IMAGE_PROMPT, vocabulary.PAIR_PROMPT, vocabulary.BIAS_PROMPT]
+    texts += [e for variants in vocabulary.EXPLANATIONS.values() for e in variants]
+    texts += [vocabulary.bias_explanation(c, 3, 8, [0, 1, 2, 3, 4]) for c in COLOR_NAMES]
     texts += ["system\n", "user\n", "assistant\n", "0 1 2 3 4 5 6 7 8 9"]
     return texts * 4
 
 
 def build_tiny_processor():
     """The tiny model's ``Qwen2VLProcessor`` (byte-level BPE of 512 tokens, built deterministically)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen2VLImageProcessor, Qwen2VLProcessor, Qwen2VLVideoProcessor
-
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
@@ -90,8 +102,6 @@ def build_tiny_processor():
 
 def build_tiny_config(tokenizer):
     """A ``Qwen2VLConfig`` with 2 vision blocks (width 128) and 2 language layers (width 64)."""
-    from transformers import Qwen2VLConfig
-
     ids = tokenizer.convert_tokens_to_ids
     return Qwen2VLConfig(
         text_config=dict(
@@ -139,8 +149,6 @@ def materialize_tiny(root: str | Path | None = None) -> Path:
     target = Path(root or cache_root()) / f"tiny-qwen2-vl-v{TINY_VERSION}"
     if (target / "done.json").is_file():
         return target
-    from transformers import AutoModelForImageTextToText
-
     target.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=".tiny-", dir=target.parent))
     processor = build_tiny_processor()
@@ -162,3 +170,17 @@ def materialize_tiny(root: str | Path | None = None) -> Path:
 def resolve_model_path(name_or_path: str) -> str:
     """Map :data:`TINY_MODEL` to its materialized folder; leave hub ids and local paths unchanged."""
     return str(materialize_tiny()) if name_or_path == TINY_MODEL else name_or_path
+
+
+def is_explainer_folder(path: str | Path) -> bool:
+    """Whether ``path`` is a saved explainer adapter (it holds :data:`EXPLAINER_META`)."""
+    return (Path(path) / EXPLAINER_META).is_file()
+
+
+def load_processor(model_name_or_path: str) -> Any:
+    """The model's processor (``AutoProcessor``); the embedded tiny model is built on first use."""
+    path = resolve_model_path(model_name_or_path)
+    try:
+        return AutoProcessor.from_pretrained(path)
+    except OSError as err:
+        raise UserInputError(f"cannot load a processor from {model_name_or_path!r}: {err}") from None

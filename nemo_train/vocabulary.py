@@ -1,8 +1,9 @@
-"""Explanations of low competency: prompts, reference explanations per cause, and scoring.
+"""Shared words of the toolkit: the six causes of low competency, their reference explanations, the
+explainer's questions, and matching cause names in free text.
 
-Paper 004 (Sec. 4, App. B-C) asks a multimodal LLM why a classifier is not confident on an image, once
-with the image alone and once with a high-competency counterfactual shown beside it, and fine-tunes the
-LLM on automatically written explanations of the known cause. The wording here is ours.
+A leaf module (imports nothing from the toolkit), so data builders, models, capabilities and callbacks
+use one vocabulary. The questions follow the prompts of "Explaining Low Competency of Image Classifiers
+with Counterfactuals" (2025), in our own words.
 
 An explanation is *correct* for a cause when it names that cause and no other one
 (:func:`causes_named` finds the causes a text names with a keyword pattern per cause), so an answer that
@@ -11,20 +12,22 @@ lists every cause is not credited.
 
 from __future__ import annotations
 
+import math
 import re
 
-from datamodules.six_causes import CAUSES
+#: The six causes of low competency, in the order of their group index.
+CAUSES: tuple[str, ...] = ("spatial", "brightness", "contrast", "saturation", "noise", "pixelation")
 
-#: Context given to the model before the question (004 Prompts B.1-B.3, in our words, for CMNIST).
+#: Context given to the model before the question (for CMNIST).
 SYSTEM_PROMPT = (
     "You explain the mistakes of an image classifier. The classifier was trained on small images of "
     "handwritten digits drawn in colour. A competency estimator scores how likely each prediction is to be right."
 )
-#: The question for one image (004 Prompt B.4, in our words).
+#: The question for one image.
 SINGLE_IMAGE_PROMPT = (
     "The classifier is not confident on this image. In one sentence, say what about the image causes it."
 )
-#: The question for an image and its counterfactual side by side (004 Prompt B.5, in our words).
+#: The question for an image and its counterfactual side by side.
 PAIR_PROMPT = (
     "On the left is an image the classifier is not confident on; on the right is a similar image it is confident on. "
     "In one sentence, say what about the left image causes the low confidence."
@@ -98,27 +101,19 @@ def bias_explanation(color: str, label: int | str, prediction: int | str, aligne
 
 
 def per_cause_accuracy(true_causes: list[str], texts: list[str], causes: tuple[str, ...] = CAUSES) -> dict[str, float]:
-    """Accuracy per cause and their mean (``"average"``), the layout of 004 Tables 3-4.
+    """Accuracy per cause and their mean (``"average"``).
 
     Causes absent from ``true_causes`` get ``nan`` and are left out of the average.
     """
     result: dict[str, float] = {}
     for cause in causes:
         hits = [is_correct(t, cause, causes) for c, t in zip(true_causes, texts) if c == cause]
-        result[cause] = sum(hits) / len(hits) if hits else float("nan")
-    present = [v for v in result.values() if v == v]
-    result["average"] = sum(present) / len(present) if present else float("nan")
+        result[cause] = sum(hits) / len(hits) if hits else math.nan
+    present = [v for v in result.values() if not math.isnan(v)]
+    result["average"] = sum(present) / len(present) if present else math.nan
     return result
 
 
-def format_accuracy_table(rows: dict[str, dict[str, float]]) -> str:
-    """Rows ``{method: per_cause_accuracy(...)}`` as a text table (percentages), columns as in 004 Table 3."""
-    columns = list(next(iter(rows.values())))
-    header = f"{'method':<12}" + "".join(f"{c.capitalize():>12}" for c in columns)
-    lines = [header]
-    for name, values in rows.items():
-        lines.append(
-            f"{name:<12}"
-            + "".join(f"{100 * values[c]:>11.1f}%" if values[c] == values[c] else f"{'-':>12}" for c in columns)
-        )
-    return "\n".join(lines)
+def cause_candidates(cause: str) -> tuple[str, ...]:
+    """The causes an explanation of ``cause`` is matched against: the six, plus ``cause`` if it is another one."""
+    return CAUSES if cause in CAUSES else (*CAUSES, cause)

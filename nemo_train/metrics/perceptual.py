@@ -13,12 +13,14 @@ alternative and the returned name says which one was computed:
 
 from __future__ import annotations
 
+import functools
 import warnings
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torchmetrics.functional.image import structural_similarity_index_measure
 
 ALEXNET_FILE = "alexnet-owt-7be5be79.pth"
 INCEPTION_FILE = "weights-inception-2015-12-05-6726825d.pth"
@@ -42,7 +44,7 @@ class LPIPSDistance(nn.Module):
 
     def __init__(self, alexnet_weights: str | Path) -> None:
         super().__init__()
-        import lpips
+        import lpips  # lazy: an optional dependency, only needed when AlexNet weights are present
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -70,8 +72,6 @@ class SSIMDistance(nn.Module):
     name = "1-ssim"
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        from torchmetrics.functional.image import structural_similarity_index_measure
-
         kernel = 7 if min(x.shape[-2:]) >= 7 else 3
         ssim = structural_similarity_index_measure(x, y, data_range=1.0, reduction="none", kernel_size=kernel)
         return 1.0 - ssim
@@ -85,11 +85,16 @@ def perceptual_distance(alexnet_weights: str | Path | None = None) -> nn.Module:
     path = Path(alexnet_weights) if alexnet_weights else hub_checkpoint(ALEXNET_FILE)
     if path is not None and path.is_file():
         return LPIPSDistance(path)
-    warnings.warn(
-        "AlexNet weights for LPIPS not found (torch hub cache or alexnet_weights); reporting '1-ssim' instead of 'lpips[alex]'",
-        stacklevel=2,
+    _warn_once(
+        "AlexNet weights for LPIPS not found (torch hub cache or alexnet_weights); reporting '1-ssim' instead of 'lpips[alex]'"
     )
     return SSIMDistance()
+
+
+@functools.cache
+def _warn_once(message: str) -> None:
+    """Warn with ``message`` the first time only (a run builds the perceptual distance more than once)."""
+    warnings.warn(message, stacklevel=3)
 
 
 class ClassifierFeatures(nn.Module):
@@ -105,6 +110,14 @@ class ClassifierFeatures(nn.Module):
         return self.classifier.features(images.float())
 
 
+def _has_torch_fidelity() -> bool:
+    try:
+        import torch_fidelity  # noqa: F401  (optional: torchmetrics' Inception FID / KID need it)
+    except ImportError:
+        return False
+    return True
+
+
 def realism_features(
     classifier: nn.Module, image_shape: tuple[int, int, int], inception_weights: str | Path | None = None
 ):
@@ -112,13 +125,7 @@ def realism_features(
     weights are available, else the classifier's features (``"classifier"``). ``feature`` is an ``int``
     (Inception feature size) or a module."""
     path = Path(inception_weights) if inception_weights else hub_checkpoint(INCEPTION_FILE)
-    try:
-        import torch_fidelity  # noqa: F401
-
-        has_fidelity = True
-    except ImportError:
-        has_fidelity = False
-    if has_fidelity and path is not None and path.is_file():
+    if _has_torch_fidelity() and path is not None and path.is_file():
         return 2048, "inception", str(path)
     with torch.no_grad():
         probe = next(iter(classifier.parameters()), None)

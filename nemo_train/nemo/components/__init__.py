@@ -1,0 +1,44 @@
+"""Typed, configurable parts of a NEMO evaluation (``class_path`` / ``init_args`` in YAML).
+
+Each builds its runtime objects for one benchmark and target, and reports the settings that change its
+results (they go into every stored result, so a rerun with other settings recomputes).
+"""
+
+from nemo_train.nemo.components.editors import DiffusersEdit, EditorSpec, ExactEdit, PromptEdit
+from nemo_train.nemo.components.methods import (
+    BuildContext,
+    CamMLLMMethod,
+    ChangeMLLMMethod,
+    DistractorMethod,
+    ErrorRetrievalMethod,
+    KnownCauseMethod,
+    MethodSpec,
+    SciTXMethod,
+    default_methods,
+)
+from nemo_train.nemo.components.settings import SYNTHETIC_BENCHMARKS, BenchmarkArgs, BenchmarkName, RunArgs
+from nemo_train.nemo.components.targets import CheckpointTarget, TargetSpec, TimmModel, ZeroShotModel
+
+__all__ = [
+    "SYNTHETIC_BENCHMARKS",
+    "BenchmarkArgs",
+    "BenchmarkName",
+    "BuildContext",
+    "CamMLLMMethod",
+    "ChangeMLLMMethod",
+    "CheckpointTarget",
+    "DiffusersEdit",
+    "DistractorMethod",
+    "EditorSpec",
+    "ErrorRetrievalMethod",
+    "ExactEdit",
+    "KnownCauseMethod",
+    "MethodSpec",
+    "PromptEdit",
+    "RunArgs",
+    "SciTXMethod",
+    "TargetSpec",
+    "TimmModel",
+    "ZeroShotModel",
+    "default_methods",
+]

@@ -1,0 +1,105 @@
+"""How explanations become counterfactuals (the editor part of the counterfactual test), as configurable objects.
+
+* :class:`ExactEdit` — re-render a generated image with the named attribute changed (CMNIST, CLEVR);
+* :class:`DiffusersEdit` — an instruction-following diffusers editor (FLUX.1 Kontext, Qwen-Image-Edit,
+  InstructPix2Pix) for image-folder benchmarks;
+* :class:`PromptEdit` — rewrite the true class's prompt of a zero-shot target (NEMO Eq. 8).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Literal
+
+from nemo_train.backends.base import ChatBackend
+from nemo_train.errors import UserInputError
+from nemo_train.nemo import interventions as iv
+from nemo_train.nemo.benchmark import NemoBenchmark
+from nemo_train.nemo.editors import DiffusersEditor
+
+
+class EditorSpec(ABC):
+    """Builds the counterfactual scorer for one benchmark and target."""
+
+    @abstractmethod
+    def build_scorer(
+        self, benchmark: NemoBenchmark, target, backend: ChatBackend | None, seed: int, batched: bool
+    ) -> iv.CounterfactualScorer: ...
+
+    def settings(self) -> dict[str, Any]:
+        """What changes the edits (part of every result's settings)."""
+        return {"class": type(self).__name__, **vars(self)}
+
+
+class ExactEdit(EditorSpec):
+    """Exact re-rendering of generated data (the benchmark's renderer).
+
+    Args:
+        deriver: how an explanation becomes an attribute edit: ``keyword`` (offline parser), ``llm``
+            (the explainer picks attribute and value) or ``auto`` (``llm`` when an explainer is configured).
+    """
+
+    def __init__(self, deriver: Literal["auto", "keyword", "llm"] = "auto") -> None:
+        self.deriver = deriver
+
+    def build_scorer(self, benchmark, target, backend, seed, batched):
+        if benchmark.renderer is None:
+            raise UserInputError(
+                f"benchmark {benchmark.name!r} has no renderer; use DiffusersEdit or PromptEdit as the editor"
+            )
+        editable = (benchmark.cause or {}).get("editable", ("color", "angle"))
+        if self.deriver == "llm" and backend is None:
+            raise UserInputError("ExactEdit(deriver='llm') needs an explainer backend")
+        if backend is None or self.deriver == "keyword":
+            deriver = iv.KeywordAttributeDeriver(benchmark.vocabulary, editable=editable)
+        else:
+            deriver = iv.LLMAttributeDeriver(backend, benchmark.vocabulary, editable=editable)
+        return iv.CounterfactualScorer(target, deriver, iv.ExactAttributeEditor(benchmark.renderer), batched=batched)
+
+
+class DiffusersEdit(EditorSpec):
+    """An instruction-following diffusers editor; the explainer writes the edit instruction.
+
+    Args:
+        model: hub id or local folder (``black-forest-labs/FLUX.1-Kontext-dev``, ``Qwen/Qwen-Image-Edit``,
+            ``timbrooks/instruct-pix2pix``).
+        batch_size: instructions per pipeline call; size: edit resolution.
+        dtype: weights' dtype (default: bfloat16 on GPU, float32 on CPU); device: default cuda if available.
+        call_kwargs: extra pipeline arguments (``num_inference_steps``, ``guidance_scale``, ...).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        batch_size: int = 4,
+        size: int = 512,
+        dtype: Literal["float32", "float16", "bfloat16"] | None = None,
+        device: str | None = None,
+        call_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        self.model, self.batch_size, self.size = model, batch_size, size
+        self.dtype, self.device, self.call_kwargs = dtype, device, call_kwargs
+
+    def build_scorer(self, benchmark, target, backend, seed, batched):
+        if backend is None:
+            raise UserInputError(f"benchmark {benchmark.name!r} needs an explainer endpoint to write edit instructions")
+        editor = DiffusersEditor(
+            self.model,
+            seed=seed,
+            batch_size=self.batch_size,
+            device=self.device,
+            dtype=self.dtype,
+            size=self.size,
+            call_kwargs=self.call_kwargs,
+        )
+        return iv.CounterfactualScorer(target, iv.LLMInstructionDeriver(backend, "image"), editor, batched=batched)
+
+
+class PromptEdit(EditorSpec):
+    """Counterfactual prompt intervention for zero-shot targets: the explainer rewrites the class prompt."""
+
+    def build_scorer(self, benchmark, target, backend, seed, batched):
+        if backend is None:
+            raise UserInputError("PromptEdit needs an explainer endpoint to rewrite the class prompt")
+        deriver = iv.LLMInstructionDeriver(backend, "prompt", prompt_template=target.template)
+        return iv.CounterfactualScorer(target, deriver, mode="prompt", batched=batched)

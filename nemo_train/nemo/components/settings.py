@@ -1,0 +1,106 @@
+"""Grouped settings of a NEMO evaluation: which benchmark, and how the run is kept and reported."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from jsonargparse.typing import PositiveInt
+
+from nemo_train.errors import UserInputError
+from nemo_train.nemo.benchmark import NemoBenchmark, build_folder_benchmark, build_synthetic_benchmark
+from nemo_train.nemo.targets import ClassMapping
+
+BenchmarkName = Literal["cmnist", "clevr", "imagenet_r", "objectnet", "imagenet_d"]
+SYNTHETIC_BENCHMARKS = ("cmnist", "clevr")
+
+
+@dataclass(frozen=True)
+class BenchmarkArgs:
+    """Which errors are explained.
+
+    Args:
+        name: ``cmnist`` (embedded default), ``clevr`` (generated), or the image folders ``imagenet_r`` /
+            ``objectnet`` / ``imagenet_d``.
+        n: errors sampled per target; seed: their sampling seed.
+        test_styles: generated data only: exemplars / views per cell of the test attribute grid.
+        data_kwargs: generated data only: extra datamodule arguments (e.g. ``{image_size: 32}`` for CLEVR).
+        data_root: image folder of a real benchmark (``<root>/<class>/<image>``).
+        reference_root: an ImageNet subset with the same class folders (more reference images).
+        mapping_file: class mapping JSON ``{class: [imagenet ids]}`` (ImageNet-R folders map by WordNet id).
+    """
+
+    name: BenchmarkName = "cmnist"
+    n: PositiveInt = 100
+    seed: int = 0
+    test_styles: PositiveInt = 2
+    data_kwargs: dict[str, Any] | None = None
+    data_root: str | None = None
+    reference_root: str | None = None
+    mapping_file: str | None = None
+
+    @property
+    def synthetic(self) -> bool:
+        return self.name in SYNTHETIC_BENCHMARKS
+
+    def settings(self) -> dict[str, Any]:
+        """Everything that changes which errors are drawn and what their reference set holds."""
+        return asdict(self)
+
+    def classes(self) -> tuple[ClassMapping | None, list[str] | None]:
+        """The class mapping and class names of an image-folder benchmark (``(None, None)`` for generated data)."""
+        if self.synthetic:
+            return None, None
+        if self.data_root is None or not Path(self.data_root).is_dir():
+            raise UserInputError(
+                f"benchmark {self.name!r} needs data_root, an existing image folder; got {self.data_root!r}"
+            )
+        folders = sorted(p.name for p in Path(self.data_root).iterdir() if p.is_dir())
+        mapping = None
+        if self.mapping_file is not None:
+            mapping = ClassMapping.from_json(self.mapping_file)
+        elif self.name == "imagenet_r":
+            mapping = ClassMapping.from_wnids(folders)
+        return mapping, (mapping.class_names if mapping is not None else folders)
+
+    def build(self, target, mapping: ClassMapping | None) -> NemoBenchmark:
+        """The target's errors on this benchmark (classifies the whole test set once)."""
+        if self.synthetic:
+            return build_synthetic_benchmark(
+                self.name,
+                target=target,
+                n=self.n,
+                seed=self.seed,
+                test_styles=self.test_styles,
+                datamodule_kwargs=self.data_kwargs,
+            )
+        folders = mapping.folders if mapping is not None else None
+        return build_folder_benchmark(
+            self.name,
+            self.data_root,
+            target,
+            self.name,
+            n=self.n,
+            seed=self.seed,
+            class_folders=folders,
+            extra_reference=self.reference_root,
+        )
+
+
+@dataclass(frozen=True)
+class RunArgs:
+    """Where results go and what is reported.
+
+    Args:
+        out_dir: results (``results.jsonl``), the reply cache and the run lock; reruns resume here.
+        wandb: log the table and a per-sample table to Weights & Biases.
+        batched: classify all counterfactuals of an error in one batch.
+        global_explanation: summarise SciTX's explanations into one global explanation and score it on
+            every error (row ``Global``; NEMO Sec. 4.2.7).
+    """
+
+    out_dir: str = "checkpoints/nemo_eval"
+    wandb: bool = False
+    batched: bool = True
+    global_explanation: bool = False

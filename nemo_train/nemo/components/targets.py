@@ -1,0 +1,164 @@
+"""Target classifiers as configurable objects: a checkpoint, a timm model, a CLIP / SigLIP zero-shot model.
+
+Each has a display ``name`` (unique within a run), an ``identity`` that goes into every result's
+settings (a retrained checkpoint at the same path has another content hash, so its results are
+recomputed) and ``build`` that loads the model for a benchmark's classes.
+"""
+
+from __future__ import annotations
+
+import pickle
+import zipfile
+from abc import ABC, abstractmethod
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from nemo_train.errors import UserInputError
+from nemo_train.nemo.targets import ClassMapping, Target, TimmTarget, ZeroShotTarget, load_checkpoint_target
+from nemo_train.store import file_digest
+
+
+class TargetSpec(ABC):
+    """A target classifier to evaluate; ``name`` overrides the default column name."""
+
+    def __init__(self, name: str | None = None) -> None:
+        self.name = name
+
+    @abstractmethod
+    def default_name(self) -> str:
+        """The column name when none is given."""
+
+    @abstractmethod
+    def identity(self) -> dict[str, Any]:
+        """What identifies the model's weights (JSON-ready; part of every result's settings)."""
+
+    @abstractmethod
+    def build(self, class_names: list[str] | None, mapping: ClassMapping | None) -> Target:
+        """Load the model."""
+
+    def check(self) -> None:
+        """Fail early (before anything is written) when the target cannot exist."""
+
+    @property
+    def label(self) -> str:
+        return self.name or self.default_name()
+
+
+class CheckpointTarget(TargetSpec):
+    """A ``ClassifierModule`` checkpoint (``nemo-train fit``); named by its experiment folder.
+
+    Args:
+        path: the ``.ckpt`` file, e.g. ``checkpoints/cmnist_model_a/best.ckpt`` (column ``cmnist_model_a``).
+        name: column name instead of the checkpoint's parent folder.
+    """
+
+    def __init__(self, path: str, name: str | None = None) -> None:
+        super().__init__(name)
+        self.path = str(path)
+
+    def default_name(self) -> str:
+        return Path(self.path).resolve().parent.name
+
+    def check(self) -> None:
+        if not Path(self.path).is_file():
+            raise UserInputError(
+                f"classifier checkpoint {self.path!r} does not exist; train one with "
+                "`nemo-train fit --config configs/cmnist/model_a.yaml`"
+            )
+
+    def identity(self) -> dict[str, Any]:
+        self.check()
+        return {"checkpoint": str(Path(self.path).resolve()), "sha256": file_digest(self.path)}
+
+    def build(self, class_names: list[str] | None, mapping: ClassMapping | None) -> Target:
+        self.check()
+        try:
+            return load_checkpoint_target(self.path, class_names)
+        except UserInputError:
+            raise
+        except (RuntimeError, pickle.UnpicklingError, EOFError, zipfile.BadZipFile, KeyError, OSError) as err:
+            raise UserInputError(
+                f"classifier checkpoint {self.path!r} cannot be read ({type(err).__name__}: "
+                f"{str(err).splitlines()[0][:120] if str(err) else 'damaged file'}); expected a checkpoint "
+                "written by `nemo-train fit`"
+            ) from None
+
+
+class TimmModel(TargetSpec):
+    """A timm ImageNet model by name (mapped onto the benchmark's classes).
+
+    Args:
+        model_name: timm name, e.g. ``vit_base_patch16_224.augreg2_in21k_ft_in1k``.
+        pretrained: load the hub weights (``False``: random weights of the architecture).
+        weights_file: a local ``.safetensors`` / ``.pth`` state dict instead of the hub (works offline).
+    """
+
+    def __init__(
+        self, model_name: str, pretrained: bool = True, weights_file: str | None = None, name: str | None = None
+    ) -> None:
+        super().__init__(name)
+        self.model_name, self.pretrained, self.weights_file = model_name, pretrained, weights_file
+
+    def default_name(self) -> str:
+        return self.model_name
+
+    def check(self) -> None:
+        if self.weights_file is not None and not Path(self.weights_file).is_file():
+            raise UserInputError(f"timm weights file {self.weights_file!r} does not exist")
+
+    def identity(self) -> dict[str, Any]:
+        if self.weights_file is not None:
+            return {
+                "timm": self.model_name,
+                "weights": str(Path(self.weights_file).resolve()),
+                "sha256": file_digest(self.weights_file),
+            }
+        return {"timm": self.model_name, "pretrained": self.pretrained}
+
+    def build(self, class_names: list[str] | None, mapping: ClassMapping | None) -> Target:
+        return TimmTarget(self.model_name, mapping=mapping, pretrained=self.pretrained, weights_file=self.weights_file)
+
+
+class ZeroShotModel(TargetSpec):
+    """A CLIP or SigLIP model through transformers, one prompt per class.
+
+    Args:
+        model: hub id or local folder (``openai/clip-vit-base-patch32``, ``google/siglip-base-patch16-224``).
+        template: the class prompt, with ``{}`` where the class name goes.
+    """
+
+    def __init__(self, model: str, template: str = "a photo of a {}", name: str | None = None) -> None:
+        super().__init__(name)
+        self.model, self.template = model, template
+
+    def default_name(self) -> str:
+        return self.model
+
+    def identity(self) -> dict[str, Any]:
+        return {"zero_shot": self.model, "template": self.template}
+
+    def build(self, class_names: list[str] | None, mapping: ClassMapping | None) -> Target:
+        if class_names is None:
+            raise UserInputError(f"zero-shot target {self.model!r} needs an image-folder benchmark's class names")
+        return ZeroShotTarget(self.model, class_names, template=self.template)
+
+
+def as_spec(target: str | TargetSpec) -> TargetSpec:
+    """A plain string is a checkpoint path."""
+    return CheckpointTarget(target) if isinstance(target, str) else target
+
+
+def unique_names(specs: list[TargetSpec]) -> list[str]:
+    """Column names, unique within the run: a clash of experiment folders falls back to ``folder/stem``."""
+    names = [s.label for s in specs]
+    counts = Counter(names)
+    out = []
+    for spec, name in zip(specs, names):
+        if counts[name] > 1 and spec.name is None and isinstance(spec, CheckpointTarget):
+            name = f"{name}/{Path(spec.path).stem}"
+        out.append(name)
+    repeated = sorted(n for n, c in Counter(out).items() if c > 1)
+    if repeated:
+        raise UserInputError(f"targets named {repeated} more than once; give each target a distinct `name`")
+    return out

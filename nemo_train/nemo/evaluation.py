@@ -1,0 +1,211 @@
+"""The evaluation loop: explain, score (CEI) and judge each error of each target, one stored record per sample.
+
+A record is written as soon as its sample is finished and carries the settings it was computed with
+(target identity, method options, benchmark, explainer, judges, editor), so a rerun skips exactly the
+records whose settings are unchanged. A sample whose language-model calls fail for good (after the
+backend's retries) is stored as ``failed`` with the reason; the run goes on and a rerun retries it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from nemo_train.backends.base import BackendError, ChatBackend
+from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
+from nemo_train.nemo.interventions import CounterfactualScorer, Trial
+from nemo_train.nemo.judges import JudgeItem, JudgePanel
+from nemo_train.nemo.methods.base import Method
+from nemo_train.nemo.methods.global_explanation import (
+    GlobalExplanation,
+    summarize_attribute_explanations,
+    summarize_explanations,
+)
+from nemo_train.store import ResultStore
+
+
+def record_key(target: str, method: str, sample_id: str) -> str:
+    """The store key of one result: target column, method name and sample id."""
+    return f"{target}|{method}|{sample_id}"
+
+
+def flatten(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested settings as one level of dotted names (``method.k``), so a changed setting can be named."""
+    out: dict[str, Any] = {}
+    for name, value in settings.items():
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, f"{prefix}{name}."))
+        else:
+            out[f"{prefix}{name}"] = value
+    return out
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, torch.Tensor):
+        return value.tolist()
+    return value
+
+
+def evaluate_sample(
+    method: Method,
+    sample: ErrorSample,
+    benchmark: NemoBenchmark,
+    scorer: CounterfactualScorer,
+    panel: JudgePanel,
+    target_name: str,
+) -> tuple[dict[str, Any], Trial | None]:
+    """Explain, score (CEI) and judge one error; returns the record (without settings) and the selected trial."""
+    explanation = method.explain(sample, benchmark)
+    trial = explanation.trial
+    if trial is None:
+        trials = scorer.score(sample, [explanation.text], benchmark.class_names) if explanation.text else []
+        trial = trials[0] if trials else None
+    names = benchmark.class_names
+    verdict = panel.judge([JudgeItem(explanation.text, names[sample.label], names[sample.prediction])])[0]
+    record = _base_record(target_name, method.name, sample)
+    record.update(
+        explanation=explanation.text,
+        candidates=explanation.candidates,
+        candidate_cei=[t.cei for t in explanation.trials],
+        instruction=_jsonable(trial.instruction) if trial else None,
+        p_original=trial.p_original if trial else None,
+        p_edited=trial.p_edited if trial else None,
+        cei=trial.cei if trial else 0.0,
+        judges=verdict.scores,
+        llm_match=verdict.mean,
+        failed=False,
+    )
+    return record, trial
+
+
+def _base_record(target_name: str, method_name: str, sample: ErrorSample) -> dict[str, Any]:
+    return {
+        "key": record_key(target_name, method_name, sample.sample_id),
+        "target": target_name,
+        "method": method_name,
+        "sample_id": sample.sample_id,
+        "label": sample.label,
+        "prediction": sample.prediction,
+    }
+
+
+def failed_record(target_name: str, method_name: str, sample: ErrorSample, reason: str) -> dict[str, Any]:
+    """The record of a sample whose language-model calls failed for good."""
+    return {
+        **_base_record(target_name, method_name, sample),
+        "failed": True,
+        "reason": reason,
+        "explanation": "",
+        "judges": {},
+        "llm_match": None,
+        "cei": None,
+        "instruction": None,
+    }
+
+
+@dataclass
+class Progress:
+    """Counts of one run: samples computed, resumed from the store, failed; images kept for W&B."""
+
+    computed: int = 0
+    resumed: int = 0
+    failed: int = 0
+    keys: list[str] = field(default_factory=list)
+    images: dict[str, tuple] = field(default_factory=dict)
+
+
+@dataclass
+class TargetJob:
+    """Everything needed to evaluate the methods of one target on its benchmark."""
+
+    name: str
+    benchmark: NemoBenchmark
+    scorer: CounterfactualScorer
+    panel: JudgePanel
+    #: (method, the settings of its records) in table order
+    methods: list[tuple[Method, dict[str, Any]]]
+
+
+def run_target(
+    job: TargetJob, store: ResultStore, progress: Progress, keep_images: bool = False, show_bar: bool = True
+) -> None:
+    """Evaluate every method on every error of one target, resuming from ``store``."""
+    bar = tqdm(
+        total=len(job.methods) * len(job.benchmark.errors),
+        desc=f"nemo-eval {job.name}",
+        unit="sample",
+        disable=not show_bar,
+        leave=False,
+    )
+    for method, settings in job.methods:
+        for sample in job.benchmark.errors:
+            key = record_key(job.name, method.name, sample.sample_id)
+            progress.keys.append(key)
+            if store.lookup(key, settings) is not None:
+                progress.resumed += 1
+            else:
+                _compute(job, method, sample, settings, store, progress, keep_images)
+            bar.update(1)
+    bar.close()
+
+
+def _compute(job, method, sample, settings, store, progress, keep_images) -> None:
+    try:
+        record, trial = evaluate_sample(method, sample, job.benchmark, job.scorer, job.panel, job.name)
+    except BackendError as err:
+        store.append(failed_record(job.name, method.name, sample, str(err)), settings)
+        progress.failed += 1
+        return
+    store.append(record, settings)
+    progress.computed += 1
+    if keep_images:
+        progress.images[record["key"]] = (sample.image, trial.edited_image if trial is not None else None)
+
+
+def run_global(
+    job: TargetJob,
+    store: ResultStore,
+    progress: Progress,
+    backend: ChatBackend | None,
+    settings: dict[str, Any],
+    say: Callable[[str], None] = print,
+) -> str | None:
+    """Summarise this target's SciTX explanations into one global explanation and score it on every error.
+
+    Returns the global explanation (``None`` when SciTX produced none or the summary failed).
+    """
+    bench = job.benchmark
+    texts = [
+        r["explanation"]
+        for r in (store.get(record_key(job.name, "SciTX", s.sample_id)) for s in bench.errors)
+        if r is not None and not r.get("failed") and r.get("explanation")
+    ]
+    if not texts:
+        say(f"global explanation ({job.name}): no SciTX explanations to summarise; skipped")
+        return None
+    try:
+        if backend is not None:
+            text = summarize_explanations(backend, texts)
+        else:
+            cause = bench.cause or {}
+            text = summarize_attribute_explanations(
+                texts, bench.vocabulary or {}, cause.get("object", "digit"), cause.get("attribute", "color")
+            )
+    except BackendError as err:
+        say(f"global explanation ({job.name}): the summary failed ({err}); skipped")
+        return None
+    if not text:
+        say(f"global explanation ({job.name}): the summary came back empty; skipped")
+        return None
+    method = GlobalExplanation(text)
+    settings = {**settings, "method.class": "GlobalExplanation", "method.text": text}
+    run_target(TargetJob(job.name, bench, job.scorer, job.panel, [(method, settings)]), store, progress, show_bar=False)
+    return text

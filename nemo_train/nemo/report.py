@@ -1,0 +1,185 @@
+"""The report of a NEMO evaluation: per-(method, target) scores, the printed table, W&B tables."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import wandb
+
+from nemo_train.console import print_table
+from nemo_train.loggers import default_wandb_mode
+
+
+@dataclass
+class CellScore:
+    """Scores of one method on one target's errors.
+
+    ``llm_match`` is the mean judge-panel score over samples that were judged (NaN if none), ``cei``
+    the mean CEI in percentage points over the samples that did not fail, ``n`` the samples scored,
+    ``failed`` those whose language-model calls failed for good, ``empty`` the scored samples whose
+    explanation came back empty (they count with CEI 0 and the judges' score), ``per_judge`` each judge's mean.
+    """
+
+    method: str
+    target: str
+    llm_match: float
+    cei: float
+    n: int
+    failed: int = 0
+    empty: int = 0
+    per_judge: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class NemoEvalSummary:
+    """What ``nemo-eval`` returns (and prints): the table, the run's counts and where results are.
+
+    Attributes:
+        benchmark: the benchmark's name.
+        cells: one :class:`CellScore` per (method, target), in table order.
+        computed / resumed / failed: samples computed now, taken from an earlier run, failed for good now.
+        failed_per_method: samples recorded as failed, per method (over the whole table).
+        recomputed_because: settings that differed from an earlier run -> records recomputed for it.
+        global_explanations: the global explanation of each target (``global_explanation`` runs).
+        known_cause_win_rate: share of errors where the known-cause explanation beats the distractor on CEI
+            (``None`` unless both reference explainers ran).
+        results: the ``results.jsonl`` path.
+    """
+
+    benchmark: str
+    cells: list[CellScore]
+    computed: int = 0
+    resumed: int = 0
+    failed: int = 0
+    failed_per_method: dict[str, int] = field(default_factory=dict)
+    recomputed_because: dict[str, int] = field(default_factory=dict)
+    global_explanations: dict[str, str] = field(default_factory=dict)
+    known_cause_win_rate: float | None = None
+    results: str = ""
+
+    def cell(self, method: str, target: str) -> CellScore:
+        """The scores of ``method`` on ``target``."""
+        for c in self.cells:
+            if c.method == method and c.target == target:
+                return c
+        raise KeyError((method, target))
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
+
+
+def summarize(records: Iterable[dict]) -> list[CellScore]:
+    """One :class:`CellScore` per (method, target), in the order the records first name them."""
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for r in records:
+        groups[(r["method"], r["target"])].append(r)
+    cells = []
+    for (method, target), rows in groups.items():
+        ok = sorted((r for r in rows if not r.get("failed")), key=lambda r: r["sample_id"])
+        judges: dict[str, list[float]] = defaultdict(list)
+        for r in ok:
+            for name, score in r["judges"].items():
+                if score is not None:
+                    judges[name].append(score)
+        cells.append(
+            CellScore(
+                method=method,
+                target=target,
+                llm_match=_mean([r["llm_match"] for r in ok if r["llm_match"] is not None]),
+                cei=_mean([r["cei"] for r in ok]),
+                n=len(ok),
+                failed=len(rows) - len(ok),
+                empty=sum(not (r.get("explanation") or "").strip() for r in ok),
+                per_judge={k: _mean(v) for k, v in judges.items()},
+            )
+        )
+    return cells
+
+
+def failures_per_method(cells: list[CellScore]) -> dict[str, int]:
+    """Failed samples per method, over all targets (methods without failures left out)."""
+    out: dict[str, int] = defaultdict(int)
+    for c in cells:
+        if c.failed:
+            out[c.method] += c.failed
+    return dict(out)
+
+
+def print_report(cells: list[CellScore], benchmark: str) -> str:
+    """Print the table (one row per method; LLM Match and CEI per target) and return its text."""
+    methods = list(dict.fromkeys(c.method for c in cells))
+    targets = list(dict.fromkeys(c.target for c in cells))
+    by_key = {(c.method, c.target): c for c in cells}
+    any_failed = any(c.failed for c in cells)
+    any_empty = any(c.empty for c in cells)
+    columns = ["method"]
+    for t in targets:
+        columns += [f"{t} LLM Match", f"{t} CEI"]
+    if any_empty:
+        columns.append("empty")
+    if any_failed:
+        columns.append("failed")
+    rows = []
+    for m in methods:
+        row: list = [m]
+        for t in targets:
+            c = by_key.get((m, t))
+            row += [c.llm_match, round(c.cei, 2)] if c else [None, None]
+        if any_empty:
+            row.append(sum(by_key[(m, t)].empty for t in targets if (m, t) in by_key))
+        if any_failed:
+            row.append(sum(by_key[(m, t)].failed for t in targets if (m, t) in by_key))
+        rows.append(row)
+    sizes = sorted({c.n for c in cells})
+    caption = f"errors per cell: {', '.join(map(str, sizes))}; CEI in percentage points"
+    if any_empty:
+        caption += "; empty = explanations that came back empty (scored as CEI 0)"
+    if any_failed:
+        caption += "; failed = samples whose language-model calls failed (a rerun retries them)"
+    return print_table(columns, rows, title=f"NEMO evaluation on {benchmark}", caption=caption)
+
+
+def known_cause_win_rate(records: Iterable[dict], target: str | None = None) -> tuple[float, int]:
+    """Share of errors where the known-cause explanation has a higher CEI than the distractor's."""
+    by_sample: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
+    for r in records:
+        if (target is None or r["target"] == target) and not r.get("failed"):
+            method = "Distractor" if r["method"].startswith("Distractor(") else r["method"]
+            by_sample[(r["target"], r["sample_id"])][method] = r["cei"]
+    pairs = [v for v in by_sample.values() if "KnownCause" in v and "Distractor" in v]
+    if not pairs:
+        return math.nan, 0
+    wins = sum(v["KnownCause"] > v["Distractor"] for v in pairs)
+    return wins / len(pairs), len(pairs)
+
+
+def log_wandb(records: list[dict], cells: list[CellScore], benchmark: str, images: dict[str, tuple]) -> None:
+    """Log the table and one row per sample (image, edit, edited image, scores) to Weights & Biases."""
+    run = wandb.run or wandb.init(project="nemo-train", job_type="nemo-eval", mode=default_wandb_mode())
+    table = wandb.Table(columns=["method", "target", "llm_match", "cei", "n", "failed"])
+    for c in cells:
+        table.add_data(c.method, c.target, c.llm_match, c.cei, c.n, c.failed)
+    judge_names = sorted({j for r in records for j in r["judges"]})
+    samples = wandb.Table(
+        columns=["image", "y", "y_hat", "method", "target", "explanation", "edit", "edited image", "cei", *judge_names]
+    )
+    for r in records:
+        image, edited = images.get(r["key"], (None, None))
+        samples.add_data(
+            wandb.Image(image.permute(1, 2, 0).numpy()) if image is not None else None,
+            r["label"],
+            r["prediction"],
+            r["method"],
+            r["target"],
+            r["explanation"],
+            json.dumps(r["instruction"]),
+            wandb.Image(edited.permute(1, 2, 0).numpy()) if edited is not None else None,
+            r["cei"],
+            *[r["judges"].get(j) for j in judge_names],
+        )
+    run.log({f"nemo/{benchmark}/table": table, f"nemo/{benchmark}/samples": samples})

@@ -1,0 +1,213 @@
+"""A resumable result store: one JSON line per finished unit of work, keyed and fingerprinted.
+
+Any run that computes many independent results (one per sample, per method, per target, ...) can
+write each one as soon as it is finished and skip it on a rerun:
+
+* **append only, durable**: every record is one line, written with a single ``write`` and then
+  ``fsync``'d; nothing is ever rewritten in place.
+* **torn tail**: a kill in the middle of a write leaves a last line without its newline; opening the
+  store cuts it off with ``truncate()`` (the complete records before it are never touched, so a kill
+  during the repair loses nothing either).
+* **unreadable lines** (bytes that are not UTF-8, ``null``, JSON that is not an object with a string
+  ``key``) are skipped and counted in one warning.
+* **settings fingerprint**: a record carries the ``settings`` it was computed with (a flat JSON
+  object: the identity of the inputs and every option that changes the result). :meth:`ResultStore.lookup`
+  returns a record only when its settings equal the current ones; otherwise the record is recomputed
+  and the names of the changed settings are collected in :attr:`ResultStore.changed`.
+* **one writer**: :class:`RunLock` is an advisory ``fcntl`` lock on a folder; a second process that
+  tries to take it gets a one-line error naming the holder's pid.
+
+When a key was written several times (a recomputed or retried record), the last line wins.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import logging
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from nemo_train.errors import UserInputError
+
+log = logging.getLogger(__name__)
+
+
+def fingerprint(settings: dict[str, Any]) -> str:
+    """A short stable hash of a JSON-ready settings dict (canonical JSON, SHA-256)."""
+    canonical = json.dumps(settings, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def file_digest(path: str | Path, chunk: int = 1 << 20) -> str:
+    """SHA-256 of a file's bytes (a checkpoint's identity: a retrained model at the same path differs)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def changed_settings(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Names of the settings whose values differ between two settings dicts (sorted)."""
+    return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+
+
+class ResultStore:
+    """Records (JSON objects with a string ``key``) in an append-only JSON-lines file.
+
+    Args:
+        path: the ``.jsonl`` file (created with its folder on the first append).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if self.path.is_dir():
+            raise UserInputError(f"result file {str(self.path)!r} is a folder; expected a file path")
+        self.records: dict[str, dict[str, Any]] = {}
+        #: names of changed settings -> how many records :meth:`lookup` found stale because of them
+        self.changed: Counter[str] = Counter()
+        self.skipped_lines = 0
+        if self.path.exists():
+            self._load()
+
+    # ----------------------------------------------------------------- reading and repair
+    def _load(self) -> None:
+        data = self.path.read_bytes()
+        complete = data.rfind(b"\n") + 1  # bytes up to and including the last newline
+        if complete < len(data):
+            self._cut(complete)
+            log.warning(
+                "%s: cut a torn last line of %d bytes (a run was stopped while writing it)",
+                self.path,
+                len(data) - complete,
+            )
+        for raw in data[:complete].splitlines():
+            record = self._parse(raw)
+            if record is None:
+                self.skipped_lines += raw.strip() != b""
+            else:
+                self.records[record["key"]] = record
+        if self.skipped_lines:
+            log.warning(
+                "%s: skipped %d unreadable line(s) (not UTF-8, not JSON, or no string 'key')",
+                self.path,
+                self.skipped_lines,
+            )
+
+    def _cut(self, size: int) -> None:
+        """Drop the bytes after ``size`` in place: ``truncate`` never rewrites the bytes it keeps."""
+        with self.path.open("r+b") as f:
+            f.truncate(size)
+            f.flush()
+            os.fsync(f.fileno())
+
+    @staticmethod
+    def _parse(raw: bytes) -> dict[str, Any] | None:
+        try:
+            record = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return None
+        if not isinstance(record, dict) or not isinstance(record.get("key"), str):
+            return None
+        return record
+
+    # ----------------------------------------------------------------- queries
+    def __contains__(self, key: str) -> bool:
+        return key in self.records
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The last record written under ``key`` (whatever its settings), or ``None``."""
+        return self.records.get(key)
+
+    def lookup(self, key: str, settings: dict[str, Any], retry_failed: bool = True) -> dict[str, Any] | None:
+        """The record under ``key`` if it was computed with exactly ``settings``; else ``None``.
+
+        A record computed with other settings is stale: the names of the settings that differ are
+        counted in :attr:`changed`. With ``retry_failed`` a record marked ``failed`` counts as absent,
+        so a rerun tries it again.
+        """
+        record = self.records.get(key)
+        if record is None:
+            return None
+        if record.get("fingerprint") != fingerprint(settings):
+            for name in changed_settings(record.get("settings") or {}, settings) or ["(unrecorded settings)"]:
+                self.changed[name] += 1
+            return None
+        if retry_failed and record.get("failed"):
+            return None
+        return record
+
+    # ----------------------------------------------------------------- writing
+    def append(self, record: dict[str, Any], settings: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Write one record durably (one ``write``, ``flush`` and ``fsync``) and return it.
+
+        With ``settings`` the record gets ``settings`` and their ``fingerprint`` fields.
+        """
+        if not isinstance(record.get("key"), str):
+            raise ValueError(f"a record needs a string 'key'; got {record.get('key')!r}")
+        if settings is not None:
+            record = {**record, "settings": settings, "fingerprint": fingerprint(settings)}
+        line = (json.dumps(record, ensure_ascii=False, allow_nan=True) + "\n").encode("utf-8")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self.records[record["key"]] = record
+        return record
+
+
+class RunLock:
+    """An advisory, exclusive lock on a folder held for the life of a run (``fcntl.flock``).
+
+    The lock file ``<folder>/.lock`` holds the holder's pid. The OS releases the lock when the process
+    ends, however it ends, so a killed run never leaves a stale lock. Use as a context manager.
+    """
+
+    FILE_NAME = ".lock"
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+        self.path = self.folder / self.FILE_NAME
+        self._fd: int | None = None
+
+    def acquire(self) -> RunLock:
+        """Take the lock or raise :class:`UserInputError` naming the pid of the run that holds it."""
+        if self.folder.exists() and not self.folder.is_dir():
+            raise UserInputError(f"out_dir {str(self.folder)!r} is a file; expected a folder (or a new path)")
+        self.folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise UserInputError(
+                f"{str(self.folder)!r} is in use by another run (pid {holder}); wait for it or choose another out_dir"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        """Release the lock (the lock file stays; it is harmless)."""
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> RunLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
