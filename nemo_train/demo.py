@@ -120,17 +120,16 @@ def read_explainer(ctx: DemoContext, result: FitResult) -> list[tuple[str, Any]]
     return [("explanation accuracy (held out)", result.metrics["val/explanation_acc"])]
 
 
-def read_counterfactuals(ctx: DemoContext, result: dict) -> list[tuple[str, Any]]:
+def read_counterfactuals(ctx: DemoContext, result: Any) -> list[tuple[str, Any]]:
     """Success rate (share of counterfactuals above the competency threshold) of each method."""
-    return [(f"{method} success", row["success"]) for method, row in result["table"].items() if method != "Orig"]
+    return [(f"{method} success", row["success"]) for method, row in result.table.items() if method != "Orig"]
 
 
-def read_nemo(ctx: DemoContext, result: dict) -> list[tuple[str, Any]]:
-    """LLM Match and CEI of each method (``summary`` keys are ``method|target``)."""
-    rows = []
-    for key, values in result["summary"].items():
-        method = key.split("|")[0]
-        rows.append((f"{method} LLM Match / CEI", f"{values['llm_match']:.3f} / {values['cei']:.3f}"))
+def read_nemo(ctx: DemoContext, result: Any) -> list[tuple[str, Any]]:
+    """LLM Match and CEI of each method on each target, and how often the known cause beats a distractor."""
+    rows = [(f"{c.method} LLM Match / CEI", f"{c.llm_match:.3f} / {c.cei:.2f}") for c in result.cells]
+    if result.known_cause_win_rate is not None:
+        rows.append(("known cause beats distractor (CEI)", result.known_cause_win_rate))
     return rows
 
 
@@ -166,13 +165,12 @@ STEPS: list[Step] = [
         command="counterfactuals",
         overrides=[
             "--out_dir={out}/counterfactuals",
-            "--estimator_dir={out}/counterfactuals/parce",
-            "--classifier_checkpoint={ckpt[cmnist_model_a]}",
-            "--per_cause=10",
-            "--autoencoder_epochs=4",
+            "--estimator.classifier_checkpoint={ckpt[cmnist_model_a]}",
+            "--causes.per_cause=10",
+            "--train.autoencoder_epochs=4",
             "--datamodule.init_args.train_size=6000",
         ],
-        fast=["--per_cause=4", "--max_iter=30", "--autoencoder_epochs=1", "--datamodule.init_args.train_size=1024"],
+        fast=["--causes.per_cause=4", "--train.autoencoder_epochs=1", "--datamodule.init_args.train_size=1024"],
         read=read_counterfactuals,
         output="{out}/counterfactuals",
     ),
@@ -192,8 +190,13 @@ STEPS: list[Step] = [
         name="nemo_eval",
         preset="nemo/cmnist.yaml",
         command="nemo-eval",
-        overrides=["--out_dir={out}/nemo_eval", "--targets=[{ckpt[cmnist_model_a]}]", "--n=25", "--test_styles=2"],
-        fast=["--n=6", "--test_styles=1", "--validation=false", "--global_explanation=false"],
+        overrides=[
+            "--run.out_dir={out}/nemo_eval",
+            "--targets=[{ckpt[cmnist_model_a]}]",
+            "--benchmark.n=25",
+            "--benchmark.test_styles=2",
+        ],
+        fast=["--benchmark.n=6", "--benchmark.test_styles=1", "--run.global_explanation=false"],
         read=read_nemo,
         output="{out}/nemo_eval",
     ),

@@ -100,3 +100,25 @@ def test_unknown_step_is_one_line(tmp_path, capsys):
 def test_context_expands_outputs_of_earlier_steps(tmp_path):
     ctx = DemoContext(out_dir=tmp_path, preset_dir=tmp_path, checkpoints={"a": tmp_path / "a.ckpt"})
     assert ctx.expand("--x={ckpt[a]}") == f"--x={tmp_path / 'a.ckpt'}"
+
+
+@pytest.mark.parametrize("step", [s for s in STEPS if (ROOT / "configs" / s.preset).is_file()], ids=lambda s: s.name)
+def test_every_override_is_an_option_of_the_step_command(step, tmp_path):
+    """The overrides name keys the preset's command accepts (catches a renamed option before a demo run)."""
+    from jsonargparse import auto_parser
+    from test_configs import ParseOnlyCLI
+
+    from nemo_train.cli import PIPELINE_COMMANDS, _load
+
+    ctx = DemoContext(
+        out_dir=tmp_path, preset_dir=ROOT / "configs", checkpoints={"cmnist_model_a": tmp_path / "a.ckpt"}
+    )
+    for overrides in (step.overrides, step.overrides + step.fast):
+        args = ["--config", str(ROOT / "configs" / step.preset), *(ctx.expand(arg) for arg in overrides)]
+        if step.command == "fit":
+            ParseOnlyCLI(args=args, run=False)
+        else:
+            parser = auto_parser(
+                _load(PIPELINE_COMMANDS[step.command].target), as_positional=False, exit_on_error=False
+            )
+            parser.parse_args(args)
