@@ -57,8 +57,8 @@ def test_a_config_that_is_not_a_mapping_is_one_line(tmp_path, capsys, command, c
             "Parser key \"train_size\": Expected a <class 'int'>. Got value: abc",
         ),
         (
-            ["nemo-eval", "--config", "configs/nemo/cmnist.yaml", "--n", "abc"],
-            "Parser key \"n\": Expected a <class 'int'>. Got value: abc",
+            ["nemo-eval", "--config", "configs/nemo/cmnist.yaml", "--benchmark.n", "abc"],
+            "Parser key \"benchmark.n\": Not of type PositiveInt: invalid literal for int() with base 10: 'abc'",
         ),
     ],
 )
