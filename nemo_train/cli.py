@@ -40,6 +40,16 @@ PIPELINE_COMMANDS: dict[str, Command] = {
     ),
     "explain": Command("nemo_train.explainer.generation:explain", "explain image pairs with a fine-tuned explainer"),
     "nemo-eval": Command("nemo_train.nemo.run:nemo_eval", "NEMO benchmark: SciTX and baselines on a model's errors"),
+    "distill-teacher": Command(
+        "nemo_train.nemo.distill:distill_teacher", "label a classifier's errors with a teacher: student training pairs"
+    ),
+    "distill-eval": Command(
+        "nemo_train.nemo.distill_eval:distill_eval", "NEMO scores of a distilled explainer next to its teacher"
+    ),
+    "lbee": Command("nemo_train.lbee.pipeline:lbee", "find and describe a classifier's failure modes with sentences"),
+    "differences": Command(
+        "nemo_train.differences.pipeline:differences", "explain how two vision models differ, and score it"
+    ),
 }
 
 #: Lines of a jsonargparse error that list what it tried rather than what is wrong.

@@ -19,10 +19,15 @@ LOG_WIDTH = 200
 
 
 def make_console(file: Any = None) -> Console:
-    """A rich console on ``file`` (stdout by default); no colour codes and no wrapping when not a terminal."""
+    """A rich console on ``file`` (stdout by default); no colour codes and no wrapping when not a terminal.
+
+    Markup is off: a cell such as ``fid[classifier]`` prints as written.
+    """
     file = file if file is not None else sys.stdout
     terminal = hasattr(file, "isatty") and file.isatty()
-    return Console(file=file, width=None if terminal else LOG_WIDTH, no_color=not terminal, highlight=False)
+    return Console(
+        file=file, width=None if terminal else LOG_WIDTH, no_color=not terminal, highlight=False, markup=False
+    )
 
 
 def format_cell(value: Any, digits: int = 3) -> str:

@@ -20,3 +20,9 @@ def test_format_cell():
     assert format_cell(0.12345, 2) == "0.12"
     assert format_cell(True) == "yes"
     assert format_cell(3) == "3"
+
+
+def test_square_brackets_print_as_written():
+    out = io.StringIO()
+    text = print_table(["method", "fid[classifier]"], [("[bold]x", 1.0)], file=out)
+    assert "fid[classifier]" in text and "[bold]x" in text

@@ -7,7 +7,8 @@ JSONL format, one pair per line (paths relative to the JSONL file's folder, or a
      "explanation": "The image is pixelated.", # required for training: the assistant's answer
      "prompt": "...", "system": "...",         # optional: overrides of the question / the context
      "cause": "pixelation",                    # optional: ground-truth cause (scored by the callback)
-     "label": 3, "prediction": 5}              # optional: true class and the classifier's prediction
+     "label": 3, "prediction": 5,              # optional: true class and the classifier's prediction
+     "cei": 87.5, "provenance": {...}}         # optional: a teacher's CEI and where the pair came from
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ class ExplanationRecord:
     cause: str | None = None
     label: int | None = None
     prediction: int | None = None
+    cei: float | None = None  # CEI of the explanation (pairs written by a distillation teacher)
+    provenance: dict[str, Any] | None = None  # who wrote the explanation, from which error and view
     origin: str | None = field(default=None, compare=False, repr=False)
 
     def to_json(self, root: Path | None = None) -> dict[str, Any]:
@@ -69,6 +72,11 @@ def _check_types(obj: dict[str, Any], where: str) -> None:
         value = obj.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise UserInputError(f"{where}: {key!r} is {type(value).__name__} {value!r}; expected an integer")
+    cei, provenance = obj.get("cei"), obj.get("provenance")
+    if cei is not None and (isinstance(cei, bool) or not isinstance(cei, (int, float))):
+        raise UserInputError(f"{where}: 'cei' is {type(cei).__name__} {cei!r}; expected a number")
+    if provenance is not None and not isinstance(provenance, dict):
+        raise UserInputError(f"{where}: 'provenance' is {type(provenance).__name__}; expected an object")
 
 
 def read_records(path: str | Path) -> list[ExplanationRecord]:

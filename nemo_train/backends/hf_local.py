@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from peft import PeftModel
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
 from nemo_train.backends.base import ChatBackend
@@ -79,6 +78,9 @@ class HFLocalBackend(ChatBackend):
             dtype = self.dtype if self.dtype == "auto" else getattr(torch, self.dtype)
             model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype)
             if adapter is not None:
+                # peft imports bitsandbytes, which prints a kernel banner on CPU machines: imported only for adapters
+                from peft import PeftModel
+
                 model = PeftModel.from_pretrained(model, adapter)
             self._model = model.to(self.device).eval()
         return self._model, self._processor

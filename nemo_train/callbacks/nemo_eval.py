@@ -1,101 +1,186 @@
-"""CEI and LLM Match of an explainer on a fixed set of classifier errors, after each validation of its fit."""
+"""CEI and LLM Match of an explainer on fixed sets of classifier errors, after each validation of its fit."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import lightning as L
 import torch
 from lightning.pytorch.loggers import WandbLogger
 
+from nemo_train.console import print_table
+from nemo_train.explainer.generation import generate_explanations
 from nemo_train.metrics.nemo import CEI, LLMMatch
+from nemo_train.nemo.benchmark import ErrorSample, build_synthetic_benchmark
+from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
+from nemo_train.nemo.judges import JudgeItem, JudgePanel, KeywordJudge
+from nemo_train.nemo.structured import DISTILL_PROMPT, StructuredEditDeriver
+from nemo_train.nemo.targets import load_checkpoint_target
+from nemo_train.vocabulary import BIAS_PROMPT
 
-ExplainFn = Callable[[L.LightningModule, Sequence[torch.Tensor]], list[str]]
+ExplainFn = Callable[[L.LightningModule, Sequence[ErrorSample], Sequence[str]], list[str]]
 
 
 def explain_with_module(prompt: str | None = None, max_new_tokens: int = 48, batch_size: int = 16) -> ExplainFn:
-    """Greedy explanations from the explainer being trained (``generate_explanations``, issue 4)."""
+    """Greedy explanations from the explainer being trained. ``prompt`` may name ``{true_name}`` and
+    ``{pred_name}`` (filled per error, as in the distilled explainer's question); default: the bias question."""
+    question = prompt or BIAS_PROMPT
 
-    def explain(module: L.LightningModule, images: Sequence[torch.Tensor]) -> list[str]:
-        from nemo_train.explainer.generation import generate_explanations
-        from nemo_train.vocabulary import BIAS_PROMPT
-
+    def explain(module: L.LightningModule, errors: Sequence[ErrorSample], class_names: Sequence[str]) -> list[str]:
+        prompts = [question.format(true_name=class_names[e.label], pred_name=class_names[e.prediction]) for e in errors]
         out = generate_explanations(
-            module, list(images), prompts=prompt or BIAS_PROMPT, max_new_tokens=max_new_tokens, batch_size=batch_size
+            module, [e.image for e in errors], prompts=prompts, max_new_tokens=max_new_tokens, batch_size=batch_size
         )
         return [samples[0] for samples in out]
 
     return explain
 
 
+@dataclass
+class ErrorSet:
+    """Held-out errors of a classifier on a generated benchmark's test grid (disjoint from any mining split).
+
+    ``name`` keys the logged metrics (``nemo/<name>/cei``); the first set of the callback is logged as
+    ``nemo/cei``. ``structured``: derive edits from the explanation's ``Edit: ...`` part (a distilled
+    explainer); otherwise with the keyword deriver (a rule-based parser, not a model).
+    """
+
+    classifier: str
+    dataset: Literal["cmnist", "clevr"] = "cmnist"
+    name: str | None = None
+    n: int = 32
+    seed: int = 0
+    test_styles: int = 2
+    bias: str | None = None
+    data_kwargs: dict[str, Any] = field(default_factory=dict)
+    structured: bool = True
+
+    def build(self) -> tuple[Any, CounterfactualScorer, JudgePanel]:
+        target = load_checkpoint_target(self.classifier)
+        bench = build_synthetic_benchmark(
+            self.dataset,
+            target=target,
+            n=self.n,
+            seed=self.seed,
+            bias=self.bias,
+            test_styles=self.test_styles,
+            datamodule_kwargs=self.data_kwargs or None,
+        )
+        editable = bench.cause["editable"]
+        deriver = (
+            StructuredEditDeriver(bench.vocabulary, editable)
+            if self.structured
+            else KeywordAttributeDeriver(bench.vocabulary, editable)
+        )
+        scorer = CounterfactualScorer(target, deriver, ExactAttributeEditor(bench.renderer))
+        return bench, scorer, JudgePanel([KeywordJudge(self.dataset)])
+
+
 class NemoEvalCallback(L.Callback):
-    """After each validation, the module explains a fixed error set; CEI and LLM Match are logged.
+    """After each validation, the module explains fixed error sets; CEI and LLM Match are logged.
 
     Each explanation goes through the counterfactual test of ``scorer`` (derive, edit, classify) and the
-    judges of ``panel``. Logs ``nemo/cei``, ``nemo/llm_match`` and ``nemo/llm_match/<judge>``; with a
-    ``WandbLogger`` attached also a table (image, y, y_hat, explanation, edit, edited image, CEI, score).
-    Skipped during the sanity check. The error set is split across ranks; the metrics are summed.
+    judges of ``panel``. Logs ``nemo/cei``, ``nemo/llm_match`` and ``nemo/llm_match/<judge>`` for the first
+    set, ``nemo/<name>/...`` for each further one (e.g. errors of a classifier whose bias the explainer never
+    saw: the generalisation report); with a ``WandbLogger`` also a table (image, y, y_hat, explanation,
+    edit, edited image, CEI, score) per validation. Skipped during the sanity check. At the end of the fit
+    a table of every validation's numbers is printed. The errors are split across ranks.
+
+    Configure either ``errors`` (:class:`ErrorSet` s, built at setup; the shipped presets) or ready
+    ``benchmark`` / ``scorer`` / ``panel`` objects (from Python).
 
     Args:
-        benchmark: the fixed errors (e.g. ``build_cmnist_benchmark(checkpoint, n=32)``) and class names.
-        scorer: a :class:`~nemo_train.nemo.interventions.CounterfactualScorer` for the benchmark's target.
-        panel: a :class:`~nemo_train.nemo.judges.JudgePanel`.
-        explain_fn: ``(module, images) -> explanations``; default: greedy generation of the explainer.
+        errors: held-out error sets; the first is the headline.
+        benchmark, scorer, panel: one ready error set (a :class:`~nemo_train.nemo.benchmark.NemoBenchmark`,
+            a :class:`~nemo_train.nemo.interventions.CounterfactualScorer`, a :class:`~nemo_train.nemo.judges.JudgePanel`).
+        prompt: the question (``{true_name}`` / ``{pred_name}`` filled per error); default: the bias question.
+        explain_fn: ``(module, errors, class_names) -> explanations``; default: greedy generation with ``prompt``.
+        max_new_tokens: generation length of the default ``explain_fn``.
         every_n_epochs: run after every n-th validation.
         table_rows: rows of the W&B table.
     """
 
     def __init__(
         self,
-        benchmark,
-        scorer,
-        panel,
+        errors: list[ErrorSet] | None = None,
+        benchmark: Any = None,
+        scorer: Any = None,
+        panel: Any = None,
+        prompt: str | None = DISTILL_PROMPT,
         explain_fn: ExplainFn | None = None,
+        max_new_tokens: int = 64,
         every_n_epochs: int = 1,
         table_rows: int = 32,
     ) -> None:
-        self.benchmark, self.scorer, self.panel = benchmark, scorer, panel
-        self.explain_fn = explain_fn or explain_with_module()
+        if (benchmark is None) == (errors is None) or (benchmark is not None and (scorer is None or panel is None)):
+            raise ValueError("NemoEvalCallback needs either errors, or benchmark, scorer and panel")
+        self.specs = list(errors or [])
+        self.sets: list[tuple[str, Any, Any, Any]] = [("", benchmark, scorer, panel)] if benchmark is not None else []
+        self.explain_fn = explain_fn or explain_with_module(prompt, max_new_tokens)
         self.every_n_epochs = max(1, every_n_epochs)
         self.table_rows = table_rows
-        self.cei = CEI()
-        self.llm_match = LLMMatch(panel.names)
+        self.history: list[dict[str, float]] = []
         self.last_result: dict[str, float] = {}
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self.sets:
+            return
+        for i, spec in enumerate(self.specs):
+            prefix = "" if i == 0 else f"{spec.name or f'set{i}'}/"
+            self.sets.append((prefix, *spec.build()))
+
+    def _evaluate(self, trainer, pl_module, prefix: str, bench, scorer, panel) -> tuple[dict[str, float], list]:
+        errors = bench.errors[trainer.global_rank :: trainer.world_size]
+        names = bench.class_names
+        device = pl_module.device
+        cei, llm_match = CEI().to(device), LLMMatch(panel.names).to(device)
+        texts = self.explain_fn(pl_module, errors, names) if errors else []
+        rows = []
+        for error, text in zip(errors, texts):
+            trials = scorer.score(error, [text], names) if text else []
+            p_o = trials[0].p_original if trials else 0.0
+            p_e = trials[0].p_edited if trials else 0.0
+            cei.update(torch.tensor([p_e], device=device), torch.tensor([p_o], device=device))
+            verdict = panel.judge([JudgeItem(text, names[error.label], names[error.prediction])])[0]
+            llm_match.update([[verdict.scores[j] for j in panel.names]])
+            rows.append((error, text, trials[0] if trials else None, verdict))
+        result = {f"nemo/{prefix}cei": float(cei.compute()), f"nemo/{prefix}llm_match": float(llm_match.compute())}
+        result.update({f"nemo/{prefix}llm_match/{k}": v for k, v in llm_match.per_judge().items()})
+        return result, rows
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking or (trainer.current_epoch + 1) % self.every_n_epochs:
             return
-        from nemo_train.nemo.judges import JudgeItem
-
-        errors = self.benchmark.errors[trainer.global_rank :: trainer.world_size]
-        names = self.benchmark.class_names
-        self.cei, self.llm_match = self.cei.to(pl_module.device), self.llm_match.to(pl_module.device)
-        texts = self.explain_fn(pl_module, [e.image for e in errors]) if errors else []
-        rows = []
-        for error, text in zip(errors, texts):
-            trials = self.scorer.score(error, [text], names) if text else []
-            p_o = trials[0].p_original if trials else 0.0
-            p_e = trials[0].p_edited if trials else 0.0
-            self.cei.update(torch.tensor([p_e], device=pl_module.device), torch.tensor([p_o], device=pl_module.device))
-            verdict = self.panel.judge([JudgeItem(text, names[error.label], names[error.prediction])])[0]
-            self.llm_match.update([[verdict.scores[j] for j in self.panel.names]])
-            rows.append((error, text, trials[0] if trials else None, verdict))
-        result = {"nemo/cei": float(self.cei.compute()), "nemo/llm_match": float(self.llm_match.compute())}
-        result.update({f"nemo/llm_match/{k}": v for k, v in self.llm_match.per_judge().items()})
-        self.cei.reset()
-        self.llm_match.reset()
+        result: dict[str, float] = {}
+        for prefix, bench, scorer, panel in self.sets:
+            numbers, rows = self._evaluate(trainer, pl_module, prefix, bench, scorer, panel)
+            result.update(numbers)
+            if trainer.is_global_zero:
+                self._log_table(trainer, rows, bench.class_names, f"nemo/{prefix}explanations")
         self.last_result = result
+        self.history.append({"epoch": trainer.current_epoch, **result})
         pl_module.log_dict(result, rank_zero_only=True)
-        if trainer.is_global_zero:
-            self._log_table(trainer, rows, names)
 
-    def _log_table(self, trainer: L.Trainer, rows: list, names: list[str]) -> None:
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.is_global_zero or not self.history:
+            return
+        keys = [k for k in self.history[-1] if k != "epoch" and k.count("/") <= 2 and "llm_match/" not in k]
+        print_table(
+            ["epoch", *keys],
+            [[h["epoch"], *(h.get(k) for k in keys)] for h in self.history],
+            title="NEMO evaluation of the explainer per validation (held-out errors; CEI in percentage points)",
+            caption="LLM Match from the keyword judge (closed-vocabulary synthetic only, not a model)",
+            digits=3,
+        )
+
+    def _log_table(self, trainer: L.Trainer, rows: list, names: list[str], key: str) -> None:
         loggers = [lg for lg in trainer.loggers if isinstance(lg, WandbLogger)]
         if not loggers:
             return
-        import json
-
-        import wandb
+        import wandb  # optional heavy import, only with a W&B logger attached
 
         columns = ["image", "y", "y_hat", "explanation", "edit", "edited image", "cei", "llm_match"]
         data = []
@@ -114,4 +199,4 @@ class NemoEvalCallback(L.Callback):
                 ]
             )
         for lg in loggers:
-            lg.log_table(key="nemo/explanations", columns=columns, data=data, step=trainer.global_step)
+            lg.log_table(key=key, columns=columns, data=data, step=trainer.global_step)

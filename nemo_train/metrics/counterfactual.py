@@ -41,6 +41,13 @@ class _Float64Mean(MeanMetric):
         super().__init__(nan_strategy="disable", **kwargs)
         self.set_dtype(torch.float64)
 
+    def _apply(self, fn, exclude_state=""):
+        # torchmetrics re-derives the metric's dtype from a float32 probe on every ``.to(device)``; keep float64
+        # so updates are not cast down to float32
+        this = super()._apply(fn, exclude_state)
+        this._dtype = torch.float64
+        return this
+
     @property
     def count(self) -> torch.Tensor:
         """Total weight seen so far (the number of values for an unweighted mean)."""

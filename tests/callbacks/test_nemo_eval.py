@@ -83,11 +83,11 @@ def test_logs_hand_computed_cei_and_llm_match_and_skips_sanity_check():
     bench, scorer, panel = toy_setup()
     calls = []
 
-    def explain_fn(module, images):
-        calls.append(len(images))
+    def explain_fn(module, errors, class_names):
+        calls.append(len(errors))
         return ["The green colour misled it; correct ones are red.", "The digit is rotated 10 degrees."]
 
-    callback = NemoEvalCallback(bench, scorer, panel, explain_fn=explain_fn)
+    callback = NemoEvalCallback(benchmark=bench, scorer=scorer, panel=panel, explain_fn=explain_fn)
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 2)), batch_size=4)
     trainer = L.Trainer(
         max_epochs=2,
@@ -134,9 +134,78 @@ def test_wandb_table_only_with_a_wandb_logger():
     module = TinyModule()
     module.log_dict = lambda *a, **k: None
     callback = NemoEvalCallback(
-        bench, scorer, panel, explain_fn=lambda m, images: ["colour green, correct ones are red"] * len(images)
+        benchmark=bench,
+        scorer=scorer,
+        panel=panel,
+        explain_fn=lambda m, errors, names: ["colour green, correct ones are red"] * len(errors),
     )
     callback.on_validation_epoch_end(trainer, module)
     ((key, columns, rows),) = wandb_logger.tables
     assert key == "nemo/explanations" and columns[3] == "explanation" and len(rows) == 2
     assert rows[0][4] == '{"attribute": "color", "value": 0}' and rows[0][7] == 1.0
+
+
+def test_needs_error_sets_or_ready_objects():
+    bench, scorer, panel = toy_setup()
+    with pytest.raises(ValueError, match="either errors"):
+        NemoEvalCallback()
+    with pytest.raises(ValueError, match="either errors"):
+        NemoEvalCallback(benchmark=bench, scorer=scorer)
+
+
+def test_trained_student_beats_an_untrained_one_on_cei(tmp_path):
+    """A tiny explainer fitted for a few steps on structured answers ("Edit: color -> red") states the edit
+    that fixes the toy errors; the same model untrained does not (CEI measured by the callback both times)."""
+    from datamodules.explanations import ExplanationDataModule, ExplanationRecord, to_pil, write_records
+    from nemo_train.explainer import ExplainerModule
+    from nemo_train.models.vlm import TINY_MODEL, load_processor
+    from nemo_train.nemo.structured import StructuredEditDeriver
+
+    target = RedGreenTarget()
+    records = []
+    for i in range(16):
+        path = tmp_path / f"{i}.png"
+        to_pil(PALETTE[1 + i % 2][:, None, None].expand(3, 32, 32).clone()).save(path)
+        records.append(ExplanationRecord(image=str(path), explanation="Edit: color -> red", prompt="Why?"))
+    write_records(records[:12], tmp_path / "train.jsonl")
+    write_records(records[12:], tmp_path / "val.jsonl")
+    errors = [
+        ErrorSample(
+            f"e{c}", PALETTE[c][:, None, None].expand(3, 4, 4).clone(), 0, 1, {"digit": 0, "color": c, "angle": 0}
+        )
+        for c in (1, 2)
+    ]
+    bench = NemoBenchmark("toy", target.class_names, "cmnist", errors, None, SolidRenderer(), VOCAB)
+    scorer = CounterfactualScorer(target, StructuredEditDeriver(VOCAB), ExactAttributeEditor(SolidRenderer()))
+    callback = NemoEvalCallback(
+        benchmark=bench, scorer=scorer, panel=JudgePanel([KeywordJudge("cmnist")]), prompt="Why?", max_new_tokens=12
+    )
+    torch.manual_seed(0)
+    data = ExplanationDataModule(
+        TINY_MODEL,
+        processor_loader=load_processor,
+        train_jsonl=str(tmp_path / "train.jsonl"),
+        val_jsonl=str(tmp_path / "val.jsonl"),
+        batch_size=4,
+        max_length=128,
+    )
+    module = ExplainerModule(modules_to_save=["visual", "lm_head"], lr=0.01)
+    trainer = L.Trainer(
+        max_epochs=12,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        check_val_every_n_epoch=12,
+        callbacks=[callback],
+        default_root_dir=str(tmp_path),
+    )
+    trainer.validate(module, data)
+    untrained = callback.last_result["nemo/cei"]
+    trainer.fit(module, data)
+    trained = callback.last_result["nemo/cei"]
+    best = sum(100 * (p_true(1, 0) - p_true(*[(0, 1), (0, 0)][i])) for i in range(2)) / 2  # both edits to red
+    assert untrained == pytest.approx(0.0)
+    assert trained == pytest.approx(best, rel=1e-4)

@@ -100,3 +100,13 @@ def test_fid_in_classifier_space_matches_the_scipy_formula():
     kid.reset()
     kid.update(real[20:], real=False)
     assert float(kid.compute()[0]) < far
+
+
+def test_means_accumulate_in_float64_after_a_device_move():
+    metric = MeanCosineSimilarity().to("cpu")
+    a = torch.tensor([[1.0, 1e-4]], dtype=torch.float64)
+    b = torch.tensor([[1.0, 0.0]], dtype=torch.float64)
+    metric.update(a, b)
+    expected = 1 / (1 + 1e-8) ** 0.5  # 0.999999995: rounds to 1.0 in float32 before averaging
+    assert metric.dtype == torch.float64 and metric.mean_value.item() == pytest.approx(expected, abs=1e-12)
+    assert metric.mean_value.item() != 1.0

@@ -62,8 +62,11 @@ class CamMLLM:
 
     name = "CamMLLM"
 
-    def __init__(self, target, backend=None, temperature: float = 0.7, cam_layer=None) -> None:
+    def __init__(
+        self, target, backend=None, temperature: float = 0.7, cam_layer=None, template: str = prompts.CAM_MLLM
+    ) -> None:
         self.target, self.backend, self.temperature, self.cam_layer = target, backend, temperature, cam_layer
+        self.template = template
 
     def candidates(self, sample: ErrorSample, benchmark: NemoBenchmark, m: int) -> list[str]:
         reshape = self.target.gradcam_reshape() if hasattr(self.target, "gradcam_reshape") else None
@@ -72,7 +75,7 @@ class CamMLLM:
         if self.backend is None:
             return [describe_heat(heat, sample.image)]
         names = benchmark.class_names
-        text = prompts.CAM_MLLM.format(true_name=names[sample.label], pred_name=names[sample.prediction])
+        text = self.template.format(true_name=names[sample.label], pred_name=names[sample.prediction])
         return ask_causes(
             self.backend, [user_message(text, images=[overlay])], n=m, temperature=self.temperature if m > 1 else 0.0
         )

@@ -22,8 +22,15 @@ class ChangeMLLM:
 
     name = "ChangeMLLM"
 
-    def __init__(self, target, backend=None, temperature: float = 0.7, reference_class: str = "either") -> None:
-        self.target, self.backend, self.temperature = target, backend, temperature
+    def __init__(
+        self,
+        target,
+        backend=None,
+        temperature: float = 0.7,
+        reference_class: str = "either",
+        template: str = prompts.CHANGE_MLLM,
+    ) -> None:
+        self.target, self.backend, self.temperature, self.template = target, backend, temperature, template
         self.reference_class = reference_class
 
     def reference(self, sample: ErrorSample, benchmark: NemoBenchmark) -> int | None:
@@ -62,7 +69,7 @@ class ChangeMLLM:
         if self.backend is None:
             return [self._offline(sample, benchmark, index)]
         names = benchmark.class_names
-        text = prompts.CHANGE_MLLM.format(
+        text = self.template.format(
             true_name=names[sample.label],
             pred_name=names[sample.prediction],
             ref_name=names[int(benchmark.reference.labels[index])],

@@ -1,0 +1,103 @@
+"""Diff_Model(f_A, f_B, c): accuracy of model A minus accuracy of model B on n samples of G(c).
+
+:class:`DiffModel` draws all images of many conditions and runs them through each model in large
+batches (``images_per_batch`` at a time), and caches every value by (model identities, generator,
+condition, n, seed): in memory, and in a JSON file when ``cache_file`` is given, so a rerun or a
+second explainer never renders a condition twice.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from nemo_train.differences.conditions import Condition
+from nemo_train.differences.generators import ConditionalGenerator
+from nemo_train.differences.models import ComparedModel
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One measured condition: accuracies of both models and their difference."""
+
+    condition: Condition
+    acc_a: float
+    acc_b: float
+
+    @property
+    def diff(self) -> float:
+        return self.acc_a - self.acc_b
+
+
+class DiffModel:
+    """Batched, cached Diff_Model over a generator and a model pair.
+
+    Args:
+        model_a, model_b: the compared models (already prepared).
+        generator: the conditional generator.
+        n: samples per condition.
+        seed: sampling seed (a condition's images depend on (condition, n, seed) only).
+        images_per_batch: images rendered and classified at once.
+        cache_file: JSON file keeping computed values across runs (``None``: memory only).
+    """
+
+    def __init__(
+        self,
+        model_a: ComparedModel,
+        model_b: ComparedModel,
+        generator: ConditionalGenerator,
+        n: int = 20,
+        seed: int = 0,
+        images_per_batch: int = 4096,
+        cache_file: str | Path | None = None,
+    ) -> None:
+        self.model_a, self.model_b, self.generator = model_a, model_b, generator
+        self.n, self.seed, self.images_per_batch = n, seed, images_per_batch
+        self.prefix = f"{model_a.identity}|{model_b.identity}|{generator.identity}|n={n}|seed={seed}|"
+        self.cache_file = Path(cache_file) if cache_file else None
+        self.cache: dict[str, tuple[float, float]] = {}
+        if self.cache_file is not None and self.cache_file.is_file():
+            self.cache = {k: tuple(v) for k, v in json.loads(self.cache_file.read_text()).items()}
+        self.images_generated = 0
+
+    def _key(self, condition: Condition) -> str:
+        return self.prefix + condition.key()
+
+    def observe(self, conditions: Sequence[Condition], batched: bool = True) -> list[Observation]:
+        """Observations of ``conditions`` (cached ones are not recomputed); ``batched=False`` renders
+        and classifies one condition at a time (the benchmark's reference)."""
+        todo = list(dict.fromkeys(c for c in conditions if self._key(c) not in self.cache))
+        per_chunk = max(1, self.images_per_batch // self.n) if batched else 1
+        for start in range(0, len(todo), per_chunk):
+            chunk = todo[start : start + per_chunk]
+            images, labels = self.generator.generate(chunk, self.n, self.seed)
+            self.images_generated += len(images)
+            correct_a = self._correct(self.model_a, images, labels)
+            correct_b = self._correct(self.model_b, images, labels)
+            acc_a = correct_a.view(len(chunk), -1).float().mean(1).tolist()
+            acc_b = correct_b.view(len(chunk), -1).float().mean(1).tolist()
+            for condition, a, b in zip(chunk, acc_a, acc_b):
+                self.cache[self._key(condition)] = (a, b)
+        if todo:
+            self.save()
+        return [Observation(c, *self.cache[self._key(c)]) for c in conditions]
+
+    def _correct(self, model: ComparedModel, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        preds = torch.cat([model.predict(part) for part in images.split(self.images_per_batch)])
+        return preds == labels
+
+    def __call__(self, conditions: Sequence[Condition]) -> np.ndarray:
+        """Diff_Model values ``float[len(conditions)]``."""
+        return np.array([o.diff for o in self.observe(conditions)], dtype=float)
+
+    def save(self) -> None:
+        if self.cache_file is not None:
+            self.cache_file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.cache_file.with_suffix(".tmp")
+            tmp.write_text(json.dumps(self.cache))
+            tmp.replace(self.cache_file)

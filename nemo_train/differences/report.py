@@ -1,0 +1,127 @@
+"""The typed result of a model-differences run, its Table 1 / Table 3 print-out and its W&B log."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nemo_train.console import print_table
+from nemo_train.differences.metrics import THRESHOLDS, Attribution, effective_token_ratio
+from nemo_train.secrets import scrub_secrets
+
+METHOD_NAMES = {
+    "human": "Human",
+    "raw_differences": "Raw Differences",
+    "summarization": "Summarization",
+    "optimization": "Optimization",
+}
+
+
+@dataclass
+class MethodScore:
+    """One row of the table: the method's explanation and its scores on the held-out test conditions."""
+
+    method: str
+    completeness: float
+    density: float
+    token_length: int
+    conditions: int
+    explanation: str
+    token_classes: dict[str, int] | None = None
+    ratio_auc: float | None = None
+
+
+@dataclass
+class DifferencesResult:
+    """Headline numbers and records of a run (what :func:`differences` returns)."""
+
+    rows: list[MethodScore]
+    evaluator: str
+    summarizer: str
+    explorer: str
+    test_conditions: int
+    history: list[dict[str, Any]] = field(default_factory=list)
+    explored: list[dict[str, Any]] = field(default_factory=list)
+    rejected: list[dict[str, Any]] = field(default_factory=list)
+    llm: dict[str, dict[str, int]] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+
+    def headline(self) -> dict[str, dict[str, float]]:
+        """``{method: {completeness, density, token_length}}``."""
+        return {
+            r.method: {"completeness": r.completeness, "density": r.density, "token_length": r.token_length}
+            for r in self.rows
+        }
+
+    def row(self, method: str) -> MethodScore:
+        return next(r for r in self.rows if r.method == method)
+
+    def to_json(self) -> dict[str, Any]:
+        return scrub_secrets(asdict(self))
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_json(), indent=2))
+
+
+def print_result(result: DifferencesResult, title: str) -> None:
+    """Print the method | Completeness | Density | Token Length table, naming the stand-ins used."""
+    rows = [
+        (METHOD_NAMES.get(r.method, r.method), r.completeness, r.density, r.token_length, r.conditions)
+        for r in result.rows
+    ]
+    caption = (
+        f"evaluator: {result.evaluator}; summariser: {result.summarizer}; explorer: {result.explorer}; "
+        f"{result.test_conditions} held-out test conditions"
+    )
+    print_table(
+        ["method", "Completeness", "Density", "Token Length", "conditions seen"], rows, title=title, caption=caption
+    )
+    if result.rejected:
+        print(f"{len(result.rejected)} proposed conditions rejected (see results.json)")
+
+
+def log_wandb(result: DifferencesResult, attributions: dict[str, Attribution], out_dir: Path, run_name: str) -> None:
+    """Results, per-iteration explanations and scores, heat map, attribution and token-ratio plots."""
+    import wandb  # heavy; only when logging
+
+    from nemo_train.loggers import default_wandb_mode
+
+    run = wandb.init(
+        project="nemo-train",
+        job_type="differences",
+        name=run_name,
+        dir=str(out_dir),
+        mode=default_wandb_mode(),
+        settings=wandb.Settings(silent=True),
+    )
+    columns = ["method", "completeness", "density", "token_length", "conditions", "explanation"]
+    table = wandb.Table(columns=columns)
+    for r in result.rows:
+        table.add_data(r.method, r.completeness, r.density, r.token_length, r.conditions, r.explanation)
+    iterations = wandb.Table(
+        columns=["iteration", "origin", "kept", "completeness", "density", "token_length", "explanation"]
+    )
+    for h in result.history:
+        iterations.add_data(
+            h["iteration"], h["origin"], h["kept"], h["completeness"], h["density"], h["token_length"], h["explanation"]
+        )
+    payload: dict[str, Any] = {"differences/results": table, "differences/optimization": iterations}
+    for key in ("heatmap", "attribution", "ratio_curve"):
+        if key in result.files:
+            payload[f"differences/{key}"] = wandb.Image(result.files[key])
+    if attributions:
+        payload["differences/effective_token_ratio"] = wandb.plot.line_series(
+            xs=list(THRESHOLDS),
+            ys=[list(effective_token_ratio(a.scores)) for a in attributions.values()],
+            keys=list(attributions),
+            title="Effective token ratio",
+            xname="threshold",
+        )
+    run.log(payload)
+    for r in result.rows:
+        run.summary[f"{r.method}/completeness"] = r.completeness
+        run.summary[f"{r.method}/density"] = r.density
+        run.summary[f"{r.method}/token_length"] = r.token_length
+    run.finish()

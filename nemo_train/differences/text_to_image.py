@@ -1,0 +1,158 @@
+"""The open-set path: a diffusers text-to-image generator and SigLIP zero-shot classifiers.
+
+:class:`DiffusersTextToImage` draws ``n`` images per caption (Stable Diffusion 3.5 by hub id, or any
+diffusers text-to-image pipeline folder); :class:`SiglipZeroShot` classifies by the highest
+image-text similarity over one prompt per class, as the gender experiment of "Towards automatic
+discovery and explanation of differences between vision models" (Sec. 5.3) does with two prompt sets.
+Both are heavy optional dependencies, imported when built.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from nemo_train.differences.conditions import TextSpace
+from nemo_train.differences.generators import ConditionalGenerator, condition_rng
+from nemo_train.differences.models import ComparedModel, state_digest
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def _device(name: str) -> torch.device:
+    return torch.device("cuda" if name == "auto" and torch.cuda.is_available() else "cpu" if name == "auto" else name)
+
+
+class DiffusersTextToImage(ConditionalGenerator):
+    """Text-to-image generator over open-set caption conditions.
+
+    Args:
+        model_id: hub id or local folder of a diffusers pipeline.
+        class_names: class of each label (``["man", "woman"]``).
+        class_terms: words a caption of each class must contain (and no other class's).
+        task_description: the models' task, for prompts.
+        steps, guidance_scale, image_size: sampling settings.
+        dtype: weights' dtype on the accelerator (``float32`` on CPU).
+        device: ``auto``, ``cpu`` or ``cuda``.
+        images_per_call: images per pipeline call.
+        drop_components: pipeline parts loaded as ``None`` (e.g. ``[text_encoder_3, tokenizer_3]`` runs
+            Stable Diffusion 3 without its large T5 encoder).
+    """
+
+    def __init__(
+        self,
+        model_id: str = "stabilityai/stable-diffusion-3.5-medium",
+        class_names: Sequence[str] = ("man", "woman"),
+        class_terms: Sequence[Sequence[str]] = (
+            ("man", "boy", "male", "gentleman"),
+            ("woman", "girl", "female", "lady"),
+        ),
+        task_description: str = "binary classifiers of gender (man or woman) from images",
+        steps: int = 28,
+        guidance_scale: float = 3.5,
+        image_size: int = 512,
+        dtype: str = "bfloat16",
+        device: str = "auto",
+        images_per_call: int = 8,
+        drop_components: Sequence[str] = (),
+    ) -> None:
+        self.model_id, self.steps, self.guidance_scale, self.image_size = model_id, steps, guidance_scale, image_size
+        self.space = TextSpace(class_names, class_terms)
+        self.task_description = task_description
+        self.device = _device(device)
+        self.dtype = DTYPES[dtype] if self.device.type == "cuda" else torch.float32
+        self.images_per_call = images_per_call
+        self.drop_components = list(drop_components)
+        self.pipe = None
+
+    @property
+    def identity(self) -> str:
+        return (
+            f"DiffusersTextToImage({self.model_id}, steps={self.steps}, cfg={self.guidance_scale}, {self.image_size}px)"
+        )
+
+    def _pipeline(self):
+        if self.pipe is None:
+            from diffusers import DiffusionPipeline  # heavy optional dependency
+            from diffusers.utils import logging as diffusers_logging
+
+            diffusers_logging.disable_progress_bar()
+            dropped = {name: None for name in self.drop_components}
+            pipe = DiffusionPipeline.from_pretrained(self.model_id, dtype=self.dtype, **dropped)
+            self.pipe = pipe.to(self.device)
+            self.pipe.set_progress_bar_config(disable=True)
+        return self.pipe
+
+    @torch.no_grad()
+    def generate(self, conditions, n, seed):
+        pipe = self._pipeline()
+        images, labels = [], []
+        for condition in conditions:
+            seeds = condition_rng(condition, seed).integers(0, 2**31 - 1, n).tolist()
+            for start in range(0, n, self.images_per_call):
+                chunk = seeds[start : start + self.images_per_call]
+                out = pipe(
+                    prompt=[condition.text] * len(chunk),
+                    num_inference_steps=self.steps,
+                    guidance_scale=self.guidance_scale,
+                    height=self.image_size,
+                    width=self.image_size,
+                    generator=[torch.Generator(self.device).manual_seed(s) for s in chunk],
+                    output_type="pt",
+                )
+                images.append(out.images.float().cpu().clamp(0, 1))
+            labels += [condition.label] * n
+        return torch.cat(images), torch.tensor(labels, dtype=torch.long)
+
+
+def _pooled(output) -> torch.Tensor:
+    """The embedding tensor (transformers returns a tensor or, in newer versions, an output object)."""
+    return output if isinstance(output, torch.Tensor) else output.pooler_output
+
+
+class SiglipZeroShot(ComparedModel):
+    """A SigLIP zero-shot classifier: label = argmax over classes of sim(image, prompt of the class).
+
+    Args:
+        name: short name.
+        prompts: one prompt per class, in label order (e.g. "a photo of a man with black hair").
+        model_id: hub id or local folder of a SigLIP model and processor.
+    """
+
+    def __init__(self, name: str, prompts: Sequence[str], model_id: str = "google/siglip-base-patch16-224") -> None:
+        self.name, self.prompts, self.model_id = name, list(prompts), model_id
+        self.model = self.processor = self.text_features = None
+        self._identity: str | None = None
+        self.device = torch.device("cpu")
+
+    @torch.no_grad()
+    def prepare(self, work_dir: Path, device: torch.device) -> None:
+        if self.model is not None:
+            return
+        from transformers import AutoModel, AutoProcessor  # heavy optional dependency
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
+        transformers_logging.set_verbosity_error()
+        self.device = device
+        self.model = AutoModel.from_pretrained(self.model_id).eval().to(device)
+        self.processor = AutoProcessor.from_pretrained(self.model_id)
+        text = self.processor(text=self.prompts, padding="max_length", return_tensors="pt").to(device)
+        self.text_features = torch.nn.functional.normalize(_pooled(self.model.get_text_features(**text)), dim=-1)
+
+    @torch.no_grad()
+    def predict(self, images: torch.Tensor) -> torch.Tensor:
+        pixels = self.processor.image_processor(images=list(images), do_rescale=False, return_tensors="pt")
+        features = self.model.get_image_features(pixel_values=pixels["pixel_values"].to(self.device))
+        features = torch.nn.functional.normalize(_pooled(features), dim=-1)
+        return (features @ self.text_features.T).argmax(-1).cpu()
+
+    @property
+    def identity(self) -> str:
+        if self._identity is None:
+            prompts = hashlib.sha256("\n".join(self.prompts).encode()).hexdigest()[:12]
+            self._identity = f"{self.name}:{self.model_id}:{prompts}:{state_digest(self.model)}"
+        return self._identity

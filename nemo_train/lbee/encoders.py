@@ -1,0 +1,140 @@
+"""Joint image-text spaces for the failure-mode search: a released Open-CLIP model, or our trained small CLIP.
+
+Every encoder has ``encode_image(images float[B, 3, H, W] in [0, 1]) -> [B, D]`` and
+``encode_text(texts) -> [T, D]``, both L2-normalised, computed in batches.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+
+from datamodules.captions import CaptionDataModule, Source
+from nemo_train.errors import UserInputError
+from nemo_train.lbee.training import fit_quietly
+from nemo_train.models.clip import CLIPEncoder, CLIPModule
+
+log = logging.getLogger(__name__)
+
+
+class OpenCLIPEncoder:
+    """A released Open-CLIP model, e.g. ``ViT-B-32`` / ``laion2b_s34b_b79k`` (LAION-2B), by name and
+    pretrained tag, or a local weights file as ``pretrained``. Weights come from the hub (or the file)."""
+
+    def __init__(
+        self,
+        model_name: str = "ViT-B-32",
+        pretrained: str | None = "laion2b_s34b_b79k",
+        device: str = "cpu",
+        batch_size: int = 256,
+    ) -> None:
+        import open_clip  # heavy optional dependency: only loaded when a released model is asked for
+
+        if model_name not in open_clip.list_models():
+            raise UserInputError(f"unknown Open-CLIP model {model_name!r}; see open_clip.list_models()")
+        self.model, _, preprocess = open_clip.create_model_and_transforms(model_name, pretrained=pretrained)
+        self.model = self.model.to(device).eval()
+        self.tokenizer = open_clip.get_tokenizer(model_name)
+        size = self.model.visual.image_size
+        self.image_size = tuple(size) if isinstance(size, (tuple, list)) else (size, size)
+        normalize = next(t for t in preprocess.transforms if type(t).__name__ == "Normalize")
+        self.mean = torch.tensor(normalize.mean).view(1, 3, 1, 1).to(device)
+        self.std = torch.tensor(normalize.std).view(1, 3, 1, 1).to(device)
+        self.device, self.batch_size = device, batch_size
+
+    @torch.no_grad()
+    def encode_image(self, images: torch.Tensor) -> torch.Tensor:
+        out = []
+        for chunk in images.split(self.batch_size):
+            chunk = F.interpolate(
+                chunk.float().to(self.device), size=self.image_size, mode="bicubic", antialias=True, align_corners=False
+            ).clamp(0, 1)
+            out.append(F.normalize(self.model.encode_image((chunk - self.mean) / self.std).float(), dim=-1))
+        return torch.cat(out).cpu()
+
+    @torch.no_grad()
+    def encode_text(self, texts: Sequence[str]) -> torch.Tensor:
+        texts = list(texts)
+        out = []
+        for start in range(0, len(texts), self.batch_size):
+            tokens = self.tokenizer(texts[start : start + self.batch_size]).to(self.device)
+            out.append(F.normalize(self.model.encode_text(tokens).float(), dim=-1))
+        return torch.cat(out).cpu()
+
+
+class SyntheticCLIP:
+    """Our small CLIP trained on generated captions: loaded from ``path`` (a Hugging Face folder written
+    by ``nemo-train fit --config configs/clip/synthetic.yaml``, or a ``.ckpt``), or, when ``path`` does
+    not exist yet, trained here on ``sources`` and saved there (so later runs reuse it).
+
+    Args:
+        path: Hugging Face folder (or ``.ckpt``) of the trained model.
+        sources: generators whose captions train a missing model.
+        train_per_source, max_epochs, batch_size, seed: training of a missing model.
+        model: :class:`~nemo_train.models.clip.CLIPModule` settings of a missing model.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        sources: list[Source] = ["nico"],  # noqa: B006 (jsonargparse shows the default)
+        train_per_source: int = 3000,
+        max_epochs: int = 8,
+        batch_size: int = 128,
+        seed: int = 0,
+        model: dict | None = None,
+    ) -> None:
+        self.path, self.sources = path, list(sources)
+        self.train_per_source, self.max_epochs, self.batch_size, self.seed = (
+            train_per_source,
+            max_epochs,
+            batch_size,
+            seed,
+        )
+        self.model_kwargs = dict(model or {})
+        self._encoder: CLIPEncoder | None = None
+        self.zero_shot: dict[str, float] = {}
+
+    def encoder(self) -> CLIPEncoder:
+        if self._encoder is None:
+            if not Path(self.path).exists():
+                self.train()
+            self._encoder = CLIPEncoder(self.path)
+            record = Path(self.path) / "zero_shot.json"
+            if not self.zero_shot and record.is_file():
+                self.zero_shot = json.loads(record.read_text())
+        return self._encoder
+
+    def train(self) -> dict[str, float]:
+        """Train a CLIP on the caption sources, export it to :attr:`path`; returns the last validation metrics."""
+        L.seed_everything(self.seed, verbose=False)
+        data = CaptionDataModule(
+            sources=self.sources,
+            image_size=self.model_kwargs.get("image_size", 32),
+            train_per_source=self.train_per_source,
+            val_per_source=max(self.train_per_source // 10, 50),
+            batch_size=self.batch_size,
+            seed=self.seed,
+        )
+        module = CLIPModule(**self.model_kwargs)
+        trainer = fit_quietly(module, data, self.max_epochs, check_val_every_n_epoch=self.max_epochs)
+        module.export(self.path)
+        self.zero_shot = {k: float(v) for k, v in trainer.callback_metrics.items() if "zeroshot" in k}
+        (Path(self.path) / "zero_shot.json").write_text(json.dumps(self.zero_shot, indent=1))
+        log.info("trained CLIP saved to %s (%s)", self.path, self.zero_shot)
+        return self.zero_shot
+
+    def encode_image(self, images: torch.Tensor) -> torch.Tensor:
+        return self.encoder().encode_image(images)
+
+    def encode_text(self, texts: Sequence[str]) -> torch.Tensor:
+        return self.encoder().encode_text(texts)
+
+
+Encoder = SyntheticCLIP | OpenCLIPEncoder

@@ -1,0 +1,243 @@
+"""``nemo-train lbee``: find and describe a classifier's failure modes with sentences, and score them.
+
+Steps: the classifier (a checkpoint, or trained here on the datamodule and saved in ``out_dir``) predicts
+the target split; the joint space embeds its images and the candidate sentences; the failure-mode search
+(split, Ward clusters, prototypes, TopS / SetDiff / PDiff / FPDiff) keeps ``K`` sentences per hard
+cluster; relevance ``Gamma`` (ground-truth attributes or VQA) and per-image correctness ``omega`` give
+``S*_beta`` and the scores ACR / AHR / TPR / JI per method, printed as a table. Figures (hard clusters
+with each method's sentences, beta sweep) are saved in ``out_dir`` and logged to W&B when asked.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader
+
+from datamodules.base import SplitDataModule
+from nemo_train.console import print_table
+from nemo_train.errors import UserInputError
+from nemo_train.lbee import metrics
+from nemo_train.lbee.encoders import Encoder, SyntheticCLIP
+from nemo_train.lbee.partition import partition_precision
+from nemo_train.lbee.plots import beta_sweep_plot, cluster_grid
+from nemo_train.lbee.relevance import AttributeRelevance, Relevance
+from nemo_train.lbee.search import FailureModeSearch, MethodScores, beta_sweep, evaluate
+from nemo_train.lbee.sentences import AttributeSentences, SentenceSource
+from nemo_train.lbee.training import fit_quietly
+from nemo_train.loggers import default_wandb_mode
+from nemo_train.models.classifier import ClassifierModule
+
+
+@dataclass
+class ClassifierArgs:
+    """The classifier under analysis: a ``ClassifierModule`` checkpoint, or one trained here when
+    ``checkpoint`` is None or missing (saved to that path, or ``<out_dir>/classifier.ckpt``)."""
+
+    checkpoint: str | None = None
+    backbone: str = "bias_cnn"
+    pretrained: bool = False
+    max_epochs: int = 3
+    lr: float = 1e-3
+
+
+@dataclass
+class EvalArgs:
+    """Evaluation settings: ``o`` of ``beta = o * std(omega)``, the sweep of ``o``, the analysed split, the
+    number of hard clusters drawn, and ``k`` of the partition precision@k (per-class runs on data with
+    known correlated contexts: clusters of the biased validation split scored on the test split; 0: off)."""
+
+    o: float = 0.2
+    sweep: list[float] = field(default_factory=lambda: [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0])
+    target_split: Literal["test", "val"] = "test"
+    grid_clusters: int = 8
+    partition_k: int = 10
+
+
+@dataclass
+class LBEEResult:
+    """Headline numbers of a run: scores per method, ``S*_beta``, the classifier's accuracy, file paths."""
+
+    scores: list[MethodScores]
+    sentences: list[str]
+    s_star: list[str]
+    beta: float
+    accuracy: float
+    group_accuracy: dict[str, float]
+    num_hard: int
+    num_easy: int
+    num_clusters: int
+    clusters: list[dict]
+    files: dict[str, str]
+    partition_precision: float | None = None
+    encoder_zero_shot: dict[str, float] = field(default_factory=dict)
+
+    def score(self, method: str) -> MethodScores:
+        return next(s for s in self.scores if s.method == method)
+
+
+def _classifier(args: ClassifierArgs, data: SplitDataModule, out_dir: Path) -> ClassifierModule:
+    path = Path(args.checkpoint) if args.checkpoint else out_dir / "classifier.ckpt"
+    if path.is_file():
+        return ClassifierModule.load_from_checkpoint(str(path), map_location="cpu", weights_only=True).eval()
+    module = ClassifierModule(
+        backbone=args.backbone, num_classes=data.num_classes, pretrained=args.pretrained, lr=args.lr
+    )
+    if args.max_epochs > 0:
+        trainer = fit_quietly(module, data, args.max_epochs, limit_val_batches=0)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        trainer.save_checkpoint(str(path), weights_only=True)
+    return module.eval()
+
+
+@torch.no_grad()
+def _predict(model: ClassifierModule, encoder: Encoder, dataset, batch_size: int = 256):
+    probs, embeds, images, labels, attrs = [], [], [], [], {}
+    for batch in DataLoader(dataset, batch_size=batch_size, shuffle=False):
+        probs.append(model.predict_proba(batch["image"]))
+        embeds.append(encoder.encode_image(batch["image"]))
+        images.append(batch["image"])
+        labels.append(batch["label"])
+        for k, v in batch["attrs"].items():
+            attrs.setdefault(k, []).append(v)
+    attrs = {k: torch.cat(v) for k, v in attrs.items()}
+    attrs["label"] = torch.cat(labels)
+    return torch.cat(probs), torch.cat(embeds), torch.cat(images), torch.cat(labels), attrs
+
+
+def lbee(
+    data: SplitDataModule,
+    encoder: Encoder | None = None,
+    sentences: SentenceSource | None = None,
+    relevance: Relevance | None = None,
+    search: FailureModeSearch | None = None,
+    classifier: ClassifierArgs | None = None,
+    evaluation: EvalArgs | None = None,
+    out_dir: str = "checkpoints/lbee/run",
+    wandb: bool = False,
+    seed: int = 0,
+) -> LBEEResult:
+    """Find and describe a classifier's failure modes with sentences (TopS, SetDiff, PDiff, FPDiff).
+
+    Args:
+        data: datamodule of the classifier; its test (or validation) split is the target set.
+        encoder: joint image-text space (default: the small CLIP of ``<out_dir>/clip``, trained if missing).
+        sentences: candidate sentences (default: ground-truth sentences of the NICO-like vocabulary).
+        relevance: image-sentence relevance (default: from ground-truth attributes).
+        search: split / clustering / selection settings.
+        classifier: classifier checkpoint or training settings.
+        evaluation: beta, beta sweep and target split.
+        out_dir: folder for the classifier, figures and results.json.
+        wandb: log the table and figures to Weights & Biases.
+        seed: seed of the classifier training.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    encoder = encoder or SyntheticCLIP(str(out / "clip"))
+    sentences, relevance = sentences or AttributeSentences("nico"), relevance or AttributeRelevance()
+    search, classifier, evaluation = (
+        search or FailureModeSearch(),
+        classifier or ClassifierArgs(),
+        evaluation or EvalArgs(),
+    )
+    sentence_set = sentences.build(getattr(data, "class_names", None))  # user input checked before any work
+    L.seed_everything(seed, verbose=False)
+    data.setup("fit")
+    model = _classifier(classifier, data, out)
+    dataset = data.test_set if evaluation.target_split == "test" else data.val_set
+    if dataset is None or len(dataset) == 0:
+        raise UserInputError(f"the datamodule has no {evaluation.target_split} split to analyse")
+    probs, embeddings, images, labels, attrs = _predict(model, encoder, dataset)
+    text = encoder.encode_text(sentence_set.texts)
+    result = search(embeddings, text, probs, labels)
+    if not result.clusters:
+        raise UserInputError("the split left no hard or no easy image; nothing to contrast")
+    gamma = relevance(sentence_set, images, attrs)
+    omega = (probs.argmax(-1) == labels).double()
+    beta = metrics.beta_from(omega, evaluation.o)
+    scores = evaluate(result, gamma, omega, beta)
+    s_star = metrics.hard_sentences(gamma, omega, beta)
+    groups = dataset.groups if hasattr(dataset, "groups") else torch.zeros_like(labels)
+    names = getattr(data, "group_names", ["all"])
+    group_acc = {name: float(omega[groups == g].mean()) for g, name in enumerate(names) if bool((groups == g).any())}
+    precision = None
+    if search.per_class and evaluation.partition_k > 0 and hasattr(data, "correlated") and data.val_set is not None:
+        val_probs, val_emb, _, val_labels, _ = _predict(model, encoder, data.val_set)
+        precision = partition_precision(
+            (val_emb, val_probs, val_labels),
+            (embeddings, labels, attrs["context"]),
+            data.correlated,
+            search.split,
+            search.clustering,
+            evaluation.partition_k,
+        )
+    files = {
+        "clusters": str(
+            cluster_grid(
+                result,
+                images,
+                embeddings,
+                sentence_set.texts,
+                out / "hard_clusters.png",
+                max_clusters=evaluation.grid_clusters,
+                s_star=s_star,
+            )
+        ),
+    }
+    sweep = beta_sweep(result, gamma, omega, evaluation.sweep)
+    files["beta_sweep"] = str(beta_sweep_plot(evaluation.sweep, sweep, out / "beta_sweep.png"))
+    clusters = [
+        {
+            "size": len(c.members),
+            "class": c.class_index,
+            "conflicting_fraction": float((groups[c.members] > 0).double().mean()),
+            **{m: [sentence_set.texts[s] for s in c.selections[m]] for m in result.methods},
+        }
+        for c in result.clusters
+    ]
+    res = LBEEResult(
+        scores=scores,
+        sentences=sentence_set.texts,
+        s_star=[sentence_set.texts[s] for s in sorted(s_star)],
+        beta=beta,
+        accuracy=float(omega.mean()),
+        group_accuracy=group_acc,
+        num_hard=result.num_hard,
+        num_easy=result.num_easy,
+        num_clusters=len(result.clusters),
+        clusters=clusters,
+        files=files,
+        partition_precision=precision,
+        encoder_zero_shot=dict(getattr(encoder, "zero_shot", {}) or {}),
+    )
+    (out / "results.json").write_text(json.dumps({**asdict(res), "sweep": {"o": evaluation.sweep, **sweep}}, indent=1))
+    columns = ["method", "ACR", "AHR", "TPR", "JI", "|R_S|"]
+    rows = [[s.method, s.acr, s.ahr, s.tpr, s.ji, s.num_selected] for s in scores]
+    caption = (
+        f"{len(result.clusters)} hard clusters ({result.num_hard} hard / {result.num_easy} easy images), "
+        f"|S*|={len(s_star)} of {len(sentence_set)} sentences, beta={beta:.3f}, accuracy {res.accuracy:.3f} "
+        + " ".join(f"{k} {v:.3f}" for k, v in group_acc.items())
+        + (f"; partition P@{evaluation.partition_k} {precision:.3f}" if precision is not None else "")
+    )
+    print_table(columns, rows, title="Failure-mode sentences", caption=caption)
+    if wandb:
+        _log_wandb(columns, rows, files, out)
+    return res
+
+
+def _log_wandb(columns, rows, files: dict[str, str], out: Path) -> None:
+    import wandb  # heavy optional dependency: only when logging is asked for
+
+    run = wandb.run or wandb.init(project="nemo-train", job_type="lbee", dir=str(out), mode=default_wandb_mode())
+    run.log(
+        {
+            "lbee/scores": wandb.Table(columns=columns, data=rows),
+            "lbee/hard_clusters": wandb.Image(files["clusters"]),
+            "lbee/beta_sweep": wandb.Image(files["beta_sweep"]),
+        }
+    )

@@ -1,0 +1,294 @@
+"""A small CLIP (transformers ``CLIPModel``) trained from scratch on generated image-caption pairs.
+
+Why transformers' ``CLIPModel`` rather than an open_clip custom model: the trained space is saved as
+a standard Hugging Face folder (model, tokenizer, image processor) that every CLIP consumer of the
+toolkit loads by path exactly like a hub id (the zero-shot target and the retrieval baseline of the
+NEMO evaluation, the failure-mode search), and ``return_loss=True`` gives the symmetric contrastive
+loss. The tokenizer is CLIP's own byte-level BPE (49,408 tokens), built offline from the vocabulary
+file that open_clip ships, so captions tokenise exactly as for the released CLIP models.
+
+:class:`CLIPModule` trains it (``nemo-train fit --config configs/clip/synthetic.yaml``), logs the
+zero-shot accuracy of every (source, attribute) and image<->text recall@k, extracts image embeddings
+through ``Trainer.predict``, and can export the Hugging Face folder at the end of training.
+:class:`CLIPEncoder` wraps a trained folder / checkpoint for inference.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import tempfile
+from collections.abc import Sequence
+from importlib.util import find_spec
+from pathlib import Path
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPTokenizer
+from transformers.convert_slow_tokenizer import bytes_to_unicode
+from transformers.utils import logging as hf_logging
+
+from nemo_train.errors import UserInputError
+
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+_BPE_MERGES = 49152 - 256 - 2
+
+
+def clip_tokenizer(max_length: int = 77) -> CLIPTokenizer:
+    """CLIP's BPE tokenizer, built offline from open_clip's bundled vocabulary (same ids as the hub's);
+    ``max_length`` is the model's token budget (longer texts are truncated)."""
+    path = Path(find_spec("open_clip").origin).parent / "bpe_simple_vocab_16e6.txt.gz"  # read, not imported
+    lines = gzip.open(path).read().decode("utf-8").split("\n")[1 : _BPE_MERGES + 1]
+    merges = [tuple(line.split()) for line in lines]
+    symbols = list(bytes_to_unicode().values())
+    vocab = symbols + [s + "</w>" for s in symbols] + ["".join(m) for m in merges]
+    vocab += ["<|startoftext|>", "<|endoftext|>"]
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(vocab)}))
+        (Path(folder) / "merges.txt").write_text("#version: 0.2\n" + "\n".join(" ".join(m) for m in merges) + "\n")
+        return CLIPTokenizer(
+            str(Path(folder) / "vocab.json"), str(Path(folder) / "merges.txt"), model_max_length=max_length
+        )
+
+
+def recall_at_k(similarity: torch.Tensor, k: int) -> float:
+    """Fraction of rows whose own column (the diagonal) is among their ``k`` largest entries."""
+    k = min(k, similarity.shape[1])
+    top = similarity.topk(k, dim=1).indices
+    return float((top == torch.arange(len(similarity), device=top.device)[:, None]).any(1).float().mean())
+
+
+class CLIPModule(L.LightningModule):
+    """Contrastive image-text training of a small ``CLIPModel`` from scratch.
+
+    Args:
+        image_size, patch_size: vision transformer input side and patch side.
+        vision_width, vision_layers, text_width, text_layers, heads: tower sizes.
+        embed_dim: dimension of the joint space.
+        max_length: token budget of a caption.
+        lr, weight_decay, warmup_fraction: AdamW with linear warm-up then cosine decay.
+        recall_ks: k values of the image<->text recall logged at validation.
+        export_dir: when set, the Hugging Face folder (model + tokenizer + image processor) is written
+            there at the end of ``fit``; any CLIP consumer then loads it by path.
+    """
+
+    def __init__(
+        self,
+        image_size: int = 32,
+        patch_size: int = 8,
+        vision_width: int = 128,
+        vision_layers: int = 3,
+        text_width: int = 96,
+        text_layers: int = 2,
+        heads: int = 4,
+        embed_dim: int = 64,
+        max_length: int = 24,
+        lr: float = 2e-3,
+        weight_decay: float = 0.05,
+        warmup_fraction: float = 0.1,
+        recall_ks: list[int] = [1, 5],  # noqa: B006 (jsonargparse shows the default)
+        export_dir: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        if image_size % patch_size:
+            raise UserInputError(f"image_size={image_size} must be a multiple of patch_size={patch_size}")
+        self.tokenizer = clip_tokenizer(max_length)
+        config = CLIPConfig(
+            text_config=dict(
+                vocab_size=len(self.tokenizer),
+                hidden_size=text_width,
+                intermediate_size=4 * text_width,
+                num_hidden_layers=text_layers,
+                num_attention_heads=heads,
+                max_position_embeddings=max_length,
+                bos_token_id=self.tokenizer.bos_token_id,
+                eos_token_id=self.tokenizer.eos_token_id,
+                pad_token_id=self.tokenizer.pad_token_id,
+            ),
+            vision_config=dict(
+                image_size=image_size,
+                patch_size=patch_size,
+                hidden_size=vision_width,
+                intermediate_size=4 * vision_width,
+                num_hidden_layers=vision_layers,
+                num_attention_heads=heads,
+            ),
+            projection_dim=embed_dim,
+        )
+        self.model = CLIPModel(config)
+        self.register_buffer("mean", torch.tensor(CLIP_MEAN).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(CLIP_STD).view(1, 3, 1, 1), persistent=False)
+        self.zero_shot: dict[str, list[str]] = {}
+        self._val: list[dict] = []
+
+    # ----------------------------------------------------------------- encoders
+    def pixels(self, images: torch.Tensor) -> torch.Tensor:
+        """Images in ``[0, 1]`` (any size) -> normalised pixel values at the model's input size."""
+        if images.ndim != 4 or images.shape[1] != 3:
+            raise UserInputError(f"expected images of shape [B, 3, H, W] in [0, 1], got {list(images.shape)}")
+        size = self.hparams.image_size
+        if images.shape[-1] != size or images.shape[-2] != size:
+            images = F.interpolate(images, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
+        return (images.to(self.mean.device) - self.mean) / self.std
+
+    def tokens(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
+        tok = self.tokenizer(
+            list(texts), padding=True, truncation=True, max_length=self.hparams.max_length, return_tensors="pt"
+        )
+        return {k: tok[k].to(self.mean.device) for k in ("input_ids", "attention_mask")}
+
+    def encode_image(self, images: torch.Tensor) -> torch.Tensor:
+        """L2-normalised image embeddings ``[B, D]``."""
+        return F.normalize(self.model.get_image_features(pixel_values=self.pixels(images)).pooler_output, dim=-1)
+
+    def encode_text(self, texts: Sequence[str]) -> torch.Tensor:
+        """L2-normalised text embeddings ``[T, D]``."""
+        return F.normalize(self.model.get_text_features(**self.tokens(texts)).pooler_output, dim=-1)
+
+    # ----------------------------------------------------------------- training
+    def setup(self, stage: str) -> None:
+        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        if datamodule is not None and hasattr(datamodule, "zero_shot_prompts"):
+            self.zero_shot = datamodule.zero_shot_prompts()
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        out = self.model(**self.tokens(batch["caption"]), pixel_values=self.pixels(batch["image"]), return_loss=True)
+        self.log("train/loss", out.loss, prog_bar=True, batch_size=len(batch["image"]))
+        self.log("train/logit_scale", self.model.logit_scale.exp(), batch_size=len(batch["image"]))
+        return out.loss
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        image, text = self.encode_image(batch["image"]), self.encode_text(batch["caption"])
+        loss = F.cross_entropy(
+            self.model.logit_scale.exp() * image @ text.T, torch.arange(len(image), device=image.device)
+        )
+        self.log("val/loss", loss, batch_size=len(image))
+        self._val.append({"image": image.cpu(), "text": text.cpu(), "attrs": batch["attrs"].cpu()})
+
+    def on_validation_epoch_end(self) -> None:
+        if not self._val:
+            return
+        image = torch.cat([v["image"] for v in self._val])
+        text = torch.cat([v["text"] for v in self._val])
+        attrs = torch.cat([v["attrs"] for v in self._val])
+        self._val.clear()
+        values = self.zero_shot_accuracy(image, attrs)
+        sim = image @ text.T
+        for k in self.hparams.recall_ks:
+            values[f"val/recall@{k}_image_to_text"] = recall_at_k(sim, k)
+            values[f"val/recall@{k}_text_to_image"] = recall_at_k(sim.T, k)
+        if values:
+            self.log_dict(values, prog_bar=False)
+            accs = [v for key, v in values.items() if key.startswith("val/zeroshot/")]
+            if accs:
+                self.log("val/zeroshot_mean", sum(accs) / len(accs), prog_bar=True)
+
+    @torch.no_grad()
+    def zero_shot_accuracy(self, image: torch.Tensor, attrs: torch.Tensor) -> dict[str, float]:
+        """``{"val/zeroshot/<source>/<attribute>": accuracy}`` of prompt classification on ``image`` embeddings."""
+        out = {}
+        for column, (slot, prompts) in enumerate(self.zero_shot.items()):
+            rows = attrs[:, column] >= 0
+            if not rows.any():
+                continue
+            pred = (image[rows] @ self.encode_text(prompts).cpu().T).argmax(-1)
+            out[f"val/zeroshot/{slot}"] = float((pred == attrs[rows, column]).float().mean())
+        return out
+
+    def predict_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        """Image embeddings of a batch (``Trainer.predict`` extracts large sets, any strategy)."""
+        return self.encode_image(batch["image"])
+
+    def configure_optimizers(self):
+        decay = [p for n, p in self.named_parameters() if p.ndim >= 2 and "embedding" not in n]
+        rest = [p for n, p in self.named_parameters() if not (p.ndim >= 2 and "embedding" not in n)]
+        optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": self.hparams.weight_decay}, {"params": rest, "weight_decay": 0.0}],
+            lr=self.hparams.lr,
+        )
+        steps = max(int(self.trainer.estimated_stepping_batches), 1) if self._trainer is not None else 1000
+        scheduler = torch.optim.lr_scheduler.OneCycleLR(
+            optimizer, max_lr=self.hparams.lr, total_steps=steps, pct_start=self.hparams.warmup_fraction
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def on_fit_end(self) -> None:
+        if self.hparams.export_dir and self.trainer.is_global_zero:
+            self.export(self.hparams.export_dir)
+
+    # ----------------------------------------------------------------- export
+    def export(self, folder: str | Path) -> Path:
+        """Write a Hugging Face folder (model, tokenizer, image processor) loadable like a hub id."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        hf_logging.disable_progress_bar()  # quiet output: no shard-writing bar
+        self.model.save_pretrained(folder)
+        self.tokenizer.save_pretrained(folder)
+        size = self.hparams.image_size
+        CLIPImageProcessor(
+            size={"shortest_edge": size},
+            crop_size={"height": size, "width": size},
+            image_mean=list(CLIP_MEAN),
+            image_std=list(CLIP_STD),
+        ).save_pretrained(folder)
+        return folder
+
+
+class CLIPEncoder(torch.nn.Module):
+    """Inference wrapper of a trained CLIP: ``encode_image`` / ``encode_text`` (L2-normalised), batched.
+
+    ``source`` is a Hugging Face folder or hub id of a CLIP model (e.g. one exported by
+    :meth:`CLIPModule.export`) or a :class:`CLIPModule` Lightning checkpoint (``.ckpt``).
+    """
+
+    def __init__(self, source: str | Path, batch_size: int = 256) -> None:
+        super().__init__()
+        source = str(source)
+        if source.endswith(".ckpt"):
+            if not Path(source).is_file():
+                raise UserInputError(f"CLIP checkpoint {source!r} does not exist")
+            module = CLIPModule.load_from_checkpoint(source, map_location="cpu", weights_only=True)
+            self.model, self.tokenizer = module.model, module.tokenizer
+            self.image_size = module.hparams.image_size
+        else:
+            hf_logging.disable_progress_bar()  # quiet output: no weight-loading bar
+            try:
+                self.model = CLIPModel.from_pretrained(source)
+                self.tokenizer = CLIPTokenizer.from_pretrained(source)
+            except OSError as err:
+                raise UserInputError(f"cannot load a CLIP model from {source!r}: {str(err).splitlines()[0]}") from err
+            self.image_size = self.model.config.vision_config.image_size
+        self.model.eval()
+        self.batch_size = batch_size
+        self.register_buffer("mean", torch.tensor(CLIP_MEAN).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(CLIP_STD).view(1, 3, 1, 1), persistent=False)
+
+    @torch.no_grad()
+    def encode_image(self, images: torch.Tensor) -> torch.Tensor:
+        out = []
+        for chunk in images.split(self.batch_size):
+            chunk = F.interpolate(
+                chunk.float().to(self.mean.device),
+                size=(self.image_size, self.image_size),
+                mode="bilinear",
+                antialias=True,
+                align_corners=False,
+            )
+            pixels = (chunk - self.mean) / self.std
+            out.append(F.normalize(self.model.get_image_features(pixel_values=pixels).pooler_output, dim=-1))
+        return torch.cat(out).cpu()
+
+    @torch.no_grad()
+    def encode_text(self, texts: Sequence[str]) -> torch.Tensor:
+        texts = list(texts)
+        out = []
+        for start in range(0, len(texts), self.batch_size):
+            tok = self.tokenizer(
+                texts[start : start + self.batch_size], padding=True, truncation=True, return_tensors="pt"
+            )
+            tok = {k: tok[k].to(self.mean.device) for k in ("input_ids", "attention_mask")}
+            out.append(F.normalize(self.model.get_text_features(**tok).pooler_output, dim=-1))
+        return torch.cat(out).cpu()

@@ -1,0 +1,207 @@
+"""``nemo-train distill-teacher``: mine errors, label them with a teacher, write the student's training pairs.
+
+1. Mine up to ``n`` errors of the classifier on a split disjoint from every evaluation error
+   (:mod:`nemo_train.nemo.mining`).
+2. Label each with the teacher: the exhaustive attribute search on generated data (no ``hypotheses``
+   backend), or SciTX with the configured MLLM backend as hypothesis source.
+3. Keep labels whose CEI is at least ``min_cei`` and write, per kept error and per view, one pair in the
+   explanation-record JSONL format (``pairs/train.jsonl``, ``pairs/val.jsonl``; images under ``pairs/images``)
+   whose answer is the structured explanation (hypothesis + ``Edit: ...``), with its CEI and provenance.
+
+Every label is appended to ``<out_dir>/teacher.jsonl`` as soon as it is computed (flushed and fsynced);
+a rerun with the same ``out_dir`` skips labelled errors, and language-model replies are cached under
+``<out_dir>/llm_cache``, as in ``nemo-eval``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from tqdm.auto import tqdm
+
+from datamodules.explanations import ExplanationRecord, to_pil, write_records
+from nemo_train.backends.base import ChatBackend
+from nemo_train.backends.cache import ResponseCache
+from nemo_train.console import print_table
+from nemo_train.errors import UserInputError
+from nemo_train.nemo.editors import DiffusersEditor
+from nemo_train.nemo.evaluation import record_key
+from nemo_train.nemo.interventions import (
+    CounterfactualScorer,
+    ExactAttributeEditor,
+    LLMAttributeDeriver,
+    LLMInstructionDeriver,
+)
+from nemo_train.nemo.methods.scitx import MLLMCaptioner, MLLMHypothesizer, SciTX
+from nemo_train.nemo.mining import mine_folder_errors, mine_synthetic_errors
+from nemo_train.nemo.targets import ClassMapping, TimmTarget, load_checkpoint_target
+from nemo_train.nemo.teacher import ExhaustiveAttributeTeacher, SciTXTeacher, TeacherLabel, View, view_inputs
+from nemo_train.store import ResultStore
+
+
+def _save(image: torch.Tensor, path: Path) -> str:
+    to_pil(image).save(path)
+    return str(path.resolve())
+
+
+def build_target(classifier: str, mapping: ClassMapping | None = None):
+    """The classifier: ``timm:<name>`` (mapped onto the folder's classes) or a ``ClassifierModule`` checkpoint."""
+    if classifier.startswith("timm:"):
+        return TimmTarget(classifier[5:], mapping=mapping)
+    return load_checkpoint_target(classifier)
+
+
+def teacher_scorer(bench, target, backend: ChatBackend, editor: str | None, seed: int) -> CounterfactualScorer:
+    """The MLLM teacher's counterfactual test: exact re-render of the attribute it names on generated data,
+    or the editing instruction it writes applied by a diffusers editor."""
+    if bench.renderer is not None:
+        deriver = LLMAttributeDeriver(backend, bench.vocabulary, editable=bench.cause["editable"])
+        return CounterfactualScorer(target, deriver, ExactAttributeEditor(bench.renderer))
+    if editor is None:
+        raise UserInputError("an MLLM teacher on folder data needs editor: a diffusers model id or folder")
+    return CounterfactualScorer(target, LLMInstructionDeriver(backend, "image"), DiffusersEditor(editor, seed=seed))
+
+
+def pairs_from_labels(
+    labels: list[dict],
+    benchmark,
+    target,
+    out_dir: Path,
+    views: list[View],
+    val_fraction: float,
+    seed: int,
+) -> dict[str, Path]:
+    """Write the kept labels as explanation-record pairs, one per view, split by error into train / val."""
+    images_dir = out_dir / "images"
+    images_dir.mkdir(parents=True, exist_ok=True)
+    samples = {s.sample_id: s for s in benchmark.errors}
+    order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed)).tolist()
+    n_val = math.ceil(val_fraction * len(labels)) if val_fraction > 0 else 0
+    val_ids = {labels[i]["sample_id"] for i in order[:n_val]}
+    train, val = [], []
+    for label in labels:
+        sample = samples[label["sample_id"]]
+        for view in views:
+            built = view_inputs(view, sample, benchmark, target)
+            if built is None:
+                continue
+            image, second, question = built
+            stem = f"{sample.sample_id}_{view}"
+            record = ExplanationRecord(
+                image=_save(image, images_dir / f"{stem}.png"),
+                counterfactual=_save(second, images_dir / f"{stem}_ref.png") if second is not None else None,
+                explanation=label["answer"],
+                prompt=question,
+                cause=(benchmark.cause or {}).get("attribute"),
+                label=label["label"],
+                prediction=label["prediction"],
+                cei=round(label["cei"], 4),
+                provenance={"teacher": label["teacher"], "sample_id": sample.sample_id, "view": view},
+            )
+            (val if sample.sample_id in val_ids else train).append(record)
+    return {"train": write_records(train, out_dir / "train.jsonl"), "val": write_records(val, out_dir / "val.jsonl")}
+
+
+def distill_teacher(
+    classifier: str,
+    dataset: Literal["cmnist", "clevr", "folder"] = "cmnist",
+    out_dir: str = "checkpoints/distill_cmnist/teacher",
+    n: int = 300,
+    seed: int = 1,
+    styles: int = 2,
+    bias: str | None = None,
+    data_kwargs: dict[str, Any] | None = None,
+    mining_root: str | None = None,
+    evaluation_root: str | None = None,
+    mapping_file: str | None = None,
+    hypotheses: ChatBackend | None = None,
+    editor: str | None = None,
+    m: int = 4,
+    k: int = 8,
+    min_cei: float = 20.0,
+    views: list[View] | None = None,
+    val_fraction: float = 0.1,
+) -> dict[str, Any]:
+    """Label a classifier's errors on a mining split with a teacher and write the student's training pairs.
+
+    Args:
+        classifier: the target: a classifier checkpoint, or ``timm:<name>`` / ``clip:<hub id>`` for folder data.
+        dataset: ``cmnist`` / ``clevr`` (generated; mined from a split disjoint from the evaluation grid) or
+            ``folder`` (``mining_root``, checked disjoint from ``evaluation_root``).
+        mining_root, evaluation_root, mapping_file: folder data (``<root>/<class>/<image>``): the mining
+            split, the evaluation folder it must not overlap, and the class mapping JSON of an ImageNet
+            target (``{class: [imagenet ids]}``; default: the folder names are WordNet ids).
+        out_dir: labels (``teacher.jsonl``), LLM cache and the pairs (``pairs/``); reruns resume here.
+        n, seed, styles: errors to mine, sampling seed, exemplars / views per cell of the mining grid.
+        bias, data_kwargs: generated data: the datamodule's bias preset and extra arguments (CLEVR ``image_size``).
+        hypotheses: the teacher's hypothesis source, an MLLM backend (``class_path``); none: the exhaustive
+            attribute search (generated data only).
+        editor: with a backend on folder data, a diffusers editor model id / path.
+        m, k: SciTX hypotheses and observations per error (with a backend).
+        min_cei: keep only labels whose CEI (percentage points) is at least this.
+        views: conversations per kept error: ``error`` (SciTX's question), ``gradcam`` (CamMLLM's), ``change``
+            (ChangeMLLM's, with a correctly classified reference beside the error).
+        val_fraction: share of kept errors whose pairs go to ``val.jsonl``.
+    """
+    views = list(views or ["error", "gradcam", "change"])
+    out = Path(out_dir)
+    if dataset == "folder":
+        if mining_root is None or evaluation_root is None:
+            raise UserInputError("dataset 'folder' needs mining_root and evaluation_root (disjoint image folders)")
+        if not Path(mining_root).is_dir():
+            raise UserInputError(f"mining folder {mining_root!r} does not exist")
+        if hypotheses is None:
+            raise UserInputError("folder data needs an MLLM backend as the teacher's hypothesis source (hypotheses)")
+    elif classifier.endswith(".ckpt") and not Path(classifier).is_file():
+        raise UserInputError(f"classifier checkpoint {classifier!r} does not exist")
+    if dataset == "folder":
+        if mapping_file is not None:
+            mapping = ClassMapping.from_json(mapping_file)
+        else:
+            mapping = ClassMapping.from_wnids(sorted(p.name for p in Path(mining_root).iterdir() if p.is_dir()))
+        target = build_target(classifier, mapping)
+        bench = mine_folder_errors(
+            "folder", mining_root, evaluation_root, target, "folder", n=n, seed=seed, class_folders=mapping.folders
+        )
+    else:
+        target = build_target(classifier)
+        bench = mine_synthetic_errors(dataset, target, n, seed, styles, bias, datamodule_kwargs=data_kwargs)
+    if hypotheses is not None and hypotheses.cache is None:
+        hypotheses.cache = ResponseCache(out / "llm_cache")
+    if hypotheses is None:
+        teacher = ExhaustiveAttributeTeacher(target)
+    else:
+        scorer = teacher_scorer(bench, target, hypotheses, editor, seed)
+        scitx = SciTX(target, MLLMHypothesizer(hypotheses), scorer, k=k, m=m, captioner=MLLMCaptioner(hypotheses))
+        teacher = SciTXTeacher(scitx)
+    store = ResultStore(out / "teacher.jsonl")
+    settings = {"teacher": teacher.name, "min_cei": min_cei, "m": m, "k": k, "editor": editor}
+    started, computed = time.perf_counter(), 0
+    for sample in tqdm(bench.errors, desc="teacher", unit="error"):
+        key = record_key(classifier, teacher.name, sample.sample_id)
+        if store.lookup(key, settings) is not None:
+            continue
+        label: TeacherLabel | None = teacher.label(sample, bench)
+        record = {"key": key, "kept": False, "cei": 0.0, "sample_id": sample.sample_id}
+        if label is not None:
+            record.update(label.to_json(), kept=label.cei >= min_cei)
+        store.append(record, settings)
+        computed += 1
+    labels = [store.get(record_key(classifier, teacher.name, s.sample_id)) for s in bench.errors]
+    kept = [r for r in labels if r["kept"]]
+    if not kept:
+        raise UserInputError(f"no teacher label reaches min_cei={min_cei}; lower it or mine more errors")
+    paths = pairs_from_labels(kept, bench, target, out / "pairs", views, val_fraction, seed)
+    mean = sum(r["cei"] for r in labels) / len(labels)
+    print_table(
+        ["teacher", "errors", f"kept (CEI >= {min_cei:g})", "mean CEI", "mean CEI kept"],
+        [[teacher.name, len(labels), len(kept), mean, sum(r["cei"] for r in kept) / len(kept)]],
+        title="Distillation teacher",
+        digits=1,
+    )
+    print(f"{computed} errors labelled in {time.perf_counter() - started:.1f} s; pairs: {paths['train']}")
+    return {"labels": len(labels), "kept": len(kept), "mean_cei": mean, **{k: str(v) for k, v in paths.items()}}

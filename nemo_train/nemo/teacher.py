@@ -1,0 +1,172 @@
+"""Teachers for a distilled explainer: CEI-validated explanations of mined errors.
+
+A teacher labels one error with a hypothesis, the edit it implies and that edit's CEI:
+
+* :class:`ExhaustiveAttributeTeacher` (generated data, NOT a language model): every single-attribute edit
+  over the generator's vocabulary is rendered and classified in one batch; the edit with the largest CEI
+  is the label, so on generated data it finds the max-CEI single-attribute edit exactly. Its sentence is a
+  template naming what the edit changes.
+* :class:`SciTXTeacher`: SciTX with any hypothesis source (an MLLM backend on real data, where the edit is
+  the instruction the deriver wrote for an image editor); the label is its argmax-CEI hypothesis.
+
+:func:`teacher_views` turns a label into training conversations for the student: the error image with the
+distillation question (SciTX's hypothesis source), its Grad-CAM overlay (CamMLLM's reader) and the error
+beside a correctly classified reference (ChangeMLLM's comparer), all with the same structured answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from nemo_train.errors import UserInputError
+from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
+from nemo_train.nemo.interventions import ExactAttributeEditor
+from nemo_train.nemo.methods.cam_mllm import gradcam_overlay
+from nemo_train.nemo.methods.change_mllm import ChangeMLLM
+from nemo_train.nemo.structured import (
+    DISTILL_CAM_PROMPT,
+    DISTILL_CHANGE_PROMPT,
+    DISTILL_PROMPT,
+    format_answer,
+    hypothesis_sentence,
+)
+
+View = Literal["error", "gradcam", "change"]
+
+
+@dataclass
+class TeacherLabel:
+    """A teacher's explanation of one error: hypothesis, implied edit, its CEI and where it came from."""
+
+    sample_id: str
+    label: int
+    prediction: int
+    hypothesis: str
+    edit: Any
+    cei: float
+    p_original: float
+    p_edited: float
+    teacher: str
+    candidates: int
+    answer: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class ExhaustiveAttributeTeacher:
+    """Exhaustive single-attribute search over a generator's vocabulary (not a language model).
+
+    For an error with attributes ``a`` every edit ``a[attribute] := value`` (``attribute`` in ``editable``,
+    ``value`` different from the current one) is rendered with the exact editor, the original and all edits
+    are classified in one batch, and the edit raising ``P(y)`` most is returned with its CEI.
+
+    Args:
+        target: the classifier (``predict_proba``).
+        editable: attributes it may change (default: the benchmark's ``cause["editable"]``).
+    """
+
+    name = "exhaustive attribute search (not a language model)"
+
+    def __init__(self, target, editable: Sequence[str] | None = None) -> None:
+        self.target, self.editable = target, None if editable is None else list(editable)
+
+    def candidates(self, sample: ErrorSample, benchmark: NemoBenchmark) -> list[dict]:
+        editable = self.editable or list((benchmark.cause or {}).get("editable", ()))
+        vocabulary = benchmark.vocabulary or {}
+        unknown = [a for a in editable if a not in vocabulary or a not in (sample.attrs or {})]
+        if unknown or not editable:
+            raise UserInputError(
+                f"the exhaustive teacher cannot edit {unknown or editable}; it needs generator attributes"
+            )
+        out = []
+        for attribute in editable:
+            values = vocabulary[attribute]
+            as_index = bool(values) and isinstance(values[0], str)
+            for i, v in enumerate(values):
+                value = i if as_index else v
+                if value != sample.attrs[attribute]:
+                    out.append({"attribute": attribute, "value": value})
+        return out
+
+    @torch.no_grad()
+    def label(self, sample: ErrorSample, benchmark: NemoBenchmark) -> TeacherLabel | None:
+        if benchmark.renderer is None or sample.attrs is None:
+            raise UserInputError("the exhaustive teacher needs a generated benchmark (renderer and attributes)")
+        edits = self.candidates(sample, benchmark)
+        edited = ExactAttributeEditor(benchmark.renderer).edit(sample, edits).cpu()
+        probs = self.target.predict_proba(torch.cat([sample.image[None], edited]))[:, sample.label].float().cpu()
+        best = int(probs[1:].argmax())
+        edit, p_o, p_e = edits[best], float(probs[0]), float(probs[1 + best])
+        obj = (benchmark.cause or {}).get("object", "object")
+        text = hypothesis_sentence(sample, edit, benchmark.vocabulary, benchmark.class_names, obj)
+        return TeacherLabel(
+            sample.sample_id,
+            sample.label,
+            sample.prediction,
+            text,
+            edit,
+            100.0 * (p_e - p_o),
+            p_o,
+            p_e,
+            self.name,
+            len(edits),
+            answer=format_answer(text, edit, benchmark.vocabulary),
+        )
+
+
+class SciTXTeacher:
+    """SciTX as a teacher: its argmax-CEI hypothesis and the instruction derived from it.
+
+    Args:
+        scitx: a configured :class:`~nemo_train.nemo.methods.scitx.SciTX` (any hypothesizer, deriver, editor).
+    """
+
+    def __init__(self, scitx) -> None:
+        self.scitx = scitx
+        self.name = f"SciTX(m={scitx.m}, {type(scitx.hypothesizer).__name__})"
+
+    def label(self, sample: ErrorSample, benchmark: NemoBenchmark) -> TeacherLabel | None:
+        explanation = self.scitx.explain(sample, benchmark)
+        trial = explanation.trial
+        if trial is None or trial.instruction is None:
+            return None
+        return TeacherLabel(
+            sample.sample_id,
+            sample.label,
+            sample.prediction,
+            trial.hypothesis,
+            trial.instruction,
+            trial.cei,
+            trial.p_original,
+            trial.p_edited,
+            self.name,
+            len(explanation.candidates),
+            answer=format_answer(trial.hypothesis, trial.instruction, benchmark.vocabulary),
+        )
+
+
+def view_inputs(
+    view: View, sample: ErrorSample, benchmark: NemoBenchmark, target
+) -> tuple[torch.Tensor, torch.Tensor | None, str] | None:
+    """``(image, second image or None, question)`` the student sees in one view of an error; ``None`` when the
+    view cannot be built (no correctly classified reference for ``change``)."""
+    names = benchmark.class_names
+    true_name, pred_name = names[sample.label], names[sample.prediction]
+    if view == "error":
+        return sample.image, None, DISTILL_PROMPT.format(true_name=true_name, pred_name=pred_name)
+    if view == "gradcam":
+        reshape = target.gradcam_reshape() if hasattr(target, "gradcam_reshape") else None
+        _, overlay = gradcam_overlay(target, sample.image, sample.prediction, None, reshape)
+        return overlay, None, DISTILL_CAM_PROMPT.format(true_name=true_name, pred_name=pred_name)
+    index = ChangeMLLM(target).reference(sample, benchmark)
+    if index is None:
+        return None
+    ref_name = names[int(benchmark.reference.labels[index])]
+    question = DISTILL_CHANGE_PROMPT.format(true_name=true_name, pred_name=pred_name, ref_name=ref_name)
+    return sample.image, benchmark.reference.image(index), question

@@ -1,0 +1,65 @@
+"""Captioned generated images for CLIP training: captions follow the attributes, splits are disjoint."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from datamodules.captions import VOCABULARIES, CaptionDataModule, tilt_index
+from nemo_train.errors import UserInputError
+
+
+def test_batches_carry_captions_that_name_the_attributes():
+    data = CaptionDataModule(
+        sources=["nico", "cmnist", "clevr"],
+        image_size=16,
+        train_per_source=24,
+        val_per_source=8,
+        partial_caption_prob=0.0,
+        batch_size=8,
+    )
+    data.setup()
+    assert data.slots[:2] == [("nico", "object"), ("nico", "context")]
+    assert len(data.train_set) == 72 and len(data.val_set) == 24
+    for i in range(len(data.train_set)):
+        item = data.train_set[i]
+        source = data.sources[int(item["source"])]
+        assert item["image"].shape == (3, 16, 16) and 0 <= item["image"].min() <= item["image"].max() <= 1
+        for j, (s, attr) in enumerate(data.slots):
+            value = int(item["attrs"][j])
+            if s == source:
+                assert VOCABULARIES[s].words[attr][value] in item["caption"]
+            else:
+                assert value == -1
+    batch = next(iter(data.train_dataloader()))
+    assert isinstance(batch["caption"], list) and batch["attrs"].shape == (8, len(data.slots))
+
+
+def test_partial_captions_name_one_attribute_and_prompts_cover_every_value():
+    data = CaptionDataModule(
+        sources=["nico"], image_size=16, train_per_source=40, val_per_source=4, partial_caption_prob=1.0
+    )
+    data.setup()
+    assert all(" in " not in c or c.startswith("a photo taken in") for c in data.train_set.captions)
+    prompts = data.zero_shot_prompts()
+    assert list(prompts) == ["nico/object", "nico/context"]
+    assert prompts["nico/object"][1] == "a photo of a bird" and len(prompts["nico/context"]) == 6
+
+
+def test_validation_uses_other_styles_and_is_seeded():
+    a = CaptionDataModule(sources=["nico"], image_size=16, train_per_source=16, val_per_source=16)
+    b = CaptionDataModule(sources=["nico"], image_size=16, train_per_source=16, val_per_source=16)
+    a.setup(), b.setup()
+    assert torch.equal(a.train_set.images, b.train_set.images) and a.train_set.captions == b.train_set.captions
+    assert not torch.equal(a.train_set.images, a.val_set.images)
+
+
+def test_tilt_bins():
+    assert tilt_index(torch.tensor([-30, -10, -5, 0, 5, 10, 30])).tolist() == [0, 0, 1, 1, 1, 2, 2]
+
+
+def test_bad_sources_are_user_errors():
+    with pytest.raises(UserInputError):
+        CaptionDataModule(sources=["imagenet"])
+    with pytest.raises(UserInputError):
+        CaptionDataModule(sources=[])

@@ -1,0 +1,130 @@
+"""Every LBEE / CLIP preset parses; the lbee pipeline runs end to end on a tiny NICO-like setting."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from jsonargparse import ArgumentParser
+
+from datamodules.nico import NICODataModule
+from nemo_train.cli import PIPELINE_COMMANDS, main
+from nemo_train.lbee.clustering import WardClustering
+from nemo_train.lbee.encoders import SyntheticCLIP
+from nemo_train.lbee.pipeline import ClassifierArgs, EvalArgs, lbee
+from nemo_train.lbee.search import FailureModeSearch
+from nemo_train.lbee.split import ClassProbabilitySplit
+from nemo_train.lightning_cli import NemoLightningCLI
+
+ROOT = Path(__file__).resolve().parents[2]
+LBEE_CONFIGS = sorted((ROOT / "configs" / "lbee").glob("*.yaml"))
+REAL = {"imagenet_per_class.yaml", "nico85_real.yaml"}  # need data folders / hub weights: parsed, not built
+TINY_CLIP = dict(
+    image_size=16, patch_size=8, vision_width=32, vision_layers=1, text_width=32, text_layers=1, heads=2, embed_dim=16
+)
+
+
+def test_lbee_command_is_registered():
+    assert PIPELINE_COMMANDS["lbee"] == "nemo_train.lbee.pipeline:lbee"
+
+
+@pytest.mark.parametrize("path", LBEE_CONFIGS, ids=lambda p: p.name)
+def test_lbee_preset_parses(path):
+    parser = ArgumentParser()
+    parser.add_function_arguments(lbee)
+    parser.add_argument("--config", action="config")
+    cfg = parser.parse_args(["--config", str(path)])
+    if path.name not in REAL:
+        init = parser.instantiate(cfg)
+        assert isinstance(init.data, NICODataModule) and isinstance(init.encoder, SyntheticCLIP)
+        assert init.search.k == 3 and init.search.tau == 0.25
+        assert init.search.per_class == ("per_class" in path.name)
+
+
+def test_clip_preset_parses(tmp_path):
+    cli = NemoLightningCLI(
+        args=[
+            "--config",
+            str(ROOT / "configs/clip/synthetic.yaml"),
+            "--trainer.logger=false",
+            f"--trainer.default_root_dir={tmp_path}",
+        ],
+        run=False,
+    )
+    assert cli.datamodule.sources == ["cmnist", "clevr", "nico"]
+    assert cli.model.hparams.export_dir == "checkpoints/clip_synthetic/hf"
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("lbee")
+    result = lbee(
+        data=NICODataModule(correlation=0.85, image_size=16, train_size=240, test_per_pair=4, batch_size=32),
+        encoder=SyntheticCLIP(str(out / "clip"), train_per_source=96, max_epochs=1, batch_size=32, model=TINY_CLIP),
+        search=FailureModeSearch(clustering=WardClustering(n_clusters=4)),
+        classifier=ClassifierArgs(max_epochs=1),
+        evaluation=EvalArgs(sweep=[0.0, 0.5]),
+        out_dir=str(out / "run"),
+    )
+    return out, result
+
+
+def test_pipeline_writes_results_figures_and_scores(tiny_run, capsys):
+    out, result = tiny_run
+    assert [s.method for s in result.scores] == ["TopS", "SetDiff", "PDiff", "FPDiff"]
+    for s in result.scores:
+        for value in (s.acr, s.ahr):
+            assert 0.0 <= value <= 1.0
+        assert math.isnan(s.tpr) or 0.0 <= s.tpr <= 1.0
+        assert 1 <= s.num_selected <= 3 * result.num_clusters
+    assert result.num_clusters == 4 and len(result.sentences) == 48
+    assert set(result.s_star) <= set(result.sentences)
+    saved = json.loads((out / "run" / "results.json").read_text())
+    assert saved["sweep"]["o"] == [0.0, 0.5] and set(saved["sweep"]) >= {"TopS", "FPDiff"}
+    for name in ("hard_clusters.png", "beta_sweep.png", "classifier.ckpt"):
+        assert (out / "run" / name).is_file()
+    assert (out / "clip" / "config.json").is_file()  # the trained space is saved for reuse
+
+
+def test_rerun_reuses_classifier_and_clip_per_class(tiny_run, capsys):
+    out, first = tiny_run
+    result = lbee(
+        data=NICODataModule(correlation=0.85, image_size=16, train_size=240, test_per_pair=4, batch_size=32),
+        encoder=SyntheticCLIP(str(out / "clip")),
+        search=FailureModeSearch(ClassProbabilitySplit(), WardClustering(n_clusters=2), per_class=True),
+        classifier=ClassifierArgs(checkpoint=str(out / "run" / "classifier.ckpt")),
+        evaluation=EvalArgs(sweep=[0.2]),
+        out_dir=str(out / "per_class"),
+    )
+    assert result.accuracy == pytest.approx(first.accuracy)  # same classifier, same target set
+    assert result.num_clusters <= 6 * 2
+    assert "TopS" in capsys.readouterr().out
+
+
+def test_missing_file_is_one_line_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(
+            [
+                "lbee",
+                "--config",
+                str(ROOT / "configs/lbee/nico85.yaml"),
+                "--out_dir",
+                str(tmp_path),
+                "--sentences",
+                "nemo_train.lbee.sentences.FileSentences",
+                "--sentences.path",
+                str(tmp_path / "no.txt"),
+                "--classifier.checkpoint",
+                str(tmp_path / "missing.ckpt"),
+                "--classifier.max_epochs",
+                "0",
+                "--encoder.init_args.path",
+                str(tmp_path / "no_clip"),
+                "--encoder.init_args.max_epochs",
+                "0",
+            ]
+        )
+    assert exit_info.value.code == 2
+    assert "nemo-train: error:" in capsys.readouterr().err

@@ -1,0 +1,97 @@
+"""distill-teacher writes resumable, CEI-filtered pairs in the explanation-record format; presets parse."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+from jsonargparse import ArgumentParser  # noqa: E402
+
+from datamodules.explanations import read_records  # noqa: E402
+from nemo_train.errors import UserInputError  # noqa: E402
+from nemo_train.nemo.distill import distill_teacher  # noqa: E402
+from nemo_train.nemo.distill_eval import distill_eval  # noqa: E402
+from nemo_train.nemo.structured import StructuredEditDeriver  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+PRESETS = sorted((ROOT / "configs" / "distill").glob("*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def checkpoint(trained_cmnist_classifier, tmp_path_factory):
+    import lightning
+    import torch
+
+    module, _ = trained_cmnist_classifier
+    path = tmp_path_factory.mktemp("ckpt") / "model_a.ckpt"
+    state = {"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams)}
+    torch.save({**state, "pytorch-lightning_version": lightning.__version__}, path)
+    return str(path)
+
+
+@pytest.mark.parametrize("path", PRESETS, ids=lambda p: p.name)
+def test_distill_presets_parse(path):
+    function = distill_eval if path.stem.endswith("_eval") else distill_teacher
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_function_arguments(function)
+    parser.add_argument("--config", action="config")
+    config = parser.parse_args(["--config", str(path)])
+    assert config.dataset in ("cmnist", "clevr", "folder")
+    if config.get("hypotheses") is not None:  # an MLLM teacher: a backend class_path with its init_args
+        assert config.hypotheses.class_path.endswith("OpenAICompatibleBackend")
+
+
+def test_teacher_writes_filtered_pairs_and_resumes(checkpoint, tmp_path, capsys):
+    out = tmp_path / "teacher"
+    first = distill_teacher(checkpoint, out_dir=str(out), n=6, styles=1, min_cei=20.0, val_fraction=0.34)
+    labels = [json.loads(line) for line in (out / "teacher.jsonl").read_text().splitlines()]
+    assert len(labels) == first["labels"] == 6
+    kept = [r for r in labels if r["kept"]]
+    assert len(kept) == first["kept"] and all(r["cei"] >= 20.0 for r in kept)
+    train, val = read_records(first["train"]), read_records(first["val"])
+    records = train + val
+    assert len(records) == 3 * len(kept)  # three views per kept error
+    assert {r.provenance["view"] for r in records} == {"error", "gradcam", "change"}
+    assert not {r.provenance["sample_id"] for r in train} & {r.provenance["sample_id"] for r in val}
+    deriver = StructuredEditDeriver({"color": ["red"] * 10, "angle": list(range(-30, 31, 5))})
+    for record in records:
+        assert Path(record.image).is_file() and record.cei >= 20.0
+        assert deriver.derive_one(record.explanation) is not None  # the edit is readable from the answer
+        assert (record.counterfactual is not None) == (record.provenance["view"] == "change")
+    capsys.readouterr()
+    again = distill_teacher(checkpoint, out_dir=str(out), n=6, styles=1, min_cei=20.0, val_fraction=0.34)
+    assert "0 errors labelled" in capsys.readouterr().out
+    assert again["kept"] == first["kept"]
+
+
+def test_teacher_refuses_bad_input(tmp_path):
+    with pytest.raises(UserInputError, match="does not exist"):
+        distill_teacher("missing.ckpt", out_dir=str(tmp_path))
+    with pytest.raises(UserInputError, match="mining_root and evaluation_root"):
+        distill_teacher("timm:resnet18", dataset="folder", out_dir=str(tmp_path))
+
+
+def test_distill_eval_scores_teacher_and_known_cause_and_resumes(checkpoint, tmp_path, capsys):
+    student = tmp_path / "student"
+    student.mkdir()  # rows without the student never load it
+    kwargs = dict(student=str(student), targets=[checkpoint], methods=["teacher", "known_cause"], n=4, test_styles=1)
+    result = distill_eval(**kwargs, out_dir=str(tmp_path / "eval"))
+    rows = [json.loads(line) for line in Path(result["results"]).read_text().splitlines()]
+    assert len(rows) == 8
+    for method in ("Teacher (exhaustive search, not a model)", "KnownCause"):
+        mine = [r for r in rows if r["method"] == method]
+        cell = result["summary"][f"{method}|{Path(checkpoint).parent.name}"]
+        assert cell["cei"] == pytest.approx(sum(r["cei"] for r in mine) / 4)
+    teacher = [r["cei"] for r in rows if r["method"].startswith("Teacher")]
+    known = [r["cei"] for r in rows if r["method"] == "KnownCause"]
+    assert all(t >= k - 1e-6 for t, k in zip(teacher, known))  # the exhaustive search is the max-CEI edit
+    capsys.readouterr()
+    again = distill_eval(**kwargs, out_dir=str(tmp_path / "eval"))
+    assert again["summary"] == result["summary"]
+    with pytest.raises(UserInputError, match="student adapter folder"):
+        distill_eval(student=str(tmp_path / "none"), targets=[checkpoint])
