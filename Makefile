@@ -1,14 +1,22 @@
-# Quick start: `make demo` (set up + run the main job), `make test` (set up + run the tests).
-.PHONY: setup demo test bench
+# Quick start: `make demo` (set up + run every capability once), `make test` (set up + the checks CI runs).
+.PHONY: setup demo test lint bench
+
+VENV := .venv/bin
 
 setup:
 	bash scripts/setup.sh
 
 demo: setup
-	.venv/bin/nemo-train demo
+	$(VENV)/nemo-train demo
 
-test: setup
-	.venv/bin/python -m pytest -q
+# lint: ruff (lint + format) and the import contract (pyproject.toml, [tool.importlinter])
+lint: setup
+	$(VENV)/ruff check .
+	$(VENV)/ruff format --check .
+	$(VENV)/lint-imports --no-logo
+
+test: lint
+	$(VENV)/python -m pytest -q
 
 bench: setup
-	.venv/bin/python scripts/bench_lightning_overhead.py
+	$(VENV)/python scripts/bench_lightning_overhead.py

@@ -3,48 +3,86 @@
 ``fit / validate / test / predict`` are LightningCLI subcommands driven by YAML configs
 (``class_path`` / ``init_args``). Every other first word names a pipeline command from
 :data:`PIPELINE_COMMANDS`, whose typed function signature becomes its command line.
+``nemo-train --help`` reads only the static table below, so it imports no pipeline.
 """
 
 from __future__ import annotations
 
 import importlib
-import re
 import sys
-import warnings
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
-from jsonargparse import ArgumentError
+import yaml
+from jsonargparse import ArgumentError, auto_cli
 
+from nemo_train.console import print_table
 from nemo_train.errors import UserInputError
+from nemo_train.quiet import set_output
+
+
+class Command(NamedTuple):
+    """A pipeline command: the function that runs it (``module:function``) and one line for ``--help``."""
+
+    target: str
+    summary: str
+
 
 LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test", "predict")
 
-#: Pipeline commands: name -> "module:function". The function is run with ``jsonargparse.CLI``.
-PIPELINE_COMMANDS: dict[str, str] = {
-    "demo": "nemo_train.demo:demo",
-    "counterfactuals": "nemo_train.competency.pipeline:counterfactuals",
-    "explain": "nemo_train.explainer.generation:explain",
-    "nemo-eval": "nemo_train.nemo.run:nemo_eval",
-    "distill-teacher": "nemo_train.nemo.distill:distill_teacher",
-    "distill-eval": "nemo_train.nemo.distill_eval:distill_eval",
-    "lbee": "nemo_train.lbee.pipeline:lbee",
-    "differences": "nemo_train.differences.pipeline:differences",
+#: Pipeline commands: name -> Command. The function is run with ``jsonargparse.CLI`` (its signature is the
+#: command line) and imported only when its command runs.
+PIPELINE_COMMANDS: dict[str, Command] = {
+    "demo": Command("nemo_train.demo:demo", "run every capability once on the embedded data, then recap"),
+    "counterfactuals": Command(
+        "nemo_train.competency.pipeline:counterfactuals", "PaRCE competency + counterfactuals of six causes"
+    ),
+    "explain": Command("nemo_train.explainer.generation:explain", "explain image pairs with a fine-tuned explainer"),
+    "nemo-eval": Command("nemo_train.nemo.run:nemo_eval", "NEMO benchmark: SciTX and baselines on a model's errors"),
+    "distill-teacher": Command(
+        "nemo_train.nemo.distill:distill_teacher", "label a classifier's errors with a teacher: student training pairs"
+    ),
+    "distill-eval": Command(
+        "nemo_train.nemo.distill_eval:distill_eval", "NEMO scores of a distilled explainer next to its teacher"
+    ),
+    "lbee": Command("nemo_train.lbee.pipeline:lbee", "find and describe a classifier's failure modes with sentences"),
+    "differences": Command(
+        "nemo_train.differences.pipeline:differences", "explain how two vision models differ, and score it"
+    ),
 }
 
-
-_NOISE = re.compile(
-    r"^(errors:|expected a |given value|problem with given class_path|subclass types expected|"
-    r"does not validate against any of the union subtypes|subtypes: )",
-    re.IGNORECASE,
+#: Lines of a jsonargparse error that list what it tried rather than what is wrong.
+_NOISE = (
+    "does not validate against any of the union subtypes",
+    "subtypes:",
+    "errors:",
+    "given value type:",
+    "problem with given class_path",
+    "subclass types expected",
+    "expected a <class 'nonetype'>",
 )
 
 
 def summarize_parser_error(message: str) -> str:
-    """Reduce a jsonargparse error (often a nested list of every type it tried) to one line."""
-    lines = [line.strip().lstrip("- ").strip() for line in str(message).splitlines()]
-    kept = [line for line in lines if line and not _NOISE.match(line)]
-    return " ".join(dict.fromkeys(kept)).replace(": ;", ":") or str(message).strip()
+    """Reduce a jsonargparse error (often a nested list of every type it tried) to one line.
+
+    Keeps the option and the "Expected a <type>. Got value: ..." part; drops the list of union subtypes tried.
+    """
+    text = str(message)
+    kept, given = [], None
+    for line in (line.strip().lstrip("- ").strip() for line in text.splitlines()):
+        lowered = line.lower()
+        if not line or lowered.startswith(_NOISE):
+            continue
+        if lowered.startswith("given value:"):
+            given = line.split(":", 1)[1].strip()
+            continue
+        kept.append(line)
+    summary = " ".join(dict.fromkeys(kept)).replace(": ;", ":")
+    if given is not None and "expected" in summary.lower() and "got value" not in summary.lower():
+        summary = f"{summary.rstrip('.')}. Got value: {given}"
+    return summary or text.strip()
 
 
 def _load(target: str) -> Callable[..., Any]:
@@ -52,48 +90,66 @@ def _load(target: str) -> Callable[..., Any]:
     return getattr(importlib.import_module(module_name), func_name)
 
 
-def _usage() -> str:
-    lines = [f"usage: nemo-train {{fit,validate,test,predict,{','.join(PIPELINE_COMMANDS)}}} [--config FILE] ..."]
-    lines.append("  fit/validate/test/predict   LightningCLI (see `nemo-train fit --help`)")
-    for name, target in PIPELINE_COMMANDS.items():
-        doc = (_load(target).__doc__ or "").strip().splitlines()
-        lines.append(f"  {name:<27} {doc[0] if doc else ''}")
-    return "\n".join(lines)
+def print_usage() -> None:
+    """The command table (no pipeline is imported)."""
+    print("usage: nemo-train [--verbose] COMMAND [--config FILE] [--option value ...]   (COMMAND --help for options)")
+    rows = [("fit / validate / test / predict", "LightningCLI: train or evaluate a model from a YAML preset")]
+    rows += [(name, command.summary) for name, command in PIPELINE_COMMANDS.items()]
+    print_table(["command", "what it does"], rows)
 
 
 def run_lightning_cli(args: list[str]) -> None:
     """Run LightningCLI on ``args`` (the subcommand first)."""
+    # imported here: lightning takes seconds to import and `nemo-train --help` must not wait for it
     from nemo_train.lightning_cli import NemoLightningCLI
 
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*args parameter is intended to run from within Python.*")
-        NemoLightningCLI(args=args)
+    NemoLightningCLI(args=args)
 
 
 def run_pipeline(name: str, args: list[str]) -> Any:
     """Run the pipeline command ``name`` with its own arguments."""
-    from jsonargparse import CLI
+    check_config_files(args)
+    func = _load(PIPELINE_COMMANDS[name].target)
+    return auto_cli(func, args=args, prog=f"nemo-train {name}", as_positional=False, exit_on_error=False)
 
-    func = _load(PIPELINE_COMMANDS[name])
-    return CLI(func, args=args, prog=f"nemo-train {name}", as_positional=False)
+
+def check_config_files(args: list[str]) -> None:
+    """Every ``--config FILE`` holds a YAML mapping (jsonargparse's message for an empty file names nothing)."""
+    for flag, value in zip(args, args[1:]):
+        path = Path(value)
+        if flag != "--config" or not path.is_file():
+            continue
+        try:
+            content = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError) as err:
+            raise UserInputError(f"config file {value} is not valid YAML: {' '.join(str(err).split())}") from None
+        if content is None:
+            raise UserInputError(f"config file {value} is empty; expected a YAML mapping of options")
+        if not isinstance(content, dict):
+            raise UserInputError(
+                f"config file {value} holds a {type(content).__name__}; expected a YAML mapping of options"
+            )
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``nemo-train`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    verbose = "--verbose" in argv
+    argv = [arg for arg in argv if arg != "--verbose"]
     if not argv or argv[0] in ("-h", "--help"):
-        print(_usage())
+        print_usage()
         return
+    set_output(verbose=verbose)
     command = argv[0]
     try:
         if command in LIGHTNING_SUBCOMMANDS:
+            check_config_files(argv[1:])
             run_lightning_cli(argv)
         elif command in PIPELINE_COMMANDS:
             run_pipeline(command, argv[1:])
         else:
-            raise UserInputError(
-                f"unknown command {command!r}; expected one of {', '.join(LIGHTNING_SUBCOMMANDS + tuple(PIPELINE_COMMANDS))}"
-            )
+            known = ", ".join(LIGHTNING_SUBCOMMANDS + tuple(PIPELINE_COMMANDS))
+            raise UserInputError(f"unknown command {command!r}; expected one of {known}")
     except ArgumentError as err:
         _fail(summarize_parser_error(err))
     except Exception as err:

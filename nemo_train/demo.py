@@ -1,104 +1,278 @@
-"""``nemo-train demo``: the whole toolkit once, end to end, on the embedded default data and models."""
+"""``nemo-train demo``: every capability once, end to end, on the embedded default data and models.
+
+Each step runs a shipped preset from ``configs/`` exactly as its command would (``nemo-train fit`` through
+the same LightningCLI parser, pipelines through their own jsonargparse parser), with a few overrides for
+speed and the output folder. No recipe is restated here: change a preset and the demo follows it. The demo
+ends with one table of every headline number and where each output was written.
+
+Adding a step: one :class:`Step` in :data:`STEPS` (preset, command, overrides, a reader of its numbers).
+A step whose preset or command is missing is skipped with one line.
+"""
 
 from __future__ import annotations
 
-import importlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-import lightning as L
-from lightning.pytorch.callbacks import ModelCheckpoint
+import wandb
+from lightning.pytorch import seed_everything
 
+from nemo_train.cli import PIPELINE_COMMANDS, run_pipeline
+from nemo_train.console import print_table
 from nemo_train.errors import UserInputError
+from nemo_train.lightning_cli import NemoLightningCLI
+
+#: The presets shipped with the repository (``configs/`` next to the package).
+DEFAULT_PRESET_DIR = Path(__file__).resolve().parents[1] / "configs"
+
+
+@dataclass
+class Headline:
+    """One number of the recap table."""
+
+    step: str
+    metric: str
+    value: float | str | None
+    where: str
 
 
 @dataclass
 class DemoContext:
-    """What the demo steps share: the output folder, trained checkpoints and other artifacts."""
+    """What the steps share: where presets are read and outputs written, and what earlier steps produced."""
 
     out_dir: Path
+    preset_dir: Path
     fast: bool = False
-    epochs: int = 3
-    checkpoints: dict[str, Path] = field(default_factory=dict)
-    artifacts: dict[str, Path] = field(default_factory=dict)
-    results: dict[str, dict] = field(default_factory=dict)
+    checkpoints: dict[str, Path] = field(default_factory=dict)  # step -> best checkpoint
+    outputs: dict[str, Path] = field(default_factory=dict)  # step -> output folder (or adapter, results file)
+    headlines: list[Headline] = field(default_factory=list)
+
+    def expand(self, arg: str) -> str:
+        """``{out}``, ``{ckpt[step]}`` and ``{outputs[step]}`` in an override, filled in."""
+        try:
+            return arg.format(out=self.out_dir, ckpt=self.checkpoints, outputs=self.outputs)
+        except KeyError as missing:
+            raise UserInputError(
+                f"demo override {arg!r} needs the output of step {missing}; run that step too"
+            ) from None
 
 
-def train_cmnist_pair(ctx: DemoContext) -> None:
-    """Train Model A and Model B on biased CMNIST and print their aligned / conflicting accuracy."""
-    from datamodules.cmnist import CMNISTDataModule
-    from nemo_train.loggers import WandbLogger
-    from nemo_train.models import ClassifierModule
+@dataclass
+class FitResult:
+    """What a fit step hands its reader: test metrics (or the last validation ones) and the trained objects."""
 
-    rows = []
-    for name, bias in (("cmnist_model_a", "model_a"), ("cmnist_model_b", "model_b")):
-        L.seed_everything(0, verbose=False)
-        run_dir = ctx.out_dir / name
-        datamodule = CMNISTDataModule(bias=bias, train_size=4000 if ctx.fast else 6000)
-        module = ClassifierModule(backbone="bias_cnn", num_classes=10, lr=3e-3)
-        checkpoint = ModelCheckpoint(
-            dirpath=run_dir,
-            filename="best",
-            monitor="val/acc",
-            mode="max",
-            save_last=True,
-            enable_version_counter=False,
-        )
-        trainer = L.Trainer(
-            max_epochs=ctx.epochs,
-            accelerator="auto",
-            devices=1,
-            logger=WandbLogger(name=f"demo_{name}", save_dir=str(run_dir)),
-            callbacks=[checkpoint],
-            enable_model_summary=False,
-            log_every_n_steps=20,
-        )
-        trainer.fit(module, datamodule)
-        (metrics,) = trainer.test(module, datamodule, ckpt_path=checkpoint.best_model_path, verbose=False)
-        ctx.checkpoints[name] = Path(checkpoint.best_model_path)
-        ctx.results[name] = metrics
-        rows.append((name, bias, metrics["test/acc"], metrics["test/acc_aligned"], metrics["test/acc_conflicting"]))
-        import wandb
+    metrics: dict[str, float]
+    trainer: Any
+    model: Any
 
+
+#: A reader turns a step's result into (metric, value) pairs for the recap table.
+Reader = Callable[[DemoContext, Any], list[tuple[str, Any]]]
+
+
+@dataclass
+class Step:
+    """A demo step: a preset run by ``command`` (``fit`` or a pipeline) with overrides, and its headline reader.
+
+    ``overrides`` always apply (output folders, inputs from earlier steps, sizes for a few-minute demo);
+    ``fast`` ones are added by ``--fast`` (the tests). ``output`` names what the step wrote.
+    """
+
+    name: str
+    preset: str
+    command: str
+    overrides: list[str]
+    read: Reader
+    fast: list[str] = field(default_factory=list)
+    output: str = "{out}"
+    optional: bool = False
+
+
+def run_fit(ctx: DemoContext, preset: Path, overrides: list[str], test: bool) -> FitResult:
+    """``nemo-train fit`` on ``preset`` (the same parser, in this process), then ``test`` on the best checkpoint."""
+    cli = NemoLightningCLI(args=["--config", str(preset), *overrides], run=False)
+    cli.trainer.fit(cli.model, cli.datamodule)
+    metrics = {k: float(v) for k, v in cli.trainer.callback_metrics.items()}
+    if test:
+        (tested,) = cli.trainer.test(cli.model, cli.datamodule, ckpt_path="best", verbose=False)
+        metrics.update(tested)
+    if wandb.run is not None:
         wandb.finish()
-
-    print("\nCMNIST model pair (test grid: 10 digits x 10 colours x 13 angles)")
-    print(f"{'model':<16} {'bias':<9} {'acc':>6} {'aligned':>8} {'conflicting':>12}")
-    for name, bias, acc, aligned, conflicting in rows:
-        print(f"{name:<16} {bias:<9} {acc:>6.3f} {aligned:>8.3f} {conflicting:>12.3f}")
+    return FitResult(metrics, cli.trainer, cli.model)
 
 
-#: The demo's steps in order: name -> "module:function" taking a DemoContext.
-DEMO_STEPS: dict[str, str] = {
-    "cmnist_pair": "nemo_train.demo:train_cmnist_pair",
-    "counterfactuals": "nemo_train.competency.pipeline:demo_step",
-    "explainer": "nemo_train.explainer.demo:demo_step",
-    "nemo_eval": "nemo_train.nemo.run:demo_step",
-}
+def read_classifier(ctx: DemoContext, result: FitResult) -> list[tuple[str, Any]]:
+    """Test accuracy on bias-aligned and bias-conflicting images, and the gap between them."""
+    m = result.metrics
+    gap = m["test/acc_aligned"] - m["test/acc_conflicting"]
+    return [
+        ("test acc aligned / conflicting", f"{m['test/acc_aligned']:.3f} / {m['test/acc_conflicting']:.3f}"),
+        ("bias gap", gap),
+    ]
+
+
+def read_explainer(ctx: DemoContext, result: FitResult) -> list[tuple[str, Any]]:
+    """Held-out explanation accuracy (share of pairs whose explanation names the right cause)."""
+    ctx.outputs["explainer_adapter"] = result.model.default_adapter_dir()
+    return [("explanation accuracy (held out)", result.metrics["val/explanation_acc"])]
+
+
+def read_counterfactuals(ctx: DemoContext, result: Any) -> list[tuple[str, Any]]:
+    """Success rate (share of counterfactuals above the competency threshold) of each method."""
+    return [(f"{method} success", row["success"]) for method, row in result.table.items() if method != "Orig"]
+
+
+def read_nemo(ctx: DemoContext, result: Any) -> list[tuple[str, Any]]:
+    """LLM Match and CEI of each method on each target, and how often the known cause beats a distractor."""
+    rows = [(f"{c.method} LLM Match / CEI", f"{c.llm_match:.3f} / {c.cei:.2f}") for c in result.cells]
+    if result.known_cause_win_rate is not None:
+        rows.append(("known cause beats distractor (CEI)", result.known_cause_win_rate))
+    return rows
+
+
+def read_numbers(ctx: DemoContext, result: Any) -> list[tuple[str, Any]]:
+    """Every top-level number a pipeline returns (for steps without a reader of their own)."""
+    if not isinstance(result, dict):
+        return []
+    return [
+        (key, value) for key, value in result.items() if isinstance(value, (int, float)) and not isinstance(value, bool)
+    ]
+
+
+def checkpoint_of(ctx: DemoContext, name: str, result: FitResult) -> None:
+    ctx.checkpoints[name] = Path(result.trainer.checkpoint_callback.best_model_path)
+
+
+STEPS: list[Step] = [
+    *(
+        Step(
+            name=f"cmnist_{model}",
+            preset=f"cmnist/{model}.yaml",
+            command="fit",
+            overrides=["--trainer.default_root_dir={out}/cmnist_" + model, "--data.init_args.train_size=6000"],
+            fast=["--trainer.max_epochs=1", "--data.init_args.train_size=1024", "--data.init_args.test_styles=1"],
+            read=read_classifier,
+            output="{out}/cmnist_" + model,
+        )
+        for model in ("model_a", "model_b")
+    ),
+    Step(
+        name="counterfactuals",
+        preset="competency/counterfactuals_cmnist.yaml",
+        command="counterfactuals",
+        overrides=[
+            "--out_dir={out}/counterfactuals",
+            "--estimator.classifier_checkpoint={ckpt[cmnist_model_a]}",
+            "--causes.per_cause=10",
+            "--train.autoencoder_epochs=4",
+            "--datamodule.init_args.train_size=6000",
+        ],
+        fast=["--causes.per_cause=4", "--train.autoencoder_epochs=1", "--datamodule.init_args.train_size=1024"],
+        read=read_counterfactuals,
+        output="{out}/counterfactuals",
+    ),
+    Step(
+        name="explainer",
+        preset="explainer/tiny.yaml",
+        command="fit",
+        overrides=[
+            "--trainer.default_root_dir={out}/explainer_tiny",
+            "--data.init_args.data_dir={out}/explainer_tiny/pairs",
+        ],
+        fast=["--trainer.max_epochs=1", "--trainer.check_val_every_n_epoch=1", "--data.init_args.per_cause=12"],
+        read=read_explainer,
+        output="{out}/explainer_tiny",
+    ),
+    Step(
+        name="nemo_eval",
+        preset="nemo/cmnist.yaml",
+        command="nemo-eval",
+        overrides=[
+            "--run.out_dir={out}/nemo_eval",
+            "--targets=[{ckpt[cmnist_model_a]}]",
+            "--benchmark.n=25",
+            "--benchmark.test_styles=2",
+        ],
+        fast=["--benchmark.n=6", "--benchmark.test_styles=1", "--run.global_explanation=false"],
+        read=read_nemo,
+        output="{out}/nemo_eval",
+    ),
+    Step(
+        name="differences",
+        preset="differences/cmnist.yaml",
+        command="differences",
+        overrides=["--out_dir={out}/differences"],
+        read=read_numbers,
+        output="{out}/differences",
+        optional=True,
+    ),
+    Step(
+        name="lbee",
+        preset="lbee/nico85.yaml",
+        command="lbee",
+        overrides=["--out_dir={out}/lbee"],
+        read=read_numbers,
+        output="{out}/lbee",
+        optional=True,
+    ),
+]
+
+
+def run_step(ctx: DemoContext, step: Step) -> bool:
+    """Run one step and add its headline numbers to ``ctx``; False (and one line) when it cannot run here."""
+    preset = ctx.preset_dir / step.preset
+    runnable = step.command == "fit" or step.command in PIPELINE_COMMANDS
+    if not preset.is_file() or not runnable:
+        missing = f"preset {preset}" if not preset.is_file() else f"command {step.command!r}"
+        print(f"demo: skipping {step.name} ({missing} not found)")
+        return False
+    overrides = [ctx.expand(arg) for arg in step.overrides + (step.fast if ctx.fast else [])]
+    seed_everything(0, verbose=False)
+    started = time.perf_counter()
+    if step.command == "fit":
+        result = run_fit(ctx, preset, overrides, test=step.read is read_classifier)
+        checkpoint_of(ctx, step.name, result)
+    else:
+        result = run_pipeline(step.command, ["--config", str(preset), *overrides])
+    where = ctx.expand(step.output)
+    ctx.outputs[step.name] = Path(where)
+    for metric, value in step.read(ctx, result):
+        ctx.headlines.append(Headline(step.name, metric, value, where))
+    print(f"demo: {step.name} done in {time.perf_counter() - started:.0f} s -> {where}")
+    return True
 
 
 def demo(
-    out_dir: str = "checkpoints/demo", epochs: int = 3, fast: bool = False, steps: list[str] | None = None
+    out_dir: str = "checkpoints/demo",
+    preset_dir: str | None = None,
+    steps: list[str] | None = None,
+    fast: bool = False,
 ) -> DemoContext:
-    """Run the toolkit end to end on the embedded default (CMNIST pair, then every later capability).
+    """Run every capability once on the embedded data (the shipped presets, sized for minutes), then recap.
 
     Args:
-        out_dir: where checkpoints, W&B offline runs and step outputs go.
-        epochs: training epochs of the CMNIST classifiers.
-        fast: smaller data everywhere (used by the tests).
-        steps: names of the steps to run (default: all), e.g. ``[cmnist_pair]``.
+        out_dir: where every step writes (checkpoints, W&B offline runs, tables, images).
+        preset_dir: folder of the presets to run (default: the repository's ``configs/``).
+        steps: names of the steps to run (default: all), e.g. ``[cmnist_model_a, counterfactuals]``.
+        fast: tiny sizes everywhere (for tests; the numbers are not meaningful).
     """
-    ctx = DemoContext(out_dir=Path(out_dir), fast=fast, epochs=epochs)
-    ctx.out_dir.mkdir(parents=True, exist_ok=True)
-    chosen = steps or list(DEMO_STEPS)
-    unknown = [s for s in chosen if s not in DEMO_STEPS]
+    known = [step.name for step in STEPS]
+    unknown = [name for name in steps or [] if name not in known]
     if unknown:
-        raise UserInputError(f"unknown demo step(s) {unknown}; known steps: {list(DEMO_STEPS)}")
-    for name in chosen:
-        module_name, func_name = DEMO_STEPS[name].split(":")
-        start = time.perf_counter()
-        print(f"\n=== demo step: {name}")
-        getattr(importlib.import_module(module_name), func_name)(ctx)
-        print(f"=== {name} done in {time.perf_counter() - start:.0f} s")
+        raise UserInputError(f"unknown demo step(s) {unknown}; known steps: {known}")
+    ctx = DemoContext(
+        out_dir=Path(out_dir), preset_dir=Path(preset_dir) if preset_dir else DEFAULT_PRESET_DIR, fast=fast
+    )
+    ctx.out_dir.mkdir(parents=True, exist_ok=True)
+    for step in STEPS:
+        if steps is None or step.name in steps:
+            run_step(ctx, step)
+    print_table(
+        ["step", "headline", "value", "written to"],
+        [(h.step, h.metric, h.value, h.where) for h in ctx.headlines],
+        title="nemo-train demo: recap",
+    )
     return ctx

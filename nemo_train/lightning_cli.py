@@ -1,7 +1,13 @@
-"""LightningCLI for nemo-train: any LightningModule / DataModule by ``class_path``, configs saved without secrets."""
+"""LightningCLI for nemo-train: any LightningModule / DataModule by ``class_path``, configs saved without secrets.
+
+Every output of a run lives under ``trainer.default_root_dir`` (the one path a preset names):
+``config.yaml``, ``checkpoints/`` (a ``ModelCheckpoint`` without ``dirpath``) and ``wandb/`` (a
+``WandbLogger`` without ``save_dir``) as sibling folders, so ``--trainer.default_root_dir`` moves them all.
+"""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -9,7 +15,31 @@ import lightning as L
 import yaml
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 
+from nemo_train.quiet import interactive, is_verbose, set_output
 from nemo_train.secrets import scrub_secrets
+
+#: Sub-folders of ``trainer.default_root_dir``.
+CHECKPOINT_DIR = "checkpoints"
+
+
+def _namespaces(value: Any) -> list[Any]:
+    """The ``class_path`` / ``init_args`` entries of a trainer option (one, a list, or none)."""
+    items = value if isinstance(value, list) else [value]
+    return [item for item in items if hasattr(item, "class_path") and hasattr(item, "init_args")]
+
+
+def derive_output_paths(trainer: Any) -> None:
+    """Fill what a preset leaves empty from ``default_root_dir``: checkpoint ``dirpath``, logger ``save_dir``
+    (``<root>/checkpoints``, ``<root>/wandb``) and the W&B run name (the folder's name)."""
+    root = Path(trainer.default_root_dir or ".")
+    for logger in _namespaces(trainer.get("logger")):
+        if "save_dir" in logger.init_args and logger.init_args.save_dir is None:
+            logger.init_args.save_dir = str(root)  # W&B writes into <save_dir>/wandb
+        if logger.class_path.endswith("WandbLogger") and logger.init_args.get("name") is None:
+            logger.init_args.name = root.resolve().name
+    for callback in _namespaces(trainer.get("callbacks")):
+        if callback.class_path.endswith("ModelCheckpoint") and callback.init_args.get("dirpath") is None:
+            callback.init_args.dirpath = str(root / CHECKPOINT_DIR)
 
 
 class ScrubbedSaveConfigCallback(SaveConfigCallback):
@@ -21,10 +51,7 @@ class ScrubbedSaveConfigCallback(SaveConfigCallback):
 
     def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         config = scrub_secrets(yaml.safe_load(self.parser.dump(self.config, skip_none=False, skip_check=True)))
-        # only rank 0 gets here, so no ``trainer.log_dir`` (it broadcasts and would wait for the other ranks)
-        logger = trainer.loggers[0] if trainer.loggers else None
-        log_dir = (getattr(logger, "log_dir", None) or getattr(logger, "save_dir", None)) if logger else None
-        log_dir = log_dir or trainer.default_root_dir
+        log_dir = trainer.default_root_dir
         Path(log_dir).mkdir(parents=True, exist_ok=True)
         (Path(log_dir) / self.config_filename).write_text(yaml.safe_dump(config, sort_keys=False))
         for logger in trainer.loggers:
@@ -38,11 +65,24 @@ class NemoLightningCLI(LightningCLI):
         kwargs.setdefault("save_config_callback", ScrubbedSaveConfigCallback)
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
         kwargs.setdefault("parser_kwargs", {"exit_on_error": False})  # the nemo-train CLI prints one line
-        super().__init__(
-            L.LightningModule,
-            L.LightningDataModule,
-            subclass_mode_model=True,
-            subclass_mode_data=True,
-            args=args,
-            **kwargs,
+        # progress bars only on a terminal (logs and CI get none); the model summary only with --verbose
+        kwargs.setdefault(
+            "trainer_defaults",
+            {"enable_progress_bar": interactive() or is_verbose(), "enable_model_summary": is_verbose()},
         )
+        set_output(verbose=is_verbose())  # again: importing lightning reset its loggers to INFO
+        with warnings.catch_warnings():
+            # nemo-train passes its own arguments on (sys.argv holds the command name and the demo's options)
+            warnings.filterwarnings("ignore", message=".*args parameter is intended to run from within Python.*")
+            super().__init__(
+                L.LightningModule,
+                L.LightningDataModule,
+                subclass_mode_model=True,
+                subclass_mode_data=True,
+                args=args,
+                **kwargs,
+            )
+
+    def before_instantiate_classes(self) -> None:
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        derive_output_paths(config.trainer)

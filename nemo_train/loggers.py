@@ -1,16 +1,37 @@
-"""Weights & Biases logging: offline unless the user has a key, and never a secret in the config."""
+"""Weights & Biases logging: offline unless the user has a key, quiet, and never a secret in what it sends.
+
+* offline by default, online when a key is configured (no code change); ``WANDB_MODE`` wins (``disabled``
+  in tests);
+* online mode first checks that the server accepts a connection within ``connect_timeout`` seconds, and
+  gives ``wandb.init`` at most ``init_timeout`` seconds; if either fails (no network, a proxy that answers
+  for an absent server, a rejected key), the run is logged offline with one warning (upload it later with
+  ``wandb sync``), so a run is never lost;
+* W&B prints nothing and does not record the command line, environment, git state or code;
+* every init argument (``notes``, ``tags``, ``config``, ...) and every logged hyper-parameter is redacted
+  with :func:`nemo_train.secrets.scrub_secrets`.
+
+:class:`WandbLogger` is for Lightning's Trainer; :func:`init_run` for pipelines that log without one.
+"""
 
 from __future__ import annotations
 
 import netrc
 import os
+import socket
 from argparse import Namespace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+from urllib.parse import urlsplit
 
+import wandb
 from lightning.pytorch.loggers import WandbLogger as _LightningWandbLogger
+from lightning.pytorch.loggers.logger import rank_zero_experiment
 
+from nemo_train.quiet import is_verbose, warn_once
 from nemo_train.secrets import scrub_secrets
+
+DEFAULT_BASE_URL = "https://api.wandb.ai"
+WandbMode = Literal["online", "offline", "disabled"]
 
 
 def wandb_has_credentials() -> bool:
@@ -18,10 +39,14 @@ def wandb_has_credentials() -> bool:
     if os.environ.get("WANDB_API_KEY"):
         return True
     try:
-        host = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai").split("://")[-1].split("/")[0]
-        return netrc.netrc().authenticators(host) is not None
+        return netrc.netrc().authenticators(urlsplit(base_url()).hostname or "") is not None
     except (FileNotFoundError, netrc.NetrcParseError, OSError):
         return False
+
+
+def base_url() -> str:
+    """The W&B server (``WANDB_BASE_URL`` or the public one)."""
+    return os.environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL
 
 
 def default_wandb_mode() -> str:
@@ -29,27 +54,117 @@ def default_wandb_mode() -> str:
     return os.environ.get("WANDB_MODE") or ("online" if wandb_has_credentials() else "offline")
 
 
-class WandbLogger(_LightningWandbLogger):
-    """Lightning's ``WandbLogger`` with nemo-train defaults.
+def server_reachable(url: str, timeout: float) -> bool:
+    """True when a TCP connection to ``url``'s host and port opens within ``timeout`` seconds."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname or "", port), timeout=timeout):
+            return True
+    except OSError:
+        return False
 
-    * runs offline by default and online when a key is configured (no code change), and honours
-      ``WANDB_MODE`` (``disabled`` in tests);
-    * writes the run under ``save_dir`` (``checkpoints/<experiment>/`` in our configs);
-    * redacts secret-looking values from every hyper-parameter / config it logs.
+
+def resolve_mode(mode: str | None, connect_timeout: float) -> str:
+    """The mode to run in: ``online`` falls back to ``offline`` (one warning) when the server does not answer."""
+    mode = mode or default_wandb_mode()
+    if mode == "online" and not server_reachable(base_url(), connect_timeout):
+        warn_once(
+            f"W&B server {base_url()} did not answer within {connect_timeout:g} s; logging offline "
+            "(upload later with `wandb sync <run folder>`)"
+        )
+        return "offline"
+    return mode
+
+
+def quiet_settings(settings: wandb.Settings | dict | None = None) -> wandb.Settings:
+    """W&B settings: silent unless ``--verbose``; no console capture, command line, environment, git or code."""
+    quiet = {
+        "quiet": not is_verbose(),
+        "silent": not is_verbose(),
+        "console": "off",
+        "x_disable_meta": True,  # program, arguments, executable, host, user, environment
+        "disable_git": True,
+        "disable_code": True,
+        "save_code": False,
+    }
+    if isinstance(settings, wandb.Settings):
+        return settings.model_copy(update=quiet)
+    return wandb.Settings(**{**(settings or {}), **quiet})
+
+
+def init_with_fallback(init_args: dict[str, Any]):
+    """``wandb.init(**init_args)``; an online run that cannot start is started offline instead (one warning)."""
+    try:
+        return wandb.init(**init_args)
+    except wandb.errors.Error as err:
+        if init_args.get("mode") != "online":
+            raise
+        reason = " ".join(str(err).split())[:200]
+        warn_once(f"W&B could not start an online run ({reason}); logging offline (upload later with `wandb sync`)")
+        init_args["mode"] = "offline"
+        return wandb.init(**init_args)
+
+
+def init_run(
+    save_dir: str | Path,
+    mode: str | None = None,
+    connect_timeout: float = 5.0,
+    init_timeout: float = 20.0,
+    **kwargs: Any,
+):
+    """``wandb.init`` for pipelines (no Trainer): quiet settings, redacted arguments, offline fallback."""
+    Path(save_dir).mkdir(parents=True, exist_ok=True)
+    kwargs = scrub_secrets(kwargs)
+    settings = quiet_settings(kwargs.pop("settings", None)).model_copy(update={"init_timeout": init_timeout})
+    mode = resolve_mode(mode, connect_timeout)
+    return init_with_fallback({"dir": str(save_dir), "mode": mode, "settings": settings, **kwargs})
+
+
+class WandbLogger(_LightningWandbLogger):
+    """Lightning's ``WandbLogger`` with the defaults above.
+
+    ``save_dir`` is left empty in the presets: the CLI fills in ``trainer.default_root_dir``, so W&B writes
+    ``<root>/wandb/``, a sibling of ``<root>/checkpoints/`` (the working directory when used on its own).
     """
 
     def __init__(
         self,
         name: str | None = None,
-        save_dir: str = "checkpoints",
+        save_dir: str | None = None,
         project: str = "nemo-train",
-        mode: str | None = None,
+        mode: WandbMode | None = None,
+        connect_timeout: float = 5.0,
+        init_timeout: float = 20.0,
+        notes: str | None = None,
+        tags: list[str] | None = None,
         **kwargs: Any,
     ) -> None:
+        kwargs.update(notes=notes, tags=tags)
+        save_dir = save_dir or "."
         Path(save_dir).mkdir(parents=True, exist_ok=True)
-        mode = mode or default_wandb_mode()
         kwargs.pop("offline", None)
-        super().__init__(name=name, save_dir=save_dir, project=project, mode=mode, **kwargs)
+        kwargs = scrub_secrets(kwargs)
+        settings = quiet_settings(kwargs.pop("settings", None)).model_copy(update={"init_timeout": init_timeout})
+        super().__init__(
+            name=scrub_secrets(name),
+            save_dir=save_dir,
+            project=project,
+            mode=resolve_mode(mode, connect_timeout),
+            settings=settings,
+            **kwargs,
+        )
+        self._wandb_init.pop("anonymous", None)  # Lightning always passes it; W&B warns that it has no effect
+
+    @property
+    @rank_zero_experiment
+    def experiment(self):
+        """The W&B run, started on first use (offline instead when an online run cannot start)."""
+        if self._experiment is None and wandb.run is None:
+            self._experiment = init_with_fallback(self._wandb_init)
+            self._experiment.define_metric("trainer/global_step")
+            self._experiment.define_metric("*", step_metric="trainer/global_step", step_sync=True)
+        return super().experiment
 
     def log_hyperparams(self, params: dict[str, Any] | Namespace) -> None:
         if isinstance(params, Namespace):

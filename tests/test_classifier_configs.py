@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from nemo_train.cli import main
 from nemo_train.lightning_cli import NemoLightningCLI
@@ -32,20 +33,21 @@ def test_there_are_presets_for_every_dataset():
 
 
 @pytest.mark.parametrize("path", CLASSIFIER_CONFIGS, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_preset_parses_and_names_its_checkpoint_folder(path, tmp_path):
+def test_preset_names_its_experiment_once_and_one_override_moves_its_outputs(path, tmp_path):
+    root = yaml.safe_load(path.read_text())["trainer"]["default_root_dir"]
+    assert root.startswith("checkpoints/") and path.stem in root
+    assert sum(line.count(root) for line in path.read_text().splitlines() if not line.lstrip().startswith("#")) == 1
     cli = NemoLightningCLI(
         args=["--config", str(path), "--trainer.logger=false", f"--trainer.default_root_dir={tmp_path}"], run=False
     )
     assert cli.model.hparams.num_classes == cli.datamodule.num_classes
     checkpoint_dirs = [str(cb.dirpath) for cb in cli.trainer.callbacks if hasattr(cb, "dirpath") and cb.dirpath]
-    assert any("checkpoints/" in d and path.stem in d for d in checkpoint_dirs), checkpoint_dirs
+    assert checkpoint_dirs == [str(tmp_path / "checkpoints")]
 
 
 @pytest.mark.parametrize("path", CLASSIFIER_CONFIGS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_preset_runs_fast_dev_run(path, tmp_path, monkeypatch):
-    monkeypatch.chdir(
-        tmp_path
-    )  # the presets' checkpoint folders are relative: keep the repository's checkpoints/ clean
+    monkeypatch.chdir(tmp_path)  # nothing may land in the working directory either
     main(
         [
             "fit",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 import signal
 import subprocess
@@ -12,8 +13,8 @@ from pathlib import Path
 
 import pytest
 import torch
+import wandb
 import yaml
-from wandb_records import history_keys, raw_records, read_records
 
 from nemo_train.cli import main, summarize_parser_error
 
@@ -37,9 +38,6 @@ def small_config(tmp_path: Path, *, train_size: int = 512, max_epochs: int = 1, 
             "class_path": "lightning.pytorch.loggers.CSVLogger",
             "init_args": {"save_dir": str(out), "name": "csv", "version": 0},
         }
-    else:
-        config["trainer"]["logger"]["init_args"]["save_dir"] = str(out)
-    config["trainer"]["callbacks"][0]["init_args"]["dirpath"] = str(out)
     config["data"]["init_args"].update(train_size=train_size, test_styles=1, batch_size=64)
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -71,12 +69,12 @@ def error_line(capsys) -> str:
 def test_fit_then_test_reports_group_accuracy(tmp_path):
     config = small_config(tmp_path)
     main(["fit", "--config", str(config)])
-    best = tmp_path / "run" / "best.ckpt"
-    assert best.exists() and (tmp_path / "run" / "last.ckpt").exists()
+    best = tmp_path / "run" / "checkpoints" / "best.ckpt"
+    assert best.exists() and (tmp_path / "run" / "checkpoints" / "last.ckpt").exists()
     assert {"val/acc", "val/acc_aligned", "train/loss"} <= metric_columns(tmp_path)
     main(["test", "--config", str(config), "--ckpt_path", str(best)])
     assert {"test/acc", "test/acc_aligned", "test/acc_conflicting"} <= metric_columns(tmp_path)
-    saved = yaml.safe_load((tmp_path / "run" / "csv" / "version_0" / "config.yaml").read_text())
+    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
     assert saved["data"]["init_args"]["bias"] == "model_a"
 
 
@@ -117,7 +115,7 @@ def test_parser_error_summary_drops_type_noise():
 @pytest.mark.slow
 def test_killed_run_resumes_from_last(tmp_path):
     config = small_config(tmp_path, train_size=1500, max_epochs=4)
-    last = tmp_path / "run" / "last.ckpt"
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
     proc = subprocess.Popen(
         [sys.executable, "-m", "nemo_train.cli", "fit", "--config", str(config)],
         cwd=ROOT,
@@ -133,12 +131,12 @@ def test_killed_run_resumes_from_last(tmp_path):
     proc.wait()
     killed_at = torch.load(last, map_location="cpu", weights_only=True)
     assert killed_at["epoch"] < 3, "the run finished before it could be killed"
-    result = nemo_train("fit", "--config", str(config), "--ckpt_path", "last", timeout=600)
+    result = nemo_train("--verbose", "fit", "--config", str(config), "--ckpt_path", "last", timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     resumed = torch.load(last, map_location="cpu", weights_only=True)
     assert resumed["epoch"] == 3  # the last epoch (0-based) of max_epochs=4
     assert resumed["global_step"] > killed_at["global_step"]
-    assert "Restoring states from the checkpoint" in result.stderr + result.stdout
+    assert "Restoring states from the checkpoint" in result.stderr + result.stdout  # Lightning INFO, shown by --verbose
 
 
 @pytest.mark.slow
@@ -158,30 +156,54 @@ def test_two_process_ddp_on_cpu_gives_same_metric_keys(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert {"train/loss", "val/acc", "val/acc_aligned", "val/loss"} <= metric_columns(tmp_path)
-    assert (tmp_path / "run" / "last.ckpt").exists()
+    assert (tmp_path / "run" / "checkpoints" / "last.ckpt").exists()
 
 
 def test_wandb_offline_run_holds_metrics_config_and_grid(tmp_path, monkeypatch):
+    """Checks what the W&B client holds in this process (config, logged keys, settings) and the media files it
+    writes synchronously; never the binary run file, which W&B's service process writes asynchronously."""
     secret = "sk-test-0123456789abcdefghij"
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("NEMO_FAKE_API_KEY", secret)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    config = small_config(tmp_path, train_size=256, logger="wandb")
-    main(["fit", "--config", str(config), "--model.init_args.lr", "0.002"])
-    import wandb
+    logged: list[dict] = []
+    original_log = wandb.sdk.wandb_run.Run.log
 
-    wandb.finish()
-    runs = list((tmp_path / "run" / "wandb").glob("offline-run-*"))
-    assert len(runs) == 1
-    run = runs[0]
-    run_file = next(run.glob("*.wandb"))
-    records = read_records(run_file)
-    assert {"val/acc_aligned", "train/loss"} <= history_keys(records)
-    config = "".join(item.value_json for r in records if r.HasField("config") for item in r.config.update)
-    assert "seed_everything" in config and "model_a" in config
-    blob = b"".join(raw_records(run_file))
-    assert list(run.glob("files/media/images/samples/train_grid_*.png")), "no sample-image grid"
-    tables = list(run.glob("files/media/table/val/group_accuracy_*.table.json"))
-    assert tables and "aligned" in tables[0].read_text()
-    assert secret.encode() not in blob
+    def recording_log(run, data, *args, **kwargs):
+        logged.append(dict(data))
+        return original_log(run, data, *args, **kwargs)
+
+    monkeypatch.setattr(wandb.sdk.wandb_run.Run, "log", recording_log)
+    config = small_config(tmp_path, train_size=256, logger="wandb")
+    main(["fit", "--config", str(config), "--model.init_args.lr", "0.002", "--trainer.logger.init_args.notes", secret])
+    run = wandb.run  # Lightning leaves the run open
+    try:
+        assert run is not None and run.name == "run"  # named after trainer.default_root_dir
+        assert Path(run.dir).is_relative_to(tmp_path / "run" / "wandb")  # a sibling of the checkpoint folder
+        saved = run.config.as_dict()["config"]
+        assert saved["seed_everything"] == 0 and saved["data"]["init_args"]["bias"] == "model_a"
+        assert saved["model"]["init_args"]["lr"] == 0.002
+        assert {"val/acc_aligned", "train/loss"} <= {key for data in logged for key in data}
+        assert run.settings.x_disable_meta and run.settings.console == "off" and run.settings.disable_git
+        assert secret not in json.dumps(run.config.as_dict()) and secret not in str(run.notes)
+        assert secret not in json.dumps(logged, default=str)
+        assert list(Path(run.dir).glob("media/images/samples/train_grid_*.png")), "no sample-image grid"
+        tables = list(Path(run.dir).glob("media/table/val/group_accuracy_*.table.json"))
+        assert tables and "aligned" in tables[0].read_text()
+    finally:
+        wandb.finish()
     assert secret not in (tmp_path / "run" / "config.yaml").read_text()
+
+
+def test_fit_output_is_quiet_when_not_a_terminal(tmp_path):
+    """No W&B banner, no Lightning info lines (GPU available, tips, model summary), no progress bar, one warning each."""
+    config = small_config(tmp_path, train_size=256, logger="wandb")
+    result = nemo_train("fit", "--config", str(config), env={"WANDB_MODE": "offline"}, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    output = result.stdout + result.stderr
+    for noise in ("wandb:", "GPU available", "Tip:", "| Name", "Epoch 0:", "exists and is not empty", "Seed set to"):
+        assert noise not in output, f"{noise!r} in output:\n{output}"
+    assert (
+        list((tmp_path / "run" / "wandb").glob("offline-run-*"))
+        and (tmp_path / "run" / "checkpoints" / "best.ckpt").is_file()
+    )

@@ -1,0 +1,68 @@
+"""Quiet output: results and one progress bar, no library banners; ``--verbose`` brings them back.
+
+A leaf module (imports nothing from the toolkit), used by the CLI, the demo and the loggers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import warnings
+
+#: Loggers whose INFO lines (tips, "GPU available", model summary, "Seed set to", "`Trainer.fit` stopped")
+#: are hidden in quiet mode. Warnings and errors still show.
+CHATTY_LOGGERS = ("lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning", "wandb")
+
+#: Loggers whose warnings announce optional accelerations that are absent (bitsandbytes' CPU kernels).
+NOISY_FALLBACK_LOGGERS = ("bitsandbytes",)
+
+_verbose = False
+
+
+def is_verbose() -> bool:
+    """True after ``set_output(verbose=True)`` (``nemo-train --verbose``)."""
+    return _verbose
+
+
+def interactive() -> bool:
+    """True when stderr is a terminal: only then are progress bars drawn."""
+    return hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
+
+
+def set_output(verbose: bool = False) -> None:
+    """Quiet (default) or verbose output for this process and the W&B service it starts.
+
+    Quiet: W&B prints nothing (``WANDB_SILENT``, console capture off), Lightning's INFO lines are hidden,
+    deprecation notices are hidden, each other warning is shown once, and progress bars are drawn only on a terminal (``TQDM_DISABLE`` otherwise).
+    Verbose: the libraries' defaults.
+    """
+    global _verbose
+    _verbose = verbose
+    if verbose:
+        for name in ("WANDB_SILENT", "WANDB_CONSOLE", "TQDM_DISABLE"):
+            os.environ.pop(name, None)
+        for name in CHATTY_LOGGERS + NOISY_FALLBACK_LOGGERS:
+            logging.getLogger(name).setLevel(logging.NOTSET)
+        return
+    os.environ["WANDB_SILENT"] = "true"
+    os.environ["WANDB_CONSOLE"] = "off"
+    if not interactive():
+        os.environ["TQDM_DISABLE"] = "1"
+    for name in CHATTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+    for name in NOISY_FALLBACK_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    for category in (DeprecationWarning, FutureWarning):  # addressed to the libraries' developers, not users
+        warnings.filterwarnings("ignore", category=category)
+    warnings.filterwarnings("once", append=True)  # after the filters libraries set: each warning text once
+
+
+_warned: set[str] = set()
+
+
+def warn_once(message: str) -> None:
+    """One line ``nemo-train: warning: ...`` on stderr, the first time ``message`` is given in this process."""
+    if message not in _warned:
+        _warned.add(message)
+        print(f"nemo-train: warning: {message}", file=sys.stderr, flush=True)

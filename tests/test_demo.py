@@ -1,0 +1,124 @@
+"""The demo runs the shipped presets (a changed preset changes the demo), skips missing steps, and recaps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from nemo_train import demo as demo_module
+from nemo_train.cli import main
+from nemo_train.demo import STEPS, DemoContext, Step, demo, read_numbers
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_step_names_a_shipped_preset_or_is_optional():
+    for step in STEPS:
+        assert step.optional or (ROOT / "configs" / step.preset).is_file(), step.name
+        assert any("{out}" in arg for arg in step.overrides), f"{step.name} must write under the demo's out_dir"
+
+
+def test_the_demo_uses_a_changed_preset(tmp_path, capsys):
+    presets = tmp_path / "configs"
+    (presets / "cmnist").mkdir(parents=True)
+    preset = yaml.safe_load((ROOT / "configs/cmnist/model_a.yaml").read_text())
+    preset["model"]["init_args"]["lr"] = 0.0123  # not among the demo's overrides
+    preset["data"]["init_args"]["batch_size"] = 100
+    (presets / "cmnist" / "model_a.yaml").write_text(yaml.safe_dump(preset))
+    out = tmp_path / "out"
+    ctx = demo(out_dir=str(out), preset_dir=str(presets), steps=["cmnist_model_a"], fast=True)
+
+    saved = yaml.safe_load((out / "cmnist_model_a" / "config.yaml").read_text())
+    assert saved["model"]["init_args"]["lr"] == 0.0123 and saved["data"]["init_args"]["batch_size"] == 100
+    assert saved["data"]["init_args"]["train_size"] == 1024  # the --fast override on top of the preset
+    checkpoint = ctx.checkpoints["cmnist_model_a"]
+    assert checkpoint == out / "cmnist_model_a" / "checkpoints" / "best.ckpt"
+    assert torch.load(checkpoint, weights_only=True)["hyper_parameters"]["lr"] == 0.0123
+
+    metrics = {h.metric: h.value for h in ctx.headlines}
+    aligned, conflicting = (float(v) for v in metrics["test acc aligned / conflicting"].split(" / "))
+    assert metrics["bias gap"] == pytest.approx(aligned - conflicting, abs=1e-3)
+    printed = capsys.readouterr().out
+    assert "nemo-train demo: recap" in printed and "bias gap" in printed and str(out / "cmnist_model_a") in printed
+    assert not [line for line in printed.splitlines() if line.startswith("wandb:")]
+    assert len(printed.splitlines()) <= 20
+
+
+def test_a_step_without_its_preset_is_skipped_with_one_line(tmp_path, capsys):
+    ctx = demo(out_dir=str(tmp_path / "out"), preset_dir=str(tmp_path / "no_presets"), steps=["differences", "lbee"])
+    lines = capsys.readouterr().out.splitlines()
+    skipped = [line for line in lines if line.startswith("demo: skipping")]
+    assert len(skipped) == 2 and "differences" in skipped[0] and "preset" in skipped[0]
+    assert ctx.headlines == []
+
+
+def test_a_pipeline_step_runs_its_preset_through_the_command_parser(tmp_path, monkeypatch, capsys):
+    """A new step is a few lines: preset + overrides + reader; the pipeline's own parser reads the preset."""
+    calls = []
+
+    def fake_pipeline(name, args):
+        calls.append((name, args))
+        return {"score": 0.5, "label": "x"}
+
+    presets = tmp_path / "configs"
+    (presets / "toy").mkdir(parents=True)
+    (presets / "toy" / "preset.yaml").write_text("out_dir: somewhere\n")
+    step = Step(
+        name="toy",
+        preset="toy/preset.yaml",
+        command="nemo-eval",
+        overrides=["--out_dir={out}/toy"],
+        read=read_numbers,
+        output="{out}/toy",
+    )
+    monkeypatch.setattr(demo_module, "STEPS", [step])
+    monkeypatch.setattr(demo_module, "run_pipeline", fake_pipeline)
+    ctx = demo(out_dir=str(tmp_path / "out"), preset_dir=str(presets))
+    assert calls == [
+        ("nemo-eval", ["--config", str(presets / "toy" / "preset.yaml"), f"--out_dir={tmp_path / 'out'}/toy"])
+    ]
+    assert [(h.step, h.metric, h.value) for h in ctx.headlines] == [("toy", "score", 0.5)]
+
+
+def test_an_override_needing_an_earlier_step_is_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["demo", "--out_dir", str(tmp_path), "--steps", "[nemo_eval]"])
+    assert exit_info.value.code == 2
+    assert "cmnist_model_a" in capsys.readouterr().err
+
+
+def test_unknown_step_is_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["demo", "--out_dir", str(tmp_path), "--steps", "[cmnist_pair]"])
+    err = capsys.readouterr().err
+    assert err.startswith("nemo-train: error: unknown demo step") and err.count("\n") == 1
+
+
+def test_context_expands_outputs_of_earlier_steps(tmp_path):
+    ctx = DemoContext(out_dir=tmp_path, preset_dir=tmp_path, checkpoints={"a": tmp_path / "a.ckpt"})
+    assert ctx.expand("--x={ckpt[a]}") == f"--x={tmp_path / 'a.ckpt'}"
+
+
+@pytest.mark.parametrize("step", [s for s in STEPS if (ROOT / "configs" / s.preset).is_file()], ids=lambda s: s.name)
+def test_every_override_is_an_option_of_the_step_command(step, tmp_path):
+    """The overrides name keys the preset's command accepts (catches a renamed option before a demo run)."""
+    from jsonargparse import auto_parser
+    from test_configs import ParseOnlyCLI
+
+    from nemo_train.cli import PIPELINE_COMMANDS, _load
+
+    ctx = DemoContext(
+        out_dir=tmp_path, preset_dir=ROOT / "configs", checkpoints={"cmnist_model_a": tmp_path / "a.ckpt"}
+    )
+    for overrides in (step.overrides, step.overrides + step.fast):
+        args = ["--config", str(ROOT / "configs" / step.preset), *(ctx.expand(arg) for arg in overrides)]
+        if step.command == "fit":
+            ParseOnlyCLI(args=args, run=False)
+        else:
+            parser = auto_parser(
+                _load(PIPELINE_COMMANDS[step.command].target), as_positional=False, exit_on_error=False
+            )
+            parser.parse_args(args)
