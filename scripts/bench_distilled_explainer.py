@@ -1,7 +1,7 @@
 """Seconds per explained error and CEI: the distillation teacher vs the distilled student, same errors, same machine.
 
     python scripts/bench_distilled_explainer.py --student checkpoints/distill_cmnist/adapter \
-        --classifier checkpoints/cmnist_model_a/best.ckpt [--dataset cmnist] [--errors 16] [--m 4]
+        --classifier checkpoints/cmnist_model_a/checkpoints/best.ckpt [--dataset cmnist] [--errors 16] [--m 4]
 
 Rows, each run over the same held-out errors (test grid) with the reply cache off:
 

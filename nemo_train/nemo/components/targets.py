@@ -49,7 +49,7 @@ class CheckpointTarget(TargetSpec):
     """A ``ClassifierModule`` checkpoint (``nemo-train fit``); named by its experiment folder.
 
     Args:
-        path: the ``.ckpt`` file, e.g. ``checkpoints/cmnist_model_a/best.ckpt`` (column ``cmnist_model_a``).
+        path: the ``.ckpt`` file, e.g. ``checkpoints/cmnist_model_a/checkpoints/best.ckpt`` (column ``cmnist_model_a``).
         name: column name instead of the checkpoint's parent folder.
     """
 
@@ -58,7 +58,9 @@ class CheckpointTarget(TargetSpec):
         self.path = str(path)
 
     def default_name(self) -> str:
-        return Path(self.path).resolve().parent.name
+        folder = Path(self.path).resolve().parent
+        # a fit run keeps its checkpoints in <experiment>/checkpoints/: the experiment names the column
+        return folder.parent.name if folder.name == "checkpoints" else folder.name
 
     def check(self) -> None:
         if not Path(self.path).is_file():
