@@ -1,4 +1,4 @@
-"""Single-object CLEVR with a planted material bias (paper 002, Sec. 5.2 and App. A.3).
+"""Single-object CLEVR with a planted material bias (model-differences paper, Sec. 5.2 and App. A.3).
 
 Each image shows one object on a grey floor, described by four attributes: shape (cube, cylinder,
 sphere), material (metal, rubber), colour (8 CLEVR colours) and size (small, medium, large). The task is
@@ -227,7 +227,7 @@ def _scene_records(scenes: Any, root: Path, meta: Path) -> list[dict[str, Any]]:
 
 # --------------------------------------------------------------------------------------------- data module
 class CLEVRDataModule(SplitDataModule):
-    """Material-biased single-object CLEVR for one shape classifier of a model pair (paper 002, Sec. 5.2).
+    """Material-biased single-object CLEVR for one shape classifier of a model pair (model-differences paper, Sec. 5.2).
 
     Embedded default (``data_dir=None``): images drawn by :class:`CLEVRRenderer`; train and validation
     follow the bias, the test split is the full 144-cell attribute grid with ``test_styles`` views each.

@@ -1,4 +1,4 @@
-"""Procedural renderer and attribute vocabulary of single-object CLEVR (paper 002, Sec. 5.2 and App. A.3).
+"""Procedural renderer and attribute vocabulary of single-object CLEVR (model-differences paper, Sec. 5.2 and App. A.3).
 
 An object is described by four attributes: shape (cube, cylinder, sphere), material (metal, rubber),
 colour (8 CLEVR colours) and size (small, medium, large). :class:`CLEVRRenderer` draws it on a grey floor

@@ -1,4 +1,4 @@
-"""Coloured and rotated MNIST with a planted colour bias (paper 002, Sec. 5.1 and App. A.3).
+"""Coloured and rotated MNIST with a planted colour bias (model-differences paper, Sec. 5.1 and App. A.3).
 
 Every image is made by a conditional generator, :class:`CMNISTRenderer`, from three attributes: the
 digit (a handwritten exemplar, chosen by ``style``), a colour (10 colours; by default the colour of the
@@ -35,7 +35,7 @@ STYLE_BITS = 30
 #: Documented limits of the size options (checked before anything is allocated): at most 200,000 training
 #: images (the validation split adds a quarter) and 50 exemplars per cell of the 1,300-cell test grid.
 MAX_TRAIN_SIZE, MAX_TEST_STYLES = 200_000, 50
-#: Stroke colours (RGB in [0, 1]), in the order of paper 002, App. A.3.
+#: Stroke colours (RGB in [0, 1]), in the order of the model-differences paper, App. A.3.
 COLORS: dict[str, tuple[float, float, float]] = {
     "red": (1.0, 0.0, 0.0),
     "green": (0.0, 0.8, 0.0),
@@ -59,7 +59,7 @@ class BiasSpec:
     """Which stroke colours each digit may take in the training data.
 
     ``allowed`` maps a digit to its colour names; digits not listed may take every colour.
-    Presets (paper 002): ``model_a`` — digits 0-4 only red, 5-9 all colours;
+    Presets (model-differences paper): ``model_a`` — digits 0-4 only red, 5-9 all colours;
     ``model_b`` — 0-4 all colours, 5-9 only blue; ``unbiased`` — every colour everywhere.
     """
 
@@ -243,7 +243,7 @@ class CMNISTRenderer:
 
 
 class CMNISTDataModule(SplitDataModule):
-    """Biased coloured-MNIST data for one classifier of a model pair (paper 002, Sec. 5.1).
+    """Biased coloured-MNIST data for one classifier of a model pair (model-differences paper, Sec. 5.1).
 
     Args:
         data_dir: folder holding torchvision's MNIST; ``None`` uses the embedded scikit-learn digits.

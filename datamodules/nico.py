@@ -1,4 +1,4 @@
-"""NICO++ with class-context spurious correlation (the FACTS splits used by paper 003, App. A).
+"""NICO++ with class-context spurious correlation (the FACTS splits used by the LBEE paper, App. A).
 
 Six classes (mammals, birds, plants, airways, waterways, landways) are shown in six contexts (dim
 lighting, outdoor, grass, rock, autumn, water). Each class has one correlated context; ``correlation``
@@ -49,7 +49,7 @@ __all__ = [
     "scan_nico_folder",
 ]
 
-#: Each class's correlated context (as listed in the project issue for the FACTS NICO++ splits).
+#: Each class's correlated context (the class-context pairs of the FACTS NICO++ splits).
 CORRELATED_CONTEXT: dict[str, str] = {
     "mammals": "rock",
     "birds": "grass",
@@ -120,7 +120,7 @@ def scan_nico_folder(data_dir: str | Path) -> dict[tuple[int, int], list[Path]]:
 
 
 class NICODataModule(SplitDataModule):
-    """NICO++ class-context correlated data for a ResNet classifier (paper 003, App. A; FACTS splits).
+    """NICO++ class-context correlated data for a ResNet classifier (LBEE paper, App. A; FACTS splits).
 
     Args:
         data_dir: real NICO++ folder (layout in :func:`scan_nico_folder`); ``None`` renders the synthetic default.

@@ -1,4 +1,4 @@
-"""Six causes of low model competency (paper 004, Sec. 3.2) applied to in-distribution images.
+"""Six causes of low model competency (competency-counterfactuals paper, Sec. 3.2) applied to in-distribution images.
 
 :func:`apply_cause` turns clean images into low-competency ones with one of six known causes, each with a
 severity in ``(0, 1]``:

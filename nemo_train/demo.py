@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import wandb
+import yaml
 from lightning.pytorch import seed_everything
 
 from nemo_train.cli import PIPELINE_COMMANDS, run_pipeline
@@ -89,6 +90,39 @@ class Step:
     fast: list[str] = field(default_factory=list)
     output: str = "{out}"
     optional: bool = False
+    edits: dict[str, Any] = field(default_factory=dict)
+
+
+def edited_preset(ctx: DemoContext, step: Step, preset: Path) -> Path:
+    """``preset`` itself, or (for a step with ``edits``) a copy in the output folder with those values replaced.
+
+    An edit names a value by its dotted path (list items by index, e.g. ``trainer.callbacks.0.init_args.errors``);
+    strings in the new value are filled in like overrides. Used where the command line cannot reach a value
+    (an item of a list of callbacks).
+    """
+    if not step.edits:
+        return preset
+    config = yaml.safe_load(preset.read_text())
+    for dotted, value in step.edits.items():
+        *parents, last = dotted.split(".")
+        node = config
+        for key in parents:
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        node[int(last) if isinstance(node, list) else last] = _expand_all(ctx, value)
+    copy = ctx.out_dir / "presets" / step.preset
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    copy.write_text(yaml.safe_dump(config, sort_keys=False))
+    return copy
+
+
+def _expand_all(ctx: DemoContext, value: Any) -> Any:
+    if isinstance(value, str):
+        return ctx.expand(value)
+    if isinstance(value, list):
+        return [_expand_all(ctx, v) for v in value]
+    if isinstance(value, dict):
+        return {k: _expand_all(ctx, v) for k, v in value.items()}
+    return value
 
 
 def run_fit(ctx: DemoContext, preset: Path, overrides: list[str], test: bool) -> FitResult:
@@ -116,8 +150,49 @@ def read_classifier(ctx: DemoContext, result: FitResult) -> list[tuple[str, Any]
 
 def read_explainer(ctx: DemoContext, result: FitResult) -> list[tuple[str, Any]]:
     """Held-out explanation accuracy (share of pairs whose explanation names the right cause)."""
-    ctx.outputs["explainer_adapter"] = result.model.default_adapter_dir()
     return [("explanation accuracy (held out)", result.metrics["val/explanation_acc"])]
+
+
+def read_teacher(ctx: DemoContext, result: dict) -> list[tuple[str, Any]]:
+    """How many teacher labels became training pairs, and their mean CEI."""
+    return [(key.replace("_", " "), value) for key, value in result.items() if isinstance(value, (int, float))][:4]
+
+
+def read_distilled(ctx: DemoContext, result: FitResult) -> list[tuple[str, Any]]:
+    """CEI and LLM Match of the student's answers on held-out errors at the last validation."""
+    m = result.metrics
+    return [
+        (name, m[key])
+        for key, name in (("nemo/cei", "student CEI"), ("nemo/llm_match", "student LLM Match"))
+        if key in m
+    ]
+
+
+def read_distill_eval(ctx: DemoContext, result: dict) -> list[tuple[str, Any]]:
+    """LLM Match / CEI of each row (teacher, student, methods driven by the student, known cause) per target."""
+    return [
+        (f"{key.replace('|', ' on ')} LLM Match / CEI", f"{v['llm_match']:.3f} / {v['cei']:.2f}")
+        for key, v in result["summary"].items()
+    ]
+
+
+def read_differences(ctx: DemoContext, result: Any) -> list[tuple[str, Any]]:
+    """Completeness, Density and Token Length of each explainer of how Model A and Model B differ."""
+    return [
+        (
+            f"{method} completeness / density / tokens",
+            f"{v['completeness']:.3f} / {v['density']:.3f} / {v['token_length']}",
+        )
+        for method, v in result.headline().items()
+    ]
+
+
+def read_lbee(ctx: DemoContext, result: Any) -> list[tuple[str, Any]]:
+    """ACR / AHR / TPR / JI of each sentence-selection method on the hard clusters."""
+    return [
+        (f"{s.method} ACR / AHR / TPR / JI", f"{s.acr:.3f} / {s.ahr:.3f} / {s.tpr:.3f} / {s.ji:.3f}")
+        for s in result.scores
+    ]
 
 
 def read_counterfactuals(ctx: DemoContext, result: Any) -> list[tuple[str, Any]]:
@@ -201,22 +276,81 @@ STEPS: list[Step] = [
         output="{out}/nemo_eval",
     ),
     Step(
+        name="distill_teacher",
+        preset="distill/cmnist_teacher.yaml",
+        command="distill-teacher",
+        overrides=[
+            "--out_dir={out}/distill_cmnist/teacher",
+            "--classifier={ckpt[cmnist_model_a]}",
+            "--views=[error]",
+        ],
+        fast=["--n=24"],
+        read=read_teacher,
+        output="{out}/distill_cmnist/teacher",
+    ),
+    Step(
+        name="distilled_explainer",
+        preset="explainer/distill_cmnist.yaml",
+        command="fit",
+        overrides=[
+            "--trainer.default_root_dir={out}/distill_cmnist",
+            "--data.init_args.train_jsonl={out}/distill_cmnist/teacher/pairs/train.jsonl",
+            "--data.init_args.val_jsonl={out}/distill_cmnist/teacher/pairs/val.jsonl",
+        ],
+        edits={
+            "trainer.callbacks.0.init_args.errors": [
+                {"classifier": "{ckpt[cmnist_model_a]}", "dataset": "cmnist", "n": 16, "seed": 0}
+            ]
+        },
+        fast=["--trainer.max_epochs=1"],
+        read=read_distilled,
+        output="{out}/distill_cmnist",
+    ),
+    Step(
+        name="distill_eval",
+        preset="distill/cmnist_eval.yaml",
+        command="distill-eval",
+        overrides=[
+            "--out_dir={out}/distill_cmnist/eval",
+            "--student={out}/distill_cmnist/adapter",
+            "--targets=[{ckpt[cmnist_model_a]}, {ckpt[cmnist_model_b]}]",
+            "--n=16",
+        ],
+        fast=["--n=4", "--methods=[student, known_cause]"],
+        read=read_distill_eval,
+        output="{out}/distill_cmnist/eval",
+    ),
+    Step(
         name="differences",
         preset="differences/cmnist.yaml",
         command="differences",
-        overrides=["--out_dir={out}/differences"],
-        read=read_numbers,
+        overrides=[
+            "--out_dir={out}/differences",
+            "--model_a.init_args.checkpoint={ckpt[cmnist_model_a]}",
+            "--model_b.init_args.checkpoint={ckpt[cmnist_model_b]}",
+            "--wandb=false",
+        ],
+        fast=["--protocol.test_conditions=40", "--optimization.iterations=2", "--protocol.attribution_questions=10"],
+        read=read_differences,
         output="{out}/differences",
-        optional=True,
     ),
     Step(
         name="lbee",
         preset="lbee/nico85.yaml",
         command="lbee",
-        overrides=["--out_dir={out}/lbee"],
-        read=read_numbers,
+        overrides=[
+            "--out_dir={out}/lbee",
+            "--classifier.checkpoint={out}/lbee/classifier.ckpt",
+            "--encoder.init_args.path={out}/lbee/clip_nico",
+            "--wandb=false",
+        ],
+        fast=[
+            "--encoder.init_args.max_epochs=1",
+            "--classifier.max_epochs=1",
+            "--encoder.init_args.train_per_source=300",
+        ],
+        read=read_lbee,
         output="{out}/lbee",
-        optional=True,
     ),
 ]
 
@@ -230,6 +364,7 @@ def run_step(ctx: DemoContext, step: Step) -> bool:
         print(f"demo: skipping {step.name} ({missing} not found)")
         return False
     overrides = [ctx.expand(arg) for arg in step.overrides + (step.fast if ctx.fast else [])]
+    preset = edited_preset(ctx, step, preset)
     seed_everything(0, verbose=False)
     started = time.perf_counter()
     if step.command == "fit":

@@ -1,4 +1,4 @@
-"""Competency estimation (PaRCE) and high-competency counterfactual images (paper 004)."""
+"""Competency estimation (PaRCE) and high-competency counterfactual images (competency-counterfactuals paper)."""
 
 from nemo_train.competency.autoencoder import CompetencyAutoencoder
 from nemo_train.competency.counterfactuals import (

@@ -1,4 +1,4 @@
-"""The reconstruction model of the PaRCE competency estimator (paper 004, Sec. 2.1).
+"""The reconstruction model of the PaRCE competency estimator (competency-counterfactuals paper, Sec. 2.1).
 
 A convolutional encoder maps an image to a latent vector and a mirrored decoder maps it back. It is
 trained with the mean squared error on the classifier's training distribution, so that images unlike

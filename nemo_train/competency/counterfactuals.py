@@ -1,4 +1,5 @@
-"""High-competency counterfactual images (paper 004, Sec. 3.1): the generator interface, Reco and LNN.
+"""High-competency counterfactual images: the generator interface, Reco and LNN
+(competency-counterfactuals paper, Sec. 3.1).
 
 Every generator is built from its own typed options (``class_path`` / ``init_args`` in a config), is
 bound to a fitted :class:`~nemo_train.competency.parce.PaRCE` estimator with

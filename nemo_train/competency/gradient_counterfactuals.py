@@ -1,4 +1,4 @@
-"""Gradient-based high-competency counterfactuals (paper 004, Sec. 3.1): IGD, FGD and LGD.
+"""Gradient-based high-competency counterfactuals (competency-counterfactuals paper, Sec. 3.1): IGD, FGD and LGD.
 
 * **IGD** — Adam on the pixels, loss ``-score(x') + gamma * d(x, x')`` with ``d`` = LPIPS by default.
 * **FGD** — Adam on the pixels, loss ``-score(x') + gamma * d(f(x), f(x'))``, ``f`` the classifier's

@@ -1,4 +1,4 @@
-"""PaRCE: probabilistic and reconstruction-based competency estimation (paper 004, Sec. 2.1).
+"""PaRCE: probabilistic and reconstruction-based competency estimation (competency-counterfactuals paper, Sec. 2.1).
 
 For an image ``x`` with reconstruction error ``L(x)`` (per-image MSE of the competency autoencoder) and
 class probabilities ``p(c|x)`` from the classifier, the probability that ``x`` is in-distribution for

@@ -1,4 +1,5 @@
-"""Metrics of counterfactual images (paper 004, Sec. 3.2): validity, proximity, sparsity, realism, speed.
+"""Metrics of counterfactual images: validity, proximity, sparsity, realism, speed
+(competency-counterfactuals paper, Sec. 3.2).
 
 * :class:`SuccessRate` — fraction of counterfactuals whose competency reaches the threshold.
 * :class:`PerceptualDistance` — mean of a perceptual distance (LPIPS, or a named fallback) to the original.

@@ -1,4 +1,4 @@
-"""The small CNN of paper 002 (App. A.3), registered in timm as ``bias_cnn``.
+"""The small CNN of the model-differences paper (App. A.3), registered in timm as ``bias_cnn``.
 
 Four 7x7 convolutions, each followed by batch normalisation and ReLU, then global average pooling
 and a linear head. It follows timm's model API (``forward_features`` / ``forward_head``,
@@ -61,7 +61,7 @@ class BiasCNN(nn.Module):
 
 @register_model
 def bias_cnn(pretrained: bool = False, **kwargs) -> BiasCNN:
-    """The paper-002 CNN (random init; it has no published weights)."""
+    """The model-differences paper's CNN (random init; it has no published weights)."""
     if pretrained:
         raise UserInputError("bias_cnn has no pretrained weights; set pretrained: false")
     for key in ("pretrained_cfg", "pretrained_cfg_overlay", "cache_dir"):

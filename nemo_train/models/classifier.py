@@ -34,7 +34,8 @@ def create_backbone(name: str, num_classes: int, in_chans: int = 3, pretrained: 
 
 
 class ClassifierModule(L.LightningModule):
-    """Supervised image classifier: a timm backbone (or the paper-002 ``bias_cnn``) trained with cross-entropy.
+    """Supervised image classifier: a timm backbone (or the model-differences paper's ``bias_cnn``) trained with
+    cross-entropy.
 
     Logs ``{stage}/loss``, ``{stage}/acc`` and ``{stage}/acc_<group>`` for every group the datamodule
     names (``group_names``, e.g. aligned / conflicting), plus ``{stage}/acc_<key>_<value>`` for each of

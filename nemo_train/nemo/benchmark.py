@@ -11,7 +11,7 @@ the exact editor re-renders with. Builders:
   database.
 * :func:`build_folder_benchmark` — ImageNet-R / ObjectNet / ImageNet-D style ``root/<class>/<image>``
   folders: the images the target gets wrong are sampled (``n`` per dataset, seeded), the rest plus an
-  optional ImageNet subset folder form the reference database (paper 000, Sec. 4.1.1 and App. B.1).
+  optional ImageNet subset folder form the reference database (NEMO paper, Sec. 4.1.1 and App. B.1).
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from nemo_train.backends.student import StudentBackend
 from nemo_train.console import print_table
 from nemo_train.errors import UserInputError
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark, build_synthetic_benchmark
+from nemo_train.nemo.components.targets import CheckpointTarget
 from nemo_train.nemo.evaluation import evaluate_sample, record_key
 from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
 from nemo_train.nemo.judges import JudgePanel, KeywordJudge
@@ -164,7 +165,7 @@ def distill_eval(
     started, keys = time.perf_counter(), []
     for i, spec in enumerate(targets):
         target = load_checkpoint_target(spec)
-        target_name = Path(spec).parent.name or Path(spec).stem
+        target_name = CheckpointTarget(spec).default_name()
         bench = build_synthetic_benchmark(
             dataset,
             target=target,

@@ -1,6 +1,6 @@
 """Counterfactual interventions: derive an edit from an explanation, apply it, measure CEI.
 
-CEI (paper 000, Sec. 3.3) of an explanation ``e`` for an error ``(x, y, y_hat)`` is
+CEI (NEMO paper, Sec. 3.3) of an explanation ``e`` for an error ``(x, y, y_hat)`` is
 ``100 * (P(y | s_e) - P(y | s_o))``: ``s_o`` is the original input, ``s_e`` its counterfactual built
 from ``e`` alone. Three steps, each behind a small interface:
 
@@ -144,7 +144,7 @@ class KeywordAttributeDeriver:
 
 class LLMInstructionDeriver:
     """An MLLM turns each explanation into an editing instruction (``kind="image"``) or a rewritten
-    zero-shot prompt (``kind="prompt"``), following App. A.3 of paper 000 (our wording). It sees only
+    zero-shot prompt (``kind="prompt"``), following App. A.3 of the NEMO paper (our wording). It sees only
     the explanation and the two class names, never the image."""
 
     def __init__(
@@ -229,8 +229,8 @@ class ImageEditor(Protocol):
 class ExactAttributeEditor:
     """Exact counterfactual for generated data: re-render the sample with the named attribute changed.
 
-    ``renderer`` has ``render_batch(**attrs_as_tensors)`` and ``attributes`` (CMNIST / CLEVR renderers of
-    the foundation issue). All ``M`` edits of a sample are rendered in one ``render_batch`` call.
+    ``renderer`` has ``render_batch(**attrs_as_tensors)`` and ``attributes`` (the CMNIST / CLEVR
+    renderers in ``datamodules``). All ``M`` edits of a sample are rendered in one ``render_batch`` call.
     ``quantize`` rounds edits to 1/255 steps like the stored ``uint8`` datasets, so an edit that
     changes nothing reproduces the stored image exactly.
     """

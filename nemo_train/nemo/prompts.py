@@ -1,4 +1,4 @@
-"""Prompt texts of SciTX, the MLLM baselines and intervention derivation (our wording of paper 000, App. A).
+"""Prompt texts of SciTX, the MLLM baselines and intervention derivation (our wording of the NEMO paper, App. A).
 
 Each prompt asks for one JSON object; the keys the caller reads are listed in ``*_KEYS``. Templates
 are plain ``str.format`` strings so a config can replace any of them.

@@ -67,8 +67,9 @@ LOADING_ONLY = {"data_dir", "batch_size", "num_workers", "test_styles"}
 
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("counterfactuals_*.yaml")), ids=lambda p: p.stem)
 def test_competency_data_is_the_classifier_training_data(path):
-    # PaRCE's autoencoder must learn the classifier's training distribution (paper 004, Sec. 2.1), so the
-    # counterfactual preset and its autoencoder preset use the data of the classifier preset they name.
+    # PaRCE's autoencoder must learn the classifier's training distribution (competency-counterfactuals paper,
+    # Sec. 2.1), so the counterfactual preset and its autoencoder preset use the data of the classifier preset
+    # they name.
     config = yaml.safe_load(path.read_text())
     classifier = _classifier_preset(config["estimator"]["classifier_checkpoint"])["data"]
     autoencoder = yaml.safe_load(

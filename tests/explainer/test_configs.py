@@ -32,7 +32,7 @@ def test_preset_instantiates_without_loading_weights(path, tmp_path, explainer_c
     assert isinstance(cli.model, ExplainerModule) and cli.model.model is None  # built later, in configure_model
     assert isinstance(cli.datamodule, ExplanationDataModule)
     assert cli.model.hparams.model_name_or_path == cli.datamodule.hparams.model_name_or_path
-    if "qlora" in path.name:  # paper 004, App. C
+    if "qlora" in path.name:  # competency-counterfactuals paper, App. C
         hp = cli.model.hparams
         assert (hp.lora_r, hp.lora_alpha, hp.lora_dropout, hp.lr, hp.load_in_4bit) == (16, 16, 0.0, 2e-4, True)
         assert (

@@ -8,7 +8,7 @@ from nemo_train.models import ClassifierModule
 
 
 def test_planted_bias_is_visible(trained_cmnist_classifier):
-    """Paper 002's Model A: accurate on bias-aligned images, much worse on conflicting ones."""
+    """Model A of the model-differences paper: accurate on bias-aligned images, much worse on conflicting ones."""
     module, datamodule = trained_cmnist_classifier
     trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
     (metrics,) = trainer.test(module, datamodule, verbose=False)

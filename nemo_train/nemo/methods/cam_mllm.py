@@ -1,4 +1,4 @@
-"""CamMLLM baseline: a Grad-CAM overlay of the prediction, read by an MLLM (paper 000, Sec. 4.1.3, App. A.2)."""
+"""CamMLLM baseline: a Grad-CAM overlay of the prediction, read by an MLLM (NEMO paper, Sec. 4.1.3, App. A.2)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """ChangeMLLM baseline: the error image next to a correctly classified reference; an MLLM describes the
-difference and infers the cause (paper 000, Sec. 4.1.3, App. A.2, after change captioning)."""
+difference and infers the cause (NEMO paper, Sec. 4.1.3, App. A.2, after change captioning)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """ErrorRetrieval baseline: pick the error sentence of a fixed corpus closest to the image in CLIP space
-(paper 000, Sec. 4.1.3; Jain et al. 2023, Csurka et al. 2024). It cannot say anything outside its corpus."""
+(NEMO paper, Sec. 4.1.3; Jain et al. 2023, Csurka et al. 2024). It cannot say anything outside its corpus."""
 
 from __future__ import annotations
 

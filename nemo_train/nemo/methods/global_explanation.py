@@ -1,4 +1,4 @@
-"""Global explanation (paper 000, Sec. 4.2.7): aggregate per-sample explanations into one statement of
+"""Global explanation (NEMO paper, Sec. 4.2.7): aggregate per-sample explanations into one statement of
 the model's dominant failure mode, which can be scored like any explanation (Table 6)."""
 
 from __future__ import annotations

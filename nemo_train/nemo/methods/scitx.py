@@ -1,4 +1,4 @@
-"""SciTX: observation, hypothesis, experiment, conclusion (paper 000, Sec. 3.2 and Alg. 1).
+"""SciTX: observation, hypothesis, experiment, conclusion (NEMO paper, Sec. 3.2 and Alg. 1).
 
 1. **Observation** — the ``k`` reference images nearest to ``x`` in the target's feature space among
    those the target classifies correctly and whose label is ``y`` or ``y_hat`` (exact top-k by cosine
@@ -112,7 +112,8 @@ class MLLMHypothesizer:
 
 
 class PlainTextHypothesizer:
-    """A fine-tuned explainer that answers in plain sentences (the tiny explainer of the explainer issue):
+    """A fine-tuned explainer that answers in plain sentences (e.g. the tiny explainer fine-tuned by
+    ``nemo_train.explainer``):
     it sees the error image and its own one-sentence question, each of ``m`` sampled replies is a
     hypothesis. It gets no observations (its closed training vocabulary has no place for captions)."""
 

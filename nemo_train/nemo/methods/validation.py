@@ -1,4 +1,4 @@
-"""The "+validation" variant of a baseline (paper 000, Table 2): ``m`` candidates from the baseline,
+"""The "+validation" variant of a baseline (NEMO paper, Table 2): ``m`` candidates from the baseline,
 each put through the counterfactual test, the argmax-CEI one kept (SciTX's selection, nothing else)."""
 
 from __future__ import annotations
