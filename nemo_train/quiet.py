@@ -10,6 +10,8 @@ import os
 import sys
 import warnings
 
+from tqdm.auto import tqdm
+
 #: Loggers whose INFO lines (tips, "GPU available", model summary, "Seed set to", "`Trainer.fit` stopped")
 #: are hidden in quiet mode. Warnings and errors still show.
 CHATTY_LOGGERS = ("lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning", "wandb")
@@ -66,3 +68,12 @@ def warn_once(message: str) -> None:
     if message not in _warned:
         _warned.add(message)
         print(f"nemo-train: warning: {message}", file=sys.stderr, flush=True)
+
+
+def progress_bar(*args, disable: bool = False, **kwargs):
+    """A tqdm bar, drawn only on a terminal in quiet mode (``disable`` adds the caller's own condition).
+
+    tqdm reads ``TQDM_DISABLE`` only where a caller leaves ``disable`` unset, so every bar of the toolkit
+    goes through here.
+    """
+    return tqdm(*args, disable=disable or os.environ.get("TQDM_DISABLE") == "1", **kwargs)

@@ -11,10 +11,8 @@ import io
 import math
 
 import torch
-from rich.markup import escape
 from torch import nn
 from torchmetrics import MetricCollection
-from tqdm.auto import tqdm
 
 from nemo_train.competency.counterfactuals import CounterfactualGenerator, CounterfactualResult
 from nemo_train.competency.parce import PaRCE
@@ -26,6 +24,7 @@ from nemo_train.metrics.counterfactual import (
     TimePerImage,
     realism_metrics,
 )
+from nemo_train.quiet import progress_bar
 
 #: Table-1 columns: (key prefix, header, format). Perceptual / FID / KID keys carry their space in brackets.
 COLUMNS = ("success", "perceptual", "feature_sim", "latent_sim", "fid", "kid", "sec_per_image")
@@ -128,7 +127,7 @@ class CounterfactualEvaluator:
         """
         self.reset()
         outputs = []
-        bar = tqdm(total=len(images), desc=progress, unit="img", leave=False, disable=progress is None)
+        bar = progress_bar(total=len(images), desc=progress, unit="img", leave=False, disable=progress is None)
         for chunk in images.split(batch_size):
             chunk = chunk.to(self.device)
             if generator is None:
@@ -156,7 +155,7 @@ def table_rows(rows: dict[str, dict[str, float]]) -> tuple[list[str], list[list[
     if not rows:
         return [], []
     keys = list(next(iter(rows.values())))
-    headers = ["Method"] + [escape(_header(k)) for k in keys]  # rich would read "[inception]" as markup
+    headers = ["Method"] + [_header(k) for k in keys]
     body = [[method] + [_cell(k, values.get(k, math.nan)) for k in keys] for method, values in rows.items()]
     return headers, body
 

@@ -22,7 +22,6 @@ from typing import Literal
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from nemo_train.competency.counterfactuals import (
     CounterfactualGenerator,
@@ -36,6 +35,7 @@ from nemo_train.competency.counterfactuals import (
 from nemo_train.competency.parce import PaRCE
 from nemo_train.errors import UserInputError
 from nemo_train.metrics.perceptual import perceptual_distance
+from nemo_train.quiet import progress_bar
 
 
 class GradientCounterfactual(CounterfactualGenerator):
@@ -84,7 +84,7 @@ class GradientCounterfactual(CounterfactualGenerator):
         iterations = torch.full((len(images),), self.max_iter, dtype=torch.long, device=images.device)
         active = torch.arange(len(images), device=images.device)
         per_image = self.stopping == "per_image"
-        for step in tqdm(range(self.max_iter + 1), desc=f"{self.name}", disable=not self.progress, leave=False):
+        for step in progress_bar(range(self.max_iter + 1), desc=f"{self.name}", disable=not self.progress, leave=False):
             rows = param[active] if per_image else param
             candidates = to_image(rows)
             if self.objective == "log_score":

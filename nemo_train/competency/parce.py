@@ -20,10 +20,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
-from tqdm.auto import tqdm
 
 from nemo_train.competency.autoencoder import CompetencyAutoencoder
 from nemo_train.errors import UserInputError
+from nemo_train.quiet import progress_bar
 
 Z_GRID = torch.arange(0, 100) * 0.05  # 0.00 ... 4.95, as the reference grid
 
@@ -188,7 +188,7 @@ class PaRCE(nn.Module):
         """Losses, probabilities, labels and images of every batch of ``loader`` (dict batches with ``image``, ``label``)."""
         device = self.class_means.device
         out: dict[str, list[torch.Tensor]] = {"loss": [], "probs": [], "label": [], "image": []}
-        for batch in tqdm(loader, desc="PaRCE: held-out pass", disable=not progress, leave=False):
+        for batch in progress_bar(loader, desc="PaRCE: held-out pass", disable=not progress, leave=False):
             images = batch["image"].to(device)
             out["loss"].append(self.losses(images).cpu())
             out["probs"].append(self.classifier(images).softmax(-1).cpu())

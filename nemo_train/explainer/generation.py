@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from tqdm.auto import tqdm
 
 from datamodules.explanations import (
     ExplanationRecord,
@@ -26,6 +25,7 @@ from nemo_train.errors import UserInputError
 from nemo_train.explainer.module import ExplainerModule
 from nemo_train.explainer.report import print_accuracy_table
 from nemo_train.models.vlm import is_explainer_folder
+from nemo_train.quiet import progress_bar
 from nemo_train.vocabulary import CAUSES, cause_candidates, per_cause_accuracy, predicted_cause
 
 
@@ -108,7 +108,7 @@ def generate_explanations(
         with torch.random.fork_rng(devices=[]) if seed is not None else nullcontext():
             if seed is not None:
                 torch.manual_seed(seed)
-            for start in tqdm(range(0, len(pictures), batch_size), desc="explaining", disable=not progress):
+            for start in progress_bar(range(0, len(pictures), batch_size), desc="explaining", disable=not progress):
                 texts = [
                     processor.apply_chat_template(
                         build_messages(q, system_prompt), add_generation_prompt=True, tokenize=False
@@ -232,7 +232,7 @@ def explain(
     todo = records[len(done) :]
     g = generation
     with out.open("a") as sink:
-        for start in tqdm(range(0, len(todo), g.batch_size), desc="explaining", disable=not todo):
+        for start in progress_bar(range(0, len(todo), g.batch_size), desc="explaining", disable=not todo):
             chunk = todo[start : start + g.batch_size]
             try:
                 texts = generate_explanations(

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from datamodules.folder import IMAGE_EXTENSIONS, UNREADABLE, list_images, read_image, readable_paths
 from nemo_train.errors import UserInputError
 from nemo_train.nemo.targets import load_checkpoint_target
+from nemo_train.quiet import progress_bar
 
 IMAGE_SUFFIXES = IMAGE_EXTENSIONS  # the shared image-folder reader's extensions (any case)
 
@@ -125,7 +125,7 @@ def classify(
     """Predictions ``[N]`` and L2-normalised features ``[N, D]`` of ``target`` on images or image files."""
     preds, feats = [], []
     n = len(images)
-    for start in tqdm(range(0, n, batch_size), desc=desc, leave=False, disable=n <= batch_size):
+    for start in progress_bar(range(0, n, batch_size), desc=desc, leave=False, disable=n <= batch_size):
         chunk = images[start : start + batch_size]
         if isinstance(chunk, torch.Tensor):
             batch = chunk.float() / 255.0 if chunk.dtype == torch.uint8 else chunk.float()

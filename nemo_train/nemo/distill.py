@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from tqdm.auto import tqdm
 
 from datamodules.explanations import ExplanationRecord, to_pil, write_records
 from nemo_train.backends.base import ChatBackend
@@ -40,6 +39,7 @@ from nemo_train.nemo.methods.scitx import MLLMCaptioner, MLLMHypothesizer, SciTX
 from nemo_train.nemo.mining import mine_folder_errors, mine_synthetic_errors
 from nemo_train.nemo.targets import ClassMapping, TimmTarget, load_checkpoint_target
 from nemo_train.nemo.teacher import ExhaustiveAttributeTeacher, SciTXTeacher, TeacherLabel, View, view_inputs
+from nemo_train.quiet import progress_bar
 from nemo_train.store import ResultStore
 
 
@@ -181,7 +181,7 @@ def distill_teacher(
     store = ResultStore(out / "teacher.jsonl")
     settings = {"teacher": teacher.name, "min_cei": min_cei, "m": m, "k": k, "editor": editor}
     started, computed = time.perf_counter(), 0
-    for sample in tqdm(bench.errors, desc="teacher", unit="error"):
+    for sample in progress_bar(bench.errors, desc="teacher", unit="error"):
         key = record_key(classifier, teacher.name, sample.sample_id)
         if store.lookup(key, settings) is not None:
             continue

@@ -22,8 +22,6 @@ import time
 from pathlib import Path
 from typing import Literal
 
-from tqdm.auto import tqdm
-
 from nemo_train.backends.student import StudentBackend
 from nemo_train.console import print_table
 from nemo_train.errors import UserInputError
@@ -45,6 +43,7 @@ from nemo_train.nemo.structured import (
 )
 from nemo_train.nemo.targets import load_checkpoint_target
 from nemo_train.nemo.teacher import ExhaustiveAttributeTeacher
+from nemo_train.quiet import progress_bar
 from nemo_train.store import ResultStore
 
 MethodName = Literal["teacher", "student", "scitx", "cam_mllm", "change_mllm", "known_cause"]
@@ -176,7 +175,7 @@ def distill_eval(
             datamodule_kwargs=data_kwargs,
         )
         chosen = student_methods(names, target, backend, bench, k, m, seed)
-        bar = tqdm(total=len(chosen) * len(bench.errors), desc=f"distill-eval {target_name}", unit="sample")
+        bar = progress_bar(total=len(chosen) * len(bench.errors), desc=f"distill-eval {target_name}", unit="sample")
         for method, scorer in chosen:
             for sample in bench.errors:
                 key = record_key(target_name, method.name, sample.sample_id)

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from nemo_train.backends.base import BackendError, ChatBackend
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
@@ -25,6 +24,7 @@ from nemo_train.nemo.methods.global_explanation import (
     summarize_attribute_explanations,
     summarize_explanations,
 )
+from nemo_train.quiet import progress_bar
 from nemo_train.store import ResultStore
 
 
@@ -138,7 +138,7 @@ def run_target(
     job: TargetJob, store: ResultStore, progress: Progress, keep_images: bool = False, show_bar: bool = True
 ) -> None:
     """Evaluate every method on every error of one target, resuming from ``store``."""
-    bar = tqdm(
+    bar = progress_bar(
         total=len(job.methods) * len(job.benchmark.errors),
         desc=f"nemo-eval {job.name}",
         unit="sample",
