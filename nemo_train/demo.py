@@ -11,6 +11,7 @@ A step whose preset or command is missing is skipped with one line.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -141,10 +142,12 @@ def run_fit(ctx: DemoContext, preset: Path, overrides: list[str], test: bool) ->
 def read_classifier(ctx: DemoContext, result: FitResult) -> list[tuple[str, Any]]:
     """Test accuracy on bias-aligned and bias-conflicting images, and the gap between them."""
     m = result.metrics
-    gap = m["test/acc_aligned"] - m["test/acc_conflicting"]
+    aligned, conflicting = m["test/acc_aligned"], m["test/acc_conflicting"]
     return [
-        ("test acc aligned / conflicting", f"{m['test/acc_aligned']:.3f} / {m['test/acc_conflicting']:.3f}"),
-        ("bias gap", gap),
+        (
+            "test acc aligned / conflicting (bias gap)",
+            f"{aligned:.3f} / {conflicting:.3f} ({aligned - conflicting:.3f})",
+        )
     ]
 
 
@@ -155,7 +158,8 @@ def read_explainer(ctx: DemoContext, result: FitResult) -> list[tuple[str, Any]]
 
 def read_teacher(ctx: DemoContext, result: dict) -> list[tuple[str, Any]]:
     """How many teacher labels became training pairs, and their mean CEI."""
-    return [(key.replace("_", " "), value) for key, value in result.items() if isinstance(value, (int, float))][:4]
+    numbers = {key: value for key, value in result.items() if isinstance(value, (int, float))}
+    return [(" / ".join(k.replace("_", " ") for k in numbers), " / ".join(f"{v:g}" for v in numbers.values()))]
 
 
 def read_distilled(ctx: DemoContext, result: FitResult) -> list[tuple[str, Any]]:
@@ -170,10 +174,11 @@ def read_distilled(ctx: DemoContext, result: FitResult) -> list[tuple[str, Any]]
 
 def read_distill_eval(ctx: DemoContext, result: dict) -> list[tuple[str, Any]]:
     """LLM Match / CEI of each row (teacher, student, methods driven by the student, known cause) per target."""
-    return [
-        (f"{key.replace('|', ' on ')} LLM Match / CEI", f"{v['llm_match']:.3f} / {v['cei']:.2f}")
-        for key, v in result["summary"].items()
-    ]
+    rows: dict[str, list[str]] = {}
+    for key, v in result["summary"].items():
+        method, target = key.split("|", 1)
+        rows.setdefault(method, []).append(f"{target}: {v['llm_match']:.2f} / {v['cei']:.1f}")
+    return [(f"{method} LLM Match / CEI", "; ".join(cells)) for method, cells in rows.items()]
 
 
 def read_differences(ctx: DemoContext, result: Any) -> list[tuple[str, Any]]:
@@ -197,12 +202,19 @@ def read_lbee(ctx: DemoContext, result: Any) -> list[tuple[str, Any]]:
 
 def read_counterfactuals(ctx: DemoContext, result: Any) -> list[tuple[str, Any]]:
     """Success rate (share of counterfactuals above the competency threshold) of each method."""
-    return [(f"{method} success", row["success"]) for method, row in result.table.items() if method != "Orig"]
+    methods = [method for method in result.table if method != "Orig"]
+    return [
+        (f"success {' / '.join(methods)}", " / ".join(f"{result.table[method]['success']:.2f}" for method in methods))
+    ]
 
 
 def read_nemo(ctx: DemoContext, result: Any) -> list[tuple[str, Any]]:
     """LLM Match and CEI of each method on each target, and how often the known cause beats a distractor."""
-    rows = [(f"{c.method} LLM Match / CEI", f"{c.llm_match:.3f} / {c.cei:.2f}") for c in result.cells]
+    rows = [
+        (f"{c.method} LLM Match / CEI", f"{c.llm_match:.3f} / {c.cei:.2f}")
+        for c in result.cells
+        if not c.method.endswith("+validation")
+    ]
     if result.known_cause_win_rate is not None:
         rows.append(("known cause beats distractor (CEI)", result.known_cause_win_rate))
     return rows
@@ -282,7 +294,6 @@ STEPS: list[Step] = [
         overrides=[
             "--out_dir={out}/distill_cmnist/teacher",
             "--classifier={ckpt[cmnist_model_a]}",
-            "--views=[error]",
         ],
         fast=["--n=24"],
         read=read_teacher,
@@ -367,16 +378,19 @@ def run_step(ctx: DemoContext, step: Step) -> bool:
     preset = edited_preset(ctx, step, preset)
     seed_everything(0, verbose=False)
     started = time.perf_counter()
-    if step.command == "fit":
-        result = run_fit(ctx, preset, overrides, test=step.read is read_classifier)
-        checkpoint_of(ctx, step.name, result)
-    else:
-        result = run_pipeline(step.command, ["--config", str(preset), *overrides])
     where = ctx.expand(step.output)
+    log = Path(where) / "demo_step_output.txt"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as output, contextlib.redirect_stdout(output):  # the step's tables; the recap sums them up
+        if step.command == "fit":
+            result = run_fit(ctx, preset, overrides, test=step.read is read_classifier)
+            checkpoint_of(ctx, step.name, result)
+        else:
+            result = run_pipeline(step.command, ["--config", str(preset), *overrides])
     ctx.outputs[step.name] = Path(where)
     for metric, value in step.read(ctx, result):
         ctx.headlines.append(Headline(step.name, metric, value, where))
-    print(f"demo: {step.name} done in {time.perf_counter() - started:.0f} s -> {where}")
+    print(f"demo: {step.name} done in {time.perf_counter() - started:.0f} s; its output: {log}")
     return True
 
 

@@ -219,7 +219,7 @@ class ChatBackend(ABC):
             parsed = extract_json(reply)
         if parsed is None:
             self.stats.add("json_failures")
-            log.warning("%s: reply is not a JSON object after %d re-asks: %.80r", self.model, max_reasks, reply)
+            log.debug("%s: reply is not a JSON object after %d re-asks: %.80r", self.model, max_reasks, reply)
         return parsed
 
     def __repr__(self) -> str:
