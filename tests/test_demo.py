@@ -112,7 +112,9 @@ def test_every_override_is_an_option_of_the_step_command(step, tmp_path):
     from nemo_train.cli import PIPELINE_COMMANDS, _load
 
     ctx = DemoContext(
-        out_dir=tmp_path, preset_dir=ROOT / "configs", checkpoints={"cmnist_model_a": tmp_path / "a.ckpt"}
+        out_dir=tmp_path,
+        preset_dir=ROOT / "configs",
+        checkpoints={"cmnist_model_a": tmp_path / "a.ckpt", "cmnist_model_b": tmp_path / "b.ckpt"},
     )
     for overrides in (step.overrides, step.overrides + step.fast):
         args = ["--config", str(ROOT / "configs" / step.preset), *(ctx.expand(arg) for arg in overrides)]
