@@ -9,7 +9,7 @@ the exact editor re-renders with. Builders:
   bias-conflicting errors of a CMNIST (cause: colour) or CLEVR (cause: material) classifier on the full
   attribute grid of the test split, whose true cause is known; the rest of the grid is the reference
   database.
-* :func:`build_folder_benchmark` — ImageNet-R / ObjectNet / ImageNet-D style ``root/<class>/<image>``
+* :func:`~nemo_train.nemo.folder_benchmark.build_folder_benchmark` — ImageNet-R / ObjectNet / ImageNet-D style ``root/<class>/<image>``
   folders: the images the target gets wrong are sampled (``n`` per dataset, seeded), the rest plus an
   optional ImageNet subset folder form the reference database (NEMO paper, Sec. 4.1.1 and App. B.1).
 """
@@ -17,19 +17,17 @@ the exact editor re-renders with. Builders:
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from datamodules.folder import IMAGE_EXTENSIONS, UNREADABLE, list_images, read_image, readable_paths
+from datamodules.folder import UNREADABLE, read_image
 from nemo_train.errors import UserInputError
 from nemo_train.nemo.targets import load_checkpoint_target
 from nemo_train.quiet import progress_bar
-
-IMAGE_SUFFIXES = IMAGE_EXTENSIONS  # the shared image-folder reader's extensions (any case)
 
 
 @dataclass
@@ -238,21 +236,44 @@ def build_synthetic_benchmark(
         raise UserInputError(
             f"the {dataset} data in {data_dir!r} are not generated; the exact editor needs the embedded renderer"
         )
+    return benchmark_from_grid(
+        dataset, dm, data, renderer, target, n, seed, only_conflicting, id_prefix=dataset, what=f"{dataset} grid"
+    )
+
+
+def benchmark_from_grid(
+    dataset: str,
+    dm: Any,
+    data: Any,
+    renderer: Any,
+    target: Any,
+    n: int,
+    seed: int,
+    only_conflicting: bool,
+    id_prefix: str,
+    what: str,
+) -> NemoBenchmark:
+    """Classify a generated attribute grid and split it into ``n`` sampled errors and the reference set.
+
+    ``data`` is an attribute dataset of ``dm`` (uint8 images, labels, groups, attrs) rendered by ``renderer``;
+    errors get ids ``<id_prefix>-<index>``; every other image is the reference database, captioned from its
+    attributes. ``what`` names the grid in messages and the progress bar.
+    """
+    spec = SYNTHETIC[dataset]
     vocabulary = dict(renderer.attributes)
-    predictions, features = classify(target, data.images, desc=f"classifying the {dataset} grid")
+    predictions, features = classify(target, data.images, desc=f"classifying the {what}")
     eligible = data.groups == 1 if only_conflicting else torch.ones_like(data.groups, dtype=torch.bool)
     chosen, rest = _split_errors(data.labels, predictions, eligible, n, seed)
     if len(chosen) == 0:
-        raise UserInputError(
-            f"the classifier makes no bias-conflicting errors on the {dataset} grid; nothing to explain"
-        )
+        kind = "bias-conflicting errors" if only_conflicting else "errors"
+        raise UserInputError(f"the classifier makes no {kind} on the {what}; nothing to explain")
 
     def attrs_of(i: int) -> dict[str, int]:
         return {k: int(v[i]) for k, v in data.attrs.items()}
 
     errors = [
         ErrorSample(
-            f"{dataset}-{int(i):05d}",
+            f"{id_prefix}-{int(i):05d}",
             data.images[i].float() / 255.0,
             int(data.labels[i]),
             int(predictions[i]),
@@ -295,92 +316,3 @@ def build_cmnist_benchmark(
     return build_synthetic_benchmark(
         "cmnist", checkpoint, target, n, seed, bias, test_styles, data_dir, only_conflicting
     )
-
-
-def list_image_folder(
-    root: str | Path, class_names: Sequence[str] | None = None, subset: bool = False
-) -> tuple[list[str], list[str], torch.Tensor]:
-    """``root/<class>/<image>`` -> (class folder names, image paths, labels); classes sorted by folder name.
-
-    With ``class_names`` the labels follow that order; every class must have a folder unless ``subset``
-    (an ImageNet reference subset may cover only some classes, but no foreign ones).
-    """
-    root = Path(root)
-    if not root.is_dir():
-        raise UserInputError(f"dataset folder {str(root)!r} does not exist")
-    folders = sorted(p.name for p in root.iterdir() if p.is_dir())
-    if class_names is not None:
-        missing = [c for c in class_names if c not in folders]
-        foreign = [f for f in folders if f not in class_names]
-        if missing and not subset:
-            raise UserInputError(f"class folder(s) {missing[:5]} missing under {str(root)!r}")
-        if foreign and subset:
-            raise UserInputError(f"folder(s) {foreign[:5]} under {str(root)!r} are not classes of the benchmark")
-        folders = list(class_names)
-    paths, labels = [], []
-    for k, name in enumerate(folders):
-        if not (root / name).is_dir():
-            continue
-        files = list_images(root / name)
-        paths += [str(p) for p in files]
-        labels += [k] * len(files)
-    if not paths:
-        raise UserInputError(f"no images ({', '.join(IMAGE_SUFFIXES[:5])}) under {str(root)!r}/<class>/")
-    return folders, paths, torch.tensor(labels)
-
-
-def build_folder_benchmark(
-    name: str,
-    root: str | Path,
-    target,
-    criterion: str,
-    n: int = 400,
-    seed: int = 0,
-    class_folders: Sequence[str] | None = None,
-    extra_reference: str | Path | None = None,
-    image_size: int = 224,
-    batch_size: int = 64,
-    captioner: Callable[[torch.Tensor], str] | None = None,
-) -> NemoBenchmark:
-    """A benchmark from an image-folder dataset (ImageNet-R, ObjectNet, ImageNet-D).
-
-    The target (whose classes must follow ``class_folders`` order, e.g. through a
-    :class:`~nemo_train.nemo.targets.ClassMapping`) classifies every image; ``n`` misclassified ones
-    are sampled with ``seed``; the others, plus ``extra_reference`` (an ImageNet subset laid out with the
-    same class folders), form the reference database. Captions are made later, on retrieval.
-    """
-    folders, paths, labels = list_image_folder(root, class_folders)
-    # unreadable files are left out with one warning, as the folder datamodules do
-    kept, _ = readable_paths(paths, desc=f"checking {name} images")
-    paths, labels = [paths[i] for i in kept], labels[kept]
-    if len(target.class_names) != len(folders):
-        raise UserInputError(
-            f"the target has {len(target.class_names)} classes but {str(root)!r} has {len(folders)} class folders"
-        )
-    check_classes(target, len(folders), repr(str(root)), load_image(paths[0], image_size)[None])
-    predictions, features = classify(target, paths, batch_size, image_size, desc=f"classifying {name}")
-    chosen, rest = _split_errors(labels, predictions, torch.ones_like(labels, dtype=torch.bool), n, seed)
-    errors = [
-        ErrorSample(
-            f"{name}-{Path(paths[i]).parent.name}-{Path(paths[i]).stem}",
-            load_image(paths[i], image_size),
-            int(labels[i]),
-            int(predictions[i]),
-            path=paths[i],
-        )
-        for i in chosen.tolist()
-    ]
-    ref_paths = [paths[i] for i in rest.tolist()]
-    ref_labels, ref_preds, ref_feats = labels[rest], predictions[rest], features[rest]
-    if extra_reference is not None:
-        _, extra_paths, extra_labels = list_image_folder(extra_reference, folders, subset=True)
-        kept, _ = readable_paths(extra_paths, desc="checking the reference images")
-        extra_paths, extra_labels = [extra_paths[i] for i in kept], extra_labels[kept]
-        extra_preds, extra_feats = classify(
-            target, extra_paths, batch_size, image_size, desc="classifying the reference subset"
-        )
-        ref_paths += extra_paths
-        ref_labels, ref_preds = torch.cat([ref_labels, extra_labels]), torch.cat([ref_preds, extra_preds])
-        ref_feats = torch.cat([ref_feats, extra_feats])
-    reference = ReferenceSet(ref_paths, ref_labels, ref_preds, ref_feats, image_size=image_size)
-    return NemoBenchmark(name, list(target.class_names), criterion, errors, reference)

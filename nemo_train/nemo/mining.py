@@ -25,20 +25,13 @@ import importlib
 from collections.abc import Sequence
 from pathlib import Path
 
-import torch
-
 from nemo_train.errors import UserInputError
 from nemo_train.nemo.benchmark import (
     SYNTHETIC,
-    ErrorSample,
     NemoBenchmark,
-    ReferenceSet,
-    _bias_values,
-    _split_errors,
-    build_folder_benchmark,
-    classify,
-    list_image_folder,
+    benchmark_from_grid,
 )
+from nemo_train.nemo.folder_benchmark import build_folder_benchmark, list_image_folder
 
 #: First CLEVR view style of the mining grid (test views start at 2**30).
 MINING_STYLE = 1 << 29
@@ -92,44 +85,18 @@ def mine_synthetic_errors(
     kwargs = {"train_size": 12, "test_styles": 1, **(datamodule_kwargs or {})}
     dm = datamodule_cls(data_dir=None, bias=bias or spec["bias"], **kwargs)
     data, renderer = mining_grid(dataset, dm, styles, seed)
-    vocabulary = dict(renderer.attributes)
-    predictions, features = classify(target, data.images, desc=f"classifying the {dataset} mining grid")
-    eligible = data.groups == 1 if only_conflicting else torch.ones_like(data.groups, dtype=torch.bool)
-    chosen, rest = _split_errors(data.labels, predictions, eligible, n, seed)
-    if len(chosen) == 0:
-        raise UserInputError(f"the classifier makes no error on the {dataset} mining grid; nothing to distil")
-
-    def attrs_of(i: int) -> dict[str, int]:
-        return {k: int(v[i]) for k, v in data.attrs.items()}
-
-    errors = [
-        ErrorSample(
-            f"mine-{dataset}-{int(i):05d}",
-            data.images[i].float() / 255.0,
-            int(data.labels[i]),
-            int(predictions[i]),
-            attrs_of(int(i)),
-        )
-        for i in chosen
-    ]
-    ref_attrs = [attrs_of(int(i)) for i in rest]
-    reference = ReferenceSet(
-        images=data.images[rest],
-        labels=data.labels[rest],
-        predictions=predictions[rest],
-        features=features[rest],
-        captions=[spec["caption"](a, vocabulary) for a in ref_attrs],
-        attrs=ref_attrs,
-        image_size=data.images.shape[-1],
+    return benchmark_from_grid(
+        dataset,
+        dm,
+        data,
+        renderer,
+        target,
+        n,
+        seed,
+        only_conflicting,
+        id_prefix=f"mine-{dataset}",
+        what=f"{dataset} mining grid",
     )
-    cause = {
-        "attribute": spec["cause"],
-        "values": _bias_values(dataset, dm),
-        "editable": list(spec["editable"]),
-        "distractor": spec["distractor"],
-        "object": spec["object"],
-    }
-    return NemoBenchmark(dataset, list(dm.class_names), dataset, errors, reference, renderer, vocabulary, cause)
 
 
 def file_digests(paths: Sequence[str | Path]) -> dict[str, str]:

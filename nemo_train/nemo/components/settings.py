@@ -9,7 +9,8 @@ from typing import Any, Literal
 from jsonargparse.typing import PositiveInt
 
 from nemo_train.errors import UserInputError
-from nemo_train.nemo.benchmark import NemoBenchmark, build_folder_benchmark, build_synthetic_benchmark
+from nemo_train.nemo.benchmark import NemoBenchmark, build_synthetic_benchmark
+from nemo_train.nemo.folder_benchmark import build_folder_benchmark
 from nemo_train.nemo.targets import ClassMapping
 
 BenchmarkName = Literal["cmnist", "clevr", "imagenet_r", "objectnet", "imagenet_d"]

@@ -1,0 +1,113 @@
+"""NEMO benchmarks from image folders (ImageNet-R / ObjectNet / ImageNet-D style ``root/<class>/<image>``).
+
+The images the target gets wrong are sampled (``n`` per dataset, seeded); the rest, plus an optional
+ImageNet subset folder, form the reference database (NEMO paper, Sec. 4.1.1 and App. B.1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+from datamodules.folder import IMAGE_EXTENSIONS, list_images, readable_paths
+from nemo_train.errors import UserInputError
+from nemo_train.nemo.benchmark import (
+    ErrorSample,
+    NemoBenchmark,
+    ReferenceSet,
+    _split_errors,
+    check_classes,
+    classify,
+    load_image,
+)
+
+
+def list_image_folder(
+    root: str | Path, class_names: Sequence[str] | None = None, subset: bool = False
+) -> tuple[list[str], list[str], torch.Tensor]:
+    """``root/<class>/<image>`` -> (class folder names, image paths, labels); classes sorted by folder name.
+
+    With ``class_names`` the labels follow that order; every class must have a folder unless ``subset``
+    (an ImageNet reference subset may cover only some classes, but no foreign ones).
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise UserInputError(f"dataset folder {str(root)!r} does not exist")
+    folders = sorted(p.name for p in root.iterdir() if p.is_dir())
+    if class_names is not None:
+        missing = [c for c in class_names if c not in folders]
+        foreign = [f for f in folders if f not in class_names]
+        if missing and not subset:
+            raise UserInputError(f"class folder(s) {missing[:5]} missing under {str(root)!r}")
+        if foreign and subset:
+            raise UserInputError(f"folder(s) {foreign[:5]} under {str(root)!r} are not classes of the benchmark")
+        folders = list(class_names)
+    paths, labels = [], []
+    for k, name in enumerate(folders):
+        if not (root / name).is_dir():
+            continue
+        files = list_images(root / name)
+        paths += [str(p) for p in files]
+        labels += [k] * len(files)
+    if not paths:
+        raise UserInputError(f"no images ({', '.join(IMAGE_EXTENSIONS[:5])}) under {str(root)!r}/<class>/")
+    return folders, paths, torch.tensor(labels)
+
+
+def build_folder_benchmark(
+    name: str,
+    root: str | Path,
+    target,
+    criterion: str,
+    n: int = 400,
+    seed: int = 0,
+    class_folders: Sequence[str] | None = None,
+    extra_reference: str | Path | None = None,
+    image_size: int = 224,
+    batch_size: int = 64,
+    captioner: Callable[[torch.Tensor], str] | None = None,
+) -> NemoBenchmark:
+    """A benchmark from an image-folder dataset (ImageNet-R, ObjectNet, ImageNet-D).
+
+    The target (whose classes must follow ``class_folders`` order, e.g. through a
+    :class:`~nemo_train.nemo.targets.ClassMapping`) classifies every image; ``n`` misclassified ones
+    are sampled with ``seed``; the others, plus ``extra_reference`` (an ImageNet subset laid out with the
+    same class folders), form the reference database. Captions are made later, on retrieval.
+    """
+    folders, paths, labels = list_image_folder(root, class_folders)
+    # unreadable files are left out with one warning, as the folder datamodules do
+    kept, _ = readable_paths(paths, desc=f"checking {name} images")
+    paths, labels = [paths[i] for i in kept], labels[kept]
+    if len(target.class_names) != len(folders):
+        raise UserInputError(
+            f"the target has {len(target.class_names)} classes but {str(root)!r} has {len(folders)} class folders"
+        )
+    check_classes(target, len(folders), repr(str(root)), load_image(paths[0], image_size)[None])
+    predictions, features = classify(target, paths, batch_size, image_size, desc=f"classifying {name}")
+    chosen, rest = _split_errors(labels, predictions, torch.ones_like(labels, dtype=torch.bool), n, seed)
+    errors = [
+        ErrorSample(
+            f"{name}-{Path(paths[i]).parent.name}-{Path(paths[i]).stem}",
+            load_image(paths[i], image_size),
+            int(labels[i]),
+            int(predictions[i]),
+            path=paths[i],
+        )
+        for i in chosen.tolist()
+    ]
+    ref_paths = [paths[i] for i in rest.tolist()]
+    ref_labels, ref_preds, ref_feats = labels[rest], predictions[rest], features[rest]
+    if extra_reference is not None:
+        _, extra_paths, extra_labels = list_image_folder(extra_reference, folders, subset=True)
+        kept, _ = readable_paths(extra_paths, desc="checking the reference images")
+        extra_paths, extra_labels = [extra_paths[i] for i in kept], extra_labels[kept]
+        extra_preds, extra_feats = classify(
+            target, extra_paths, batch_size, image_size, desc="classifying the reference subset"
+        )
+        ref_paths += extra_paths
+        ref_labels, ref_preds = torch.cat([ref_labels, extra_labels]), torch.cat([ref_preds, extra_preds])
+        ref_feats = torch.cat([ref_feats, extra_feats])
+    reference = ReferenceSet(ref_paths, ref_labels, ref_preds, ref_feats, image_size=image_size)
+    return NemoBenchmark(name, list(target.class_names), criterion, errors, reference)
