@@ -12,7 +12,7 @@ import pytest  # noqa: E402
 import yaml  # noqa: E402
 from jsonargparse import ActionConfigFile, ArgumentParser  # noqa: E402
 
-from nemo_train.cli import PIPELINE_COMMANDS, run_pipeline  # noqa: E402
+from nemo_train.cli import run_pipeline  # noqa: E402
 from nemo_train.competency.autoencoder import CompetencyAutoencoder  # noqa: E402
 from nemo_train.competency.gradient_counterfactuals import LatentGradientDescent  # noqa: E402
 from nemo_train.competency.pipeline import counterfactuals  # noqa: E402
@@ -51,12 +51,11 @@ def test_autoencoder_configs_build_the_model(path):
 
 
 def _classifier_preset(checkpoint: str) -> dict:
-    """The shipped classifier preset whose ModelCheckpoint writes ``checkpoint``."""
-    folder = str(Path(checkpoint).parent)
+    """The shipped classifier preset that writes ``checkpoint`` (``<default_root_dir>/checkpoints/best.ckpt``)."""
+    root = str(Path(checkpoint).parent.parent)
     for path in sorted((CONFIGS.parent).glob("*/*.yaml")):
         config = yaml.safe_load(path.read_text())
-        callbacks = (config.get("trainer") or {}).get("callbacks") or []
-        if any(c.get("init_args", {}).get("dirpath") == folder for c in callbacks):
+        if (config.get("trainer") or {}).get("default_root_dir") == root:
             return config
     raise AssertionError(f"no preset in configs/ writes {checkpoint}")
 
@@ -85,7 +84,6 @@ def test_competency_data_is_the_classifier_training_data(path):
 
 @pytest.mark.slow
 def test_counterfactuals_command_prints_table_one(tmp_path, monkeypatch, capsys):
-    monkeypatch.setitem(PIPELINE_COMMANDS, "counterfactuals", "nemo_train.competency.pipeline:counterfactuals")
     gradient = "nemo_train.competency.gradient_counterfactuals"
     config = {
         "datamodule": {

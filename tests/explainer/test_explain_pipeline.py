@@ -13,7 +13,7 @@ from nemo_train.explainer import ExplainerModule
 
 @pytest.fixture
 def explain_command(monkeypatch):
-    monkeypatch.setitem(PIPELINE_COMMANDS, "explain", "nemo_train.explainer.generation:explain")
+    assert PIPELINE_COMMANDS["explain"].target == "nemo_train.explainer.generation:explain"
 
 
 @pytest.fixture(scope="module")

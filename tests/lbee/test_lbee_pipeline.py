@@ -27,7 +27,7 @@ TINY_CLIP = dict(
 
 
 def test_lbee_command_is_registered():
-    assert PIPELINE_COMMANDS["lbee"] == "nemo_train.lbee.pipeline:lbee"
+    assert PIPELINE_COMMANDS["lbee"].target == "nemo_train.lbee.pipeline:lbee"
 
 
 @pytest.mark.parametrize("path", LBEE_CONFIGS, ids=lambda p: p.name)
