@@ -44,7 +44,9 @@ def set_output(verbose: bool = False) -> None:
     if verbose:
         for name in ("WANDB_SILENT", "WANDB_CONSOLE", "TQDM_DISABLE"):
             os.environ.pop(name, None)
-        for name in CHATTY_LOGGERS + NOISY_FALLBACK_LOGGERS:
+        for name in CHATTY_LOGGERS:  # Lightning's own default: its INFO lines (restoring, tips) are shown
+            logging.getLogger(name).setLevel(logging.INFO)
+        for name in NOISY_FALLBACK_LOGGERS:
             logging.getLogger(name).setLevel(logging.NOTSET)
         return
     os.environ["WANDB_SILENT"] = "true"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pytest
 import torch
@@ -57,7 +59,19 @@ def test_ward_recovers_blobs_and_prototypes_are_member_means():
     assert torch.allclose(prototypes(points, clusters.labels, 4), clusters.prototypes)
 
 
-@pytest.mark.parametrize("first_stage", ["faiss", "minibatch"])
+@pytest.mark.parametrize(
+    "first_stage",
+    [
+        pytest.param(
+            "faiss",
+            marks=pytest.mark.skipif(
+                importlib.util.find_spec("faiss") is None,
+                reason="faiss-cpu is optional (pip install nemo-train[faiss])",
+            ),
+        ),
+        "minibatch",
+    ],
+)
 def test_two_stage_path_agrees_with_direct_ward(first_stage):
     points, truth = _blobs(300)
     direct = WardClustering(n_clusters=4, normalize=False)(points)
