@@ -27,9 +27,14 @@ class HFLocalBackend(ChatBackend):
 
     Temperature 0 decodes greedily (``n`` equal replies from one generation); a positive temperature
     samples ``n`` sequences, seeded by ``seed`` without touching the global RNG. :meth:`chat_batch`
-    (and so ``chat_json_batch``) generates up to ``batch_size`` conversations per ``generate`` call;
-    a lock lets one generation run at a time. ``name`` (default: the path, plus the adapter's folder
-    name) is part of every cache key: give one when passing objects, to reuse a cache across runs.
+    (and so ``chat_json_batch``) generates up to ``batch_size`` conversations per ``generate`` call
+    (left padding, KV cache); a lock lets one generation run at a time. ``name`` (default: the path,
+    plus the adapter's folder name) is part of every cache key: give one when passing objects, to reuse
+    a cache across runs.
+
+    Serving a LoRA adapter loaded from a folder, ``merge_adapter`` folds its weights into the base model
+    (peft's ``merge_and_unload``), so a forward pass costs what the base model's does; the replies equal the
+    unmerged model's up to float rounding. Turn it off to keep the adapter layers separate.
     """
 
     def __init__(
@@ -41,13 +46,14 @@ class HFLocalBackend(ChatBackend):
         device: str | None = None,
         dtype: str = "auto",
         name: str | None = None,
-        batch_size: int = 8,
+        batch_size: int = 16,
+        merge_adapter: bool = True,
         cache: Any = None,
     ) -> None:
         super().__init__(cache=cache, concurrency=1)
         if batch_size < 1:
             raise UserInputError(f"batch_size={batch_size}; expected an integer >= 1")
-        self.batch_size = batch_size
+        self.batch_size, self.merge_adapter = batch_size, merge_adapter
         if model_name_or_path is None and (model is None or processor is None):
             raise UserInputError("HFLocalBackend needs model_name_or_path, or both model and processor objects")
         if adapter is not None and not Path(adapter).is_dir():
@@ -82,6 +88,8 @@ class HFLocalBackend(ChatBackend):
                 from peft import PeftModel
 
                 model = PeftModel.from_pretrained(model, adapter)
+                if self.merge_adapter:  # serving only: one weight matrix per layer instead of base + A @ B
+                    model = model.merge_and_unload()
             self._model = model.to(self.device).eval()
         return self._model, self._processor
 

@@ -24,7 +24,7 @@ from nemo_train.backends.messages import user_message
 from nemo_train.errors import UserInputError
 from nemo_train.nemo import prompts
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark, ReferenceSet
-from nemo_train.nemo.methods.base import Explanation, ask_causes, select_by_cei
+from nemo_train.nemo.methods.base import Explanation, ask_causes_batch, select_by_cei
 from nemo_train.nemo.retrieval import ReferenceIndex
 from nemo_train.vocabulary import BIAS_PROMPT
 
@@ -81,11 +81,29 @@ def retrieve_observations(
 
 
 class Hypothesizer(Protocol):
-    """Proposes up to ``m`` failure causes for one error given its observations."""
+    """Proposes up to ``m`` failure causes for one error given its observations.
+
+    A hypothesizer backed by a language model also defines ``hypothesize_batch(samples, observations,
+    class_names, m)`` (one list per error), so SciTX asks about many errors in one batched request.
+    """
 
     def hypothesize(
         self, sample: ErrorSample, observations: list[Observation], class_names: Sequence[str], m: int
     ) -> list[str]: ...
+
+
+def hypothesize_many(
+    hypothesizer: Hypothesizer,
+    samples: Sequence[ErrorSample],
+    observations: Sequence[list[Observation]],
+    class_names: Sequence[str],
+    m: int,
+) -> list[list[str]]:
+    """The hypotheses for each error: one ``hypothesize_batch`` call where the hypothesizer has one."""
+    batch = getattr(hypothesizer, "hypothesize_batch", None)
+    if batch is not None:
+        return batch(list(samples), list(observations), class_names, m)
+    return [hypothesizer.hypothesize(s, o, class_names, m) for s, o in zip(samples, observations)]
 
 
 class MLLMHypothesizer:
@@ -107,8 +125,14 @@ class MLLMHypothesizer:
         )
 
     def hypothesize(self, sample, observations, class_names, m):
-        message = user_message(self.prompt(sample, observations, class_names), images=[sample.image])
-        return ask_causes(self.backend, [message], n=m, temperature=self.temperature if m > 1 else 0.0)
+        return self.hypothesize_batch([sample], [observations], class_names, m)[0]
+
+    def hypothesize_batch(self, samples, observations, class_names, m):
+        conversations = [
+            [user_message(self.prompt(sample, seen, class_names), images=[sample.image])]
+            for sample, seen in zip(samples, observations)
+        ]
+        return ask_causes_batch(self.backend, conversations, n=m, temperature=self.temperature if m > 1 else 0.0)
 
 
 class PlainTextHypothesizer:
@@ -126,13 +150,16 @@ class PlainTextHypothesizer:
         )
 
     def hypothesize(self, sample, observations, class_names, m):
-        replies = self.backend.chat(
-            [user_message(self.question, images=[sample.image])],
+        return self.hypothesize_batch([sample], [observations], class_names, m)[0]
+
+    def hypothesize_batch(self, samples, observations, class_names, m):
+        replies = self.backend.chat_batch(
+            [[user_message(self.question, images=[sample.image])] for sample in samples],
             n=m,
             temperature=self.temperature if m > 1 else 0.0,
             max_tokens=self.max_tokens,
         )
-        return list(dict.fromkeys(r.strip() for r in replies if r and r.strip()))
+        return [list(dict.fromkeys(r.strip() for r in found if r and r.strip())) for found in replies]
 
 
 class AttributeContrastHypothesizer:
@@ -253,11 +280,19 @@ class SciTX:
         return out
 
     def explain(self, sample: ErrorSample, benchmark: NemoBenchmark) -> Explanation:
-        observations = self.observe(sample, benchmark)
-        hypotheses = self.hypothesizer.hypothesize(sample, observations, benchmark.class_names, self.m)
-        best, trials = select_by_cei(self.scorer, sample, hypotheses, benchmark.class_names)
-        text = best.hypothesis if best is not None else ""
-        return Explanation(text, list(hypotheses), trials, best, {"observations": [o.caption for o in observations]})
+        return self.explain_batch([sample], benchmark)[0]
+
+    def explain_batch(self, samples: Sequence[ErrorSample], benchmark: NemoBenchmark) -> list[Explanation]:
+        """Observe each error, ask for every error's hypotheses at once, then test each error's hypotheses."""
+        names = benchmark.class_names
+        observations = [self.observe(sample, benchmark) for sample in samples]
+        hypotheses = hypothesize_many(self.hypothesizer, samples, observations, names, self.m)
+        out = []
+        for sample, seen, found in zip(samples, observations, hypotheses):
+            best, trials = select_by_cei(self.scorer, sample, found, names)
+            text = best.hypothesis if best is not None else ""
+            out.append(Explanation(text, list(found), trials, best, {"observations": [o.caption for o in seen]}))
+        return out
 
 
 class MLLMCaptioner:
