@@ -43,7 +43,9 @@ def main() -> None:
     parser.add_argument("--errors", type=int, default=16)
     parser.add_argument("--m", type=int, default=4)
     parser.add_argument("--k", type=int, default=8)
-    parser.add_argument("--hypothesis-explainer", default=None, help="a plain-text explainer folder (learned SciTX row)")
+    parser.add_argument(
+        "--hypothesis-explainer", default=None, help="a plain-text explainer folder (learned SciTX row)"
+    )
     parser.add_argument("--min-run-time", type=float, default=2.0, help="seconds of repeated runs per row")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -120,7 +122,9 @@ def main() -> None:
                 trial = scorer.score(sample, [e.text], bench.class_names)[0]
             ceis.append(trial.cei if trial is not None else 0.0)
         answers[name] = [e.text for e in explanations]
-        results.append((name, is_teacher, seconds.median / len(errors), scored.median / len(errors), sum(ceis) / len(ceis)))
+        results.append(
+            (name, is_teacher, seconds.median / len(errors), scored.median / len(errors), sum(ceis) / len(ceis))
+        )
 
     greedy = [a for n, a in answers.items() if n.startswith("Student: one greedy pass")]
     same = sum(a == b for a, b in zip(*greedy))

@@ -125,7 +125,9 @@ def distill_eval(
         }
         for row in rows:
             method, scorer = row.build(ctx)
-            job = TargetJob(target_name, bench, scorer, panel, [(method, flatten({**shared, "method": row.settings()}))])
+            job = TargetJob(
+                target_name, bench, scorer, panel, [(method, flatten({**shared, "method": row.settings()}))]
+            )
             run_target(job, store, progress, batch_size=error_batch)
     summary = mean_scores(store.get(key) for key in dict.fromkeys(progress.keys))
     target_names = list(dict.fromkeys(t for _, t in summary))

@@ -57,7 +57,9 @@ class OnePassExplainer:
             [user_message(self.template.format(true_name=names[s.label], pred_name=names[s.prediction]), [s.image])]
             for s in samples
         ]
-        return [Explanation(found[0] if found else "", found) for found in ask_causes_batch(self.backend, conversations)]
+        return [
+            Explanation(found[0] if found else "", found) for found in ask_causes_batch(self.backend, conversations)
+        ]
 
 
 @dataclass
@@ -139,7 +141,9 @@ class StudentChangeMLLM(DistillMethod):
         self.reference_class = reference_class
 
     def build(self, ctx: DistillContext) -> tuple[Method, CounterfactualScorer]:
-        method = ChangeMLLM(ctx.target, ctx.student, template=DISTILL_CHANGE_PROMPT, reference_class=self.reference_class)
+        method = ChangeMLLM(
+            ctx.target, ctx.student, template=DISTILL_CHANGE_PROMPT, reference_class=self.reference_class
+        )
         method.name = "ChangeMLLM (student)"
         return method, ctx.structured
 

@@ -57,18 +57,6 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def evaluate_sample(
-    method: Method,
-    sample: ErrorSample,
-    benchmark: NemoBenchmark,
-    scorer: CounterfactualScorer,
-    panel: JudgePanel,
-    target_name: str,
-) -> tuple[dict[str, Any], Trial | None]:
-    """Explain, score (CEI) and judge one error; returns the record (without settings) and the selected trial."""
-    return evaluate_samples(method, [sample], benchmark, scorer, panel, target_name)[0]
-
-
 def evaluate_samples(
     method: Method,
     samples: list[ErrorSample],
@@ -77,7 +65,8 @@ def evaluate_samples(
     panel: JudgePanel,
     target_name: str,
 ) -> list[tuple[dict[str, Any], Trial | None]]:
-    """:func:`evaluate_sample` on several errors, explained together (:func:`~nemo_train.nemo.methods.base.explain_many`)."""
+    """Explain ``samples`` together (:func:`~nemo_train.nemo.methods.base.explain_many`), then score (CEI) and
+    judge each; returns one (record without settings, selected trial) pair per sample."""
     explanations = explain_many(method, samples, benchmark)
     return [
         score_explanation(method.name, explanation, sample, benchmark, scorer, panel, target_name)

@@ -118,8 +118,17 @@ def test_hf_local_backend_with_objects_and_a_peft_adapter(tiny_model_dir, tmp_pa
     lora.save_pretrained(tmp_path / "adapter")
     backend = HFLocalBackend(tiny_model_dir, adapter=tmp_path / "adapter", device="cpu")
     assert backend.model.endswith("+adapter") and backend.cache_params() == {"adapter": str(tmp_path / "adapter")}
-    backend.chat(messages, max_tokens=5)
-    assert isinstance(backend._model, PeftModel)
+    merged = backend.chat(messages, max_tokens=5)
+    assert not isinstance(backend._model, PeftModel)  # served merged: plain layers, no adapter branch
+    separate = HFLocalBackend(tiny_model_dir, adapter=tmp_path / "adapter", device="cpu", merge_adapter=False)
+    assert separate.chat(messages, max_tokens=5) == merged
+    assert isinstance(separate._model, PeftModel)
+    with torch.no_grad():  # the merged weights are the base weights plus the adapter's low-rank update
+        x = torch.rand(3, 64)
+        layer = separate._model.base_model.model.model.language_model.layers[0].self_attn.q_proj
+        fused = backend._model.model.language_model.layers[0].self_attn.q_proj
+        torch.testing.assert_close(fused(x), layer(x), rtol=1e-5, atol=1e-6)
+        assert not torch.allclose(fused(x), layer.base_layer(x))
     with pytest.raises(UserInputError, match="adapter folder"):
         HFLocalBackend(tiny_model_dir, adapter=tmp_path / "missing")
     with pytest.raises(UserInputError, match="model_name_or_path"):
@@ -138,7 +147,8 @@ def test_hf_local_backend_loads_a_saved_explainer_folder(tiny_model_dir, tmp_pat
     assert reply == HFLocalBackend(model=module.model.eval(), processor=module.processor).chat(messages, max_tokens=5)
     from peft import PeftModel
 
-    assert isinstance(backend._model, PeftModel)
+    assert not isinstance(backend._model, PeftModel)  # the adapter is merged for serving
+    assert isinstance(HFLocalBackend(folder, device="cpu", merge_adapter=False).load()[0], PeftModel)
 
 
 def test_hf_local_batched_generation_matches_one_at_a_time(tiny_model_dir, tmp_path):

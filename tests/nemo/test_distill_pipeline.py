@@ -16,6 +16,13 @@ from datamodules.explanations import read_records  # noqa: E402
 from nemo_train.errors import UserInputError  # noqa: E402
 from nemo_train.nemo.distill import distill_teacher  # noqa: E402
 from nemo_train.nemo.distill_eval import distill_eval  # noqa: E402
+from nemo_train.nemo.distill_methods import (  # noqa: E402
+    DistillMethod,
+    ExhaustiveTeacher,
+    KnownCause,
+    StudentSciTX,
+    default_distill_methods,
+)
 from nemo_train.nemo.structured import StructuredEditDeriver  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,6 +49,11 @@ def test_distill_presets_parse(path):
     parser.add_argument("--config", action="config")
     config = parser.parse_args(["--config", str(path)])
     assert config.dataset in ("cmnist", "clevr", "folder")
+    if function is distill_eval:  # rows are objects: every one of them, the SciTX one with its options
+        rows = parser.instantiate_classes(config).methods
+        assert [type(r) for r in rows] == [type(r) for r in default_distill_methods()]
+        assert all(isinstance(r, DistillMethod) for r in rows)
+        assert [(r.k, r.m) for r in rows if isinstance(r, StudentSciTX)] == [(8, 4)]
     if config.get("hypotheses") is not None:  # an MLLM teacher: a backend class_path with its init_args
         assert config.hypotheses.class_path.endswith("OpenAICompatibleBackend")
 
@@ -79,7 +91,9 @@ def test_teacher_refuses_bad_input(tmp_path):
 def test_distill_eval_scores_teacher_and_known_cause_and_resumes(checkpoint, tmp_path, capsys):
     student = tmp_path / "student"
     student.mkdir()  # rows without the student never load it
-    kwargs = dict(student=str(student), targets=[checkpoint], methods=["teacher", "known_cause"], n=4, test_styles=1)
+    kwargs = dict(
+        student=str(student), targets=[checkpoint], methods=[ExhaustiveTeacher(), KnownCause()], n=4, test_styles=1
+    )
     result = distill_eval(**kwargs, out_dir=str(tmp_path / "eval"))
     rows = [json.loads(line) for line in Path(result["results"]).read_text().splitlines()]
     assert len(rows) == 8
@@ -95,3 +109,17 @@ def test_distill_eval_scores_teacher_and_known_cause_and_resumes(checkpoint, tmp
     assert again["summary"] == result["summary"]
     with pytest.raises(UserInputError, match="student adapter folder"):
         distill_eval(student=str(tmp_path / "none"), targets=[checkpoint])
+
+
+def test_distill_eval_rows_reject_unknown_names_and_options(tmp_path):
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_function_arguments(distill_eval)
+    base = ["--student=s", "--targets=[t.ckpt]"]
+    parsed = parser.parse_args([*base, "--methods=[StudentGreedy, {class_path: StudentSciTX, init_args: {m: 2}}]"])
+    assert [r["class_path"].rsplit(".", 1)[1] for r in parsed.methods] == ["StudentGreedy", "StudentSciTX"]
+    from jsonargparse import ArgumentError
+
+    with pytest.raises(ArgumentError, match="q"):
+        parser.parse_args([*base, "--methods=[{class_path: StudentSciTX, init_args: {q: 3}}]"])
+    with pytest.raises(ArgumentError, match="teacher"):
+        parser.parse_args([*base, "--methods=[teacher]"])
