@@ -14,8 +14,8 @@ Rows, each over the same held-out errors (test grid) with the reply cache off:
   error, edits by the keyword deriver (rule-based);
 * Student, SciTX (M=m): the student's ``m`` sampled structured answers, argmax CEI;
 * Student, one greedy pass: the serving path (errors batched into one left-padded ``generate`` call, LoRA
-  merged into the base model), and the same student served one error per call with the adapter unmerged
-  (the path before batching), whose answers must be the same.
+  merged into the base model, answers capped at 128 tokens), and the same student served one error per call
+  with the adapter unmerged and no cap (the path before batching), whose answers must be the same.
 
 A row's time is what producing its explanations costs (a method's own counterfactual tests included); the
 CEI test that scores an answer afterwards is timed apart ("+ CEI test" column). Timing uses
@@ -72,7 +72,8 @@ def main() -> None:
     errors, cause, editor = bench.errors, bench.cause, ExactAttributeEditor(bench.renderer)
     structured = CounterfactualScorer(target, StructuredEditDeriver(bench.vocabulary, cause["editable"]), editor)
     keyword = CounterfactualScorer(target, KeywordAttributeDeriver(bench.vocabulary, cause["editable"]), editor)
-    student = StudentBackend(args.student, batch_size=len(errors))  # no cache: every call generates
+    # no cache: every call generates; answers capped at 128 tokens as in distill-eval
+    student = StudentBackend(args.student, batch_size=len(errors), max_new_tokens=128)
     one_by_one = StudentBackend(args.student, batch_size=1, merge_adapter=False)
     m, k = args.m, args.k
     template = AttributeContrastHypothesizer(bench.vocabulary, cause["editable"], cause["object"])

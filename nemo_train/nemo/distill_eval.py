@@ -29,7 +29,7 @@ from nemo_train.backends.student import StudentBackend
 from nemo_train.console import print_table
 from nemo_train.errors import UserInputError
 from nemo_train.nemo.benchmark import build_synthetic_benchmark
-from nemo_train.nemo.components.targets import CheckpointTarget
+from nemo_train.nemo.components.targets import CheckpointTarget, unique_names
 from nemo_train.nemo.distill_methods import DistillContext, DistillMethod, default_distill_methods
 from nemo_train.nemo.evaluation import Progress, TargetJob, flatten, run_target
 from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
@@ -62,6 +62,7 @@ def distill_eval(
     test_styles: PositiveInt = 2,
     data_kwargs: dict | None = None,
     error_batch: PositiveInt = 32,
+    max_new_tokens: PositiveInt = 128,
     out_dir: str = "checkpoints/distill_cmnist/eval",
 ) -> dict:
     """Evaluate a distilled explainer with NEMO (CEI, LLM Match) on held-out errors, next to its teacher and KnownCause.
@@ -80,6 +81,8 @@ def distill_eval(
         data_kwargs: extra datamodule arguments (e.g. ``{image_size: 32}`` for CLEVR).
         error_batch: errors a row explains together: the student answers them in one padded ``generate``
             call (its LoRA weights merged into the base model).
+        max_new_tokens: the longest answer the student writes (its structured answers take ~50-90 tokens; the
+            cap keeps one sampled answer that never ends from holding its whole batch).
         out_dir: ``results.jsonl`` and the reply cache; reruns resume (a row whose options changed recomputes).
     """
     if not Path(student).is_dir():
@@ -92,13 +95,12 @@ def distill_eval(
     rows = list(methods) if methods else default_distill_methods()
     out = Path(out_dir)
     store = ResultStore(out / "results.jsonl")
-    backend = StudentBackend(student, cache=out / "llm_cache", batch_size=error_batch)
+    backend = StudentBackend(student, cache=out / "llm_cache", batch_size=error_batch, max_new_tokens=max_new_tokens)
     panel = JudgePanel([KeywordJudge(dataset)])
     started, progress = time.perf_counter(), Progress()
-    for i, spec in enumerate(targets):
+    target_specs = [CheckpointTarget(t) for t in targets]
+    for i, (spec, target_spec, target_name) in enumerate(zip(targets, target_specs, unique_names(target_specs))):
         target = load_checkpoint_target(spec)
-        target_spec = CheckpointTarget(spec)
-        target_name = target_spec.default_name()
         bias = biases[i] if biases else None
         bench = build_synthetic_benchmark(
             dataset,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import os
 
 os.environ.setdefault("WANDB_MODE", "disabled")
@@ -70,6 +71,28 @@ def test_chat_json_with_no_reasks_fails_softly():
     backend = ScriptedBackend(lambda messages: "never JSON")
     assert backend.chat_json([user_message("x")], n=2, max_reasks=0) == [None, None]
     assert len(backend.calls) == 1 and backend.stats.json_failures == 2
+
+
+def test_chat_json_batch_reasks_all_malformed_replies_together():
+    # "a": JSON at once; "b": JSON after one re-ask; "c": never JSON
+    def reply(messages):
+        question = messages[0]["content"][-1]["text"]
+        asked = sum(m["role"] == "assistant" for m in messages)
+        return json.dumps({"q": question}) if question == "a" or (question == "b" and asked == 1) else "no"
+
+    class Recording(ScriptedBackend):
+        sizes: list[int] = []
+
+        def chat_batch(self, conversations, **kwargs):
+            self.sizes.append(len(conversations))
+            return super().chat_batch(conversations, **kwargs)
+
+    backend = Recording(reply)
+    found = backend.chat_json_batch([[user_message(q)] for q in "abc"], max_reasks=2)
+    assert found == [[{"q": "a"}], [{"q": "b"}], [None]]
+    assert backend.sizes == [3, 2, 1]  # first replies, then each round's malformed ones in one request
+    assert backend.stats.json_reasks == 3 and backend.stats.json_failures == 1
+    assert backend.chat_json([user_message("b")]) == [{"q": "b"}]  # one conversation: the same path
 
 
 def test_batches_keep_input_order_with_threads():
@@ -171,3 +194,8 @@ def test_hf_local_batched_generation_matches_one_at_a_time(tiny_model_dir, tmp_p
     assert batched.stats.cache_hits == 1
     sampled = batched.chat_batch(conversations, n=2, temperature=1.0, max_tokens=4, seed=1)
     assert [len(r) for r in sampled] == [2, 2, 2]
+    capped = HFLocalBackend(tiny_model_dir, device="cpu", max_new_tokens=3)
+    assert capped.chat_batch(conversations, max_tokens=6) == [single.chat(c, max_tokens=3) for c in conversations]
+    assert capped.cache_params()["max_new_tokens"] == 3  # a capped reply is cached apart from an uncapped one
+    with pytest.raises(UserInputError, match="max_new_tokens"):
+        HFLocalBackend(tiny_model_dir, max_new_tokens=0)
