@@ -3,12 +3,11 @@
 Ward's agglomerative clustering needs the full pairwise distance matrix (quadratic memory and time),
 so :class:`WardClustering` runs it directly only up to ``max_direct`` points. Beyond that it clusters in
 two stages: k-means (scikit-learn's mini-batch k-means by default, or faiss where the optional
-``faiss-cpu`` is installed and chosen) reduces the points to
-``n_centroids`` centroids (at most a tenth of the points), Ward groups those centroids into the
-requested clusters, and every point takes the cluster of its nearest centroid. k-means runs 10
-iterations; faiss trains on at most 64 points per centroid (a random sample) and then assigns all. Both paths
-return the same thing: a label per point and one prototype per cluster, the mean of its members'
-embeddings. The second stage weighs every centroid alike (scikit-learn's Ward takes no sample
+``faiss-cpu`` is installed and chosen) reduces the points to ``n_centroids`` centroids (at most a tenth
+of the points), Ward groups those centroids into the requested clusters, and every point takes the
+cluster of its nearest centroid. k-means runs 10 iterations; faiss trains on at most 64 points per
+centroid (a random sample) and then assigns all. Both paths return the same thing: a label per point
+and one prototype per cluster, the mean of its members' embeddings. The second stage weighs every centroid alike (scikit-learn's Ward takes no sample
 weights), which is the documented approximation of the two-stage path.
 """
 
