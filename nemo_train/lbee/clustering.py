@@ -7,8 +7,9 @@ two stages: k-means (scikit-learn's mini-batch k-means by default, or faiss wher
 of the points), Ward groups those centroids into the requested clusters, and every point takes the
 cluster of its nearest centroid. k-means runs 10 iterations; faiss trains on at most 64 points per
 centroid (a random sample) and then assigns all. Both paths return the same thing: a label per point
-and one prototype per cluster, the mean of its members' embeddings. The second stage weighs every centroid alike (scikit-learn's Ward takes no sample
-weights), which is the documented approximation of the two-stage path.
+and one prototype per cluster, the mean of its members' embeddings. The second stage weighs every
+centroid alike (scikit-learn's Ward takes no sample weights), which is the documented approximation of
+the two-stage path.
 """
 
 from __future__ import annotations
