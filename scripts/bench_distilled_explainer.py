@@ -140,12 +140,13 @@ def main() -> None:
     print_table(
         ["student row", "teacher row", "speed-up (s / error)", "CEI / teacher's"],
         [
-            [n, tn, ts / s, c / tc if tc else None]
+            [n, tn, ts / s, c / tc if abs(tc) >= 1 else None]  # no ratio to a teacher whose CEI is ~0
             for n, is_teacher, s, _, c in results
             if not is_teacher
             for tn, ts, tc in teachers
         ],
         title="Student vs each teacher (explanation time per error; > 1 = the student is faster)",
+        caption="CEI ratio left out where the teacher's mean CEI is below 1 point",
         digits=3,
     )
 
