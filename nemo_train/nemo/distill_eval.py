@@ -39,15 +39,18 @@ from nemo_train.nemo.targets import load_checkpoint_target
 from nemo_train.store import ResultStore
 
 
-def mean_scores(records) -> dict[tuple[str, str], tuple[float | None, float]]:
-    """Mean LLM Match (judged rows only) and mean CEI per (method, target)."""
+def mean_scores(records) -> dict[tuple[str, str], tuple[float | None, float | None]]:
+    """Mean LLM Match (judged rows only) and mean CEI per (method, target); failed rows (a request that
+    failed for good; a rerun retries them) are left out of both."""
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in records:
         groups.setdefault((r["method"], r["target"]), []).append(r)
     out = {}
     for key, rows in groups.items():
-        judged = [r["llm_match"] for r in rows if r.get("llm_match") is not None]
-        out[key] = (sum(judged) / len(judged) if judged else None, sum(r["cei"] for r in rows) / len(rows))
+        done = [r for r in rows if not r.get("failed")]
+        judged = [r["llm_match"] for r in done if r.get("llm_match") is not None]
+        cei = sum(r["cei"] for r in done) / len(done) if done else None
+        out[key] = (sum(judged) / len(judged) if judged else None, cei)
     return out
 
 

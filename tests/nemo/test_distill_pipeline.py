@@ -123,3 +123,32 @@ def test_distill_eval_rows_reject_unknown_names_and_options(tmp_path):
         parser.parse_args([*base, "--methods=[{class_path: StudentSciTX, init_args: {q: 3}}]"])
     with pytest.raises(ArgumentError, match="teacher"):
         parser.parse_args([*base, "--methods=[teacher]"])
+
+
+def test_distill_eval_student_rows_run_batched_on_a_saved_explainer(checkpoint, tmp_path):
+    from nemo_train.explainer import ExplainerModule
+    from nemo_train.models.vlm import materialize_tiny
+    from nemo_train.nemo.distill_methods import StudentChangeMLLM, StudentGreedy
+
+    module = ExplainerModule(model_name_or_path=str(materialize_tiny(tmp_path / "tiny")), lora_r=2)
+    module.configure_model()
+    folder = module.save_adapter(tmp_path / "student")
+    rows = [StudentGreedy(), StudentChangeMLLM(reference_class="true")]
+    result = distill_eval(
+        student=str(folder),
+        targets=[checkpoint],
+        methods=rows,
+        n=3,
+        test_styles=1,
+        error_batch=2,
+        max_new_tokens=6,
+        out_dir=str(tmp_path / "eval"),
+    )
+    records = [json.loads(line) for line in Path(result["results"]).read_text().splitlines()]
+    assert sorted({r["method"] for r in records}) == ["ChangeMLLM (student)", "Student (greedy)"]
+    assert len(records) == 6 and not any(r["failed"] for r in records)
+    # an untrained explainer writes no readable structured answer: nothing to test, CEI 0
+    assert all(r["cei"] == 0.0 for r in records)
+    settings = records[-1]["settings"]
+    assert settings["method.class"] == "StudentChangeMLLM" and settings["method.reference_class"] == "true"
+    assert settings["student.max_new_tokens"] == 6
