@@ -268,3 +268,30 @@ def test_cam_mllm_reads_many_overlays_in_one_request():
     for sample, explanation in zip(samples, together):
         assert torch.allclose(explanation.details["gradcam"], method.explain(sample, bench).details["gradcam"])
         assert explanation.text == "The model looked at the corner."
+
+
+def test_scitx_captions_uncaptioned_references_of_many_errors_in_one_request():
+    import dataclasses
+
+    from nemo_train.nemo.methods.base import explain_many
+    from nemo_train.nemo.methods.scitx import MLLMCaptioner
+
+    target = RedGreenTarget()
+    bench = toy_benchmark(target)
+    bench = dataclasses.replace(bench, reference=dataclasses.replace(bench.reference, captions=None))
+
+    def reply(messages):
+        text = messages[0]["content"][-1]["text"]
+        if text == MLLMCaptioner.PROMPT:
+            return "a square"
+        return _by_colour(messages)
+
+    backend = BatchRecordingBackend(reply)
+    method = SciTX(target, MLLMHypothesizer(backend), scorer_for(target), k=2, m=1, captioner=MLLMCaptioner(backend))
+    errors = toy_errors(bench)
+    explanations = explain_many(method, errors, bench)
+    # one request for the captions of every distinct retrieved reference, one for every error's hypotheses
+    assert len(backend.batches) == 2 and backend.batches[1] == 3
+    assert 1 <= backend.batches[0] <= 2 * 3
+    assert all(e.details["observations"] == ["a square", "a square"] for e in explanations)
+    assert ["green" in e.text for e in explanations] == [True, False, True]

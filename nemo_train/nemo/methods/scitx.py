@@ -260,24 +260,35 @@ class SciTX:
 
     def observe(self, sample: ErrorSample, benchmark: NemoBenchmark) -> list[Observation]:
         """Stage 1: retrieve and caption the ``k`` observations."""
+        return self.observe_batch([sample], benchmark)[0]
+
+    def observe_batch(self, samples: Sequence[ErrorSample], benchmark: NemoBenchmark) -> list[list[Observation]]:
+        """Stage 1 for several errors; references without a stored caption are captioned in one request."""
         ref = benchmark.reference
-        query = self.target.features(sample.image[None])[0].cpu()
-        indices = retrieve_observations(sample, query, ref, self.k, self.class_relevance, self.balanced)
-        sims = (
-            F.normalize(ref.features[indices].float(), dim=-1) @ F.normalize(query.float(), dim=0)
-            if indices
-            else torch.empty(0)
-        )
-        out = []
-        for i, s in zip(indices, sims.tolist()):
-            if ref.captions is not None:
-                caption = ref.captions[i]
-            elif self.captioner is not None:
-                caption = self.captioner(ref.image(i))
-            else:
+        found = []
+        for sample in samples:
+            query = self.target.features(sample.image[None])[0].cpu()
+            indices = retrieve_observations(sample, query, ref, self.k, self.class_relevance, self.balanced)
+            sims = (
+                F.normalize(ref.features[indices].float(), dim=-1) @ F.normalize(query.float(), dim=0)
+                if indices
+                else torch.empty(0)
+            )
+            found.append((indices, sims.tolist()))
+        captions = ref.captions
+        if captions is None:
+            needed = list(dict.fromkeys(i for indices, _ in found for i in indices))
+            if needed and self.captioner is None:
                 raise UserInputError("the reference set has no captions; configure an MLLM captioner for SciTX")
-            out.append(Observation(i, int(ref.labels[i]), caption, float(s), ref.attrs[i] if ref.attrs else None))
-        return out
+            texts = caption_many(self.captioner, [ref.image(i) for i in needed]) if needed else []
+            captions = dict(zip(needed, texts))
+        return [
+            [
+                Observation(i, int(ref.labels[i]), captions[i], float(s), ref.attrs[i] if ref.attrs else None)
+                for i, s in zip(indices, sims)
+            ]
+            for indices, sims in found
+        ]
 
     def explain(self, sample: ErrorSample, benchmark: NemoBenchmark) -> Explanation:
         return self.explain_batch([sample], benchmark)[0]
@@ -285,7 +296,7 @@ class SciTX:
     def explain_batch(self, samples: Sequence[ErrorSample], benchmark: NemoBenchmark) -> list[Explanation]:
         """Observe each error, ask for every error's hypotheses at once, then test each error's hypotheses."""
         names = benchmark.class_names
-        observations = [self.observe(sample, benchmark) for sample in samples]
+        observations = self.observe_batch(samples, benchmark)
         hypotheses = hypothesize_many(self.hypothesizer, samples, observations, names, self.m)
         out = []
         for sample, seen, found in zip(samples, observations, hypotheses):
@@ -296,7 +307,7 @@ class SciTX:
 
 
 class MLLMCaptioner:
-    """Caption one image with an MLLM (cached by the backend), for references without a caption."""
+    """Caption images with an MLLM (cached by the backend), for references without a caption."""
 
     PROMPT = "Describe this image in one short sentence: the main object, its appearance and its surroundings."
 
@@ -304,4 +315,15 @@ class MLLMCaptioner:
         self.backend = backend
 
     def __call__(self, image: torch.Tensor) -> str:
-        return self.backend.chat([user_message(self.PROMPT, images=[image])], temperature=0.0)[0].strip()
+        return self.caption_batch([image])[0]
+
+    def caption_batch(self, images: Sequence[torch.Tensor]) -> list[str]:
+        """One caption per image, all asked in one batched request."""
+        conversations = [[user_message(self.PROMPT, images=[image])] for image in images]
+        return [replies[0].strip() for replies in self.backend.chat_batch(conversations, temperature=0.0)]
+
+
+def caption_many(captioner, images: Sequence[torch.Tensor]) -> list[str]:
+    """Captions of ``images``: one ``caption_batch`` call where the captioner has one."""
+    batch = getattr(captioner, "caption_batch", None)
+    return batch(list(images)) if batch is not None else [captioner(image) for image in images]
