@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from datamodules.captions import CaptionDataModule, Source
 from nemo_train.errors import UserInputError
 from nemo_train.lbee.training import fit_quietly
-from nemo_train.models.clip import CLIPEncoder, CLIPModule
+from nemo_train.models.clip import CLIPEncoder, CLIPModule, in_batches
 
 log = logging.getLogger(__name__)
 
@@ -50,22 +50,20 @@ class OpenCLIPEncoder:
 
     @torch.no_grad()
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
-        out = []
-        for chunk in images.split(self.batch_size):
-            chunk = F.interpolate(
-                chunk.float().to(self.device), size=self.image_size, mode="bicubic", antialias=True, align_corners=False
-            ).clamp(0, 1)
-            out.append(F.normalize(self.model.encode_image((chunk - self.mean) / self.std).float(), dim=-1))
-        return torch.cat(out).cpu()
+        return in_batches(self._encode_image, images, self.batch_size)
 
     @torch.no_grad()
     def encode_text(self, texts: Sequence[str]) -> torch.Tensor:
-        texts = list(texts)
-        out = []
-        for start in range(0, len(texts), self.batch_size):
-            tokens = self.tokenizer(texts[start : start + self.batch_size]).to(self.device)
-            out.append(F.normalize(self.model.encode_text(tokens).float(), dim=-1))
-        return torch.cat(out).cpu()
+        return in_batches(self._encode_text, list(texts), self.batch_size)
+
+    def _encode_image(self, images: torch.Tensor) -> torch.Tensor:
+        images = F.interpolate(
+            images.float().to(self.device), size=self.image_size, mode="bicubic", antialias=True, align_corners=False
+        ).clamp(0, 1)
+        return F.normalize(self.model.encode_image((images - self.mean) / self.std).float(), dim=-1)
+
+    def _encode_text(self, texts: list[str]) -> torch.Tensor:
+        return F.normalize(self.model.encode_text(self.tokenizer(texts).to(self.device)).float(), dim=-1)
 
 
 class SyntheticCLIP:

@@ -18,9 +18,10 @@ from __future__ import annotations
 import gzip
 import json
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib.util import find_spec
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import torch
@@ -60,6 +61,11 @@ def recall_at_k(similarity: torch.Tensor, k: int) -> float:
     return float((top == torch.arange(len(similarity), device=top.device)[:, None]).any(1).float().mean())
 
 
+def in_batches(encode: Callable[[Any], torch.Tensor], items: Sequence | torch.Tensor, batch_size: int) -> torch.Tensor:
+    """``encode`` applied to consecutive chunks of ``items`` (a list or a tensor), concatenated on the CPU."""
+    return torch.cat([encode(items[start : start + batch_size]).cpu() for start in range(0, len(items), batch_size)])
+
+
 class CLIPModule(L.LightningModule):
     """Contrastive image-text training of a small ``CLIPModel`` from scratch.
 
@@ -70,8 +76,9 @@ class CLIPModule(L.LightningModule):
         max_length: token budget of a caption.
         lr, weight_decay, warmup_fraction: AdamW with linear warm-up then cosine decay.
         recall_ks: k values of the image<->text recall logged at validation.
-        export_dir: when set, the Hugging Face folder (model + tokenizer + image processor) is written
-            there at the end of ``fit``; any CLIP consumer then loads it by path.
+        export_subdir: when set, the Hugging Face folder (model + tokenizer + image processor) is written
+            to ``<trainer.default_root_dir>/<export_subdir>`` at the end of ``fit``, next to the run's
+            checkpoints; any CLIP consumer then loads it by path.
     """
 
     def __init__(
@@ -89,7 +96,7 @@ class CLIPModule(L.LightningModule):
         weight_decay: float = 0.05,
         warmup_fraction: float = 0.1,
         recall_ks: list[int] = [1, 5],  # noqa: B006 (jsonargparse shows the default)
-        export_dir: str | None = None,
+        export_subdir: str | None = "hf",
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -216,8 +223,8 @@ class CLIPModule(L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def on_fit_end(self) -> None:
-        if self.hparams.export_dir and self.trainer.is_global_zero:
-            self.export(self.hparams.export_dir)
+        if self.hparams.export_subdir and self.trainer.is_global_zero:
+            self.export(Path(self.trainer.default_root_dir) / self.hparams.export_subdir)
 
     # ----------------------------------------------------------------- export
     def export(self, folder: str | Path) -> Path:
@@ -268,27 +275,23 @@ class CLIPEncoder(torch.nn.Module):
 
     @torch.no_grad()
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
-        out = []
-        for chunk in images.split(self.batch_size):
-            chunk = F.interpolate(
-                chunk.float().to(self.mean.device),
-                size=(self.image_size, self.image_size),
-                mode="bilinear",
-                antialias=True,
-                align_corners=False,
-            )
-            pixels = (chunk - self.mean) / self.std
-            out.append(F.normalize(self.model.get_image_features(pixel_values=pixels).pooler_output, dim=-1))
-        return torch.cat(out).cpu()
+        """L2-normalised image embeddings ``[B, D]`` of images in ``[0, 1]`` (any size)."""
+        return in_batches(self._encode_image, images, self.batch_size)
 
     @torch.no_grad()
     def encode_text(self, texts: Sequence[str]) -> torch.Tensor:
-        texts = list(texts)
-        out = []
-        for start in range(0, len(texts), self.batch_size):
-            tok = self.tokenizer(
-                texts[start : start + self.batch_size], padding=True, truncation=True, return_tensors="pt"
-            )
-            tok = {k: tok[k].to(self.mean.device) for k in ("input_ids", "attention_mask")}
-            out.append(F.normalize(self.model.get_text_features(**tok).pooler_output, dim=-1))
-        return torch.cat(out).cpu()
+        """L2-normalised text embeddings ``[T, D]``."""
+        return in_batches(self._encode_text, list(texts), self.batch_size)
+
+    def _encode_image(self, images: torch.Tensor) -> torch.Tensor:
+        size = (self.image_size, self.image_size)
+        images = F.interpolate(
+            images.float().to(self.mean.device), size=size, mode="bilinear", antialias=True, align_corners=False
+        )
+        pixels = (images - self.mean) / self.std
+        return F.normalize(self.model.get_image_features(pixel_values=pixels).pooler_output, dim=-1)
+
+    def _encode_text(self, texts: list[str]) -> torch.Tensor:
+        tok = self.tokenizer(texts, padding=True, truncation=True, return_tensors="pt")
+        tok = {k: tok[k].to(self.mean.device) for k in ("input_ids", "attention_mask")}
+        return F.normalize(self.model.get_text_features(**tok).pooler_output, dim=-1)

@@ -3,6 +3,8 @@ the exported Hugging Face folder serving the NEMO zero-shot target and ErrorRetr
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import lightning as L
 import open_clip
 import pytest
@@ -37,8 +39,9 @@ def test_recall_at_k_by_hand():
 def trained(tmp_path_factory):
     L.seed_everything(0, verbose=False)
     data = CaptionDataModule(sources=["nico"], image_size=16, train_per_source=64, val_per_source=24, batch_size=16)
-    module = CLIPModule(**TINY, export_dir=str(tmp_path_factory.mktemp("clip") / "hf"))
+    module = CLIPModule(**TINY)
     trainer = L.Trainer(
+        default_root_dir=tmp_path_factory.mktemp("clip"),
         max_epochs=1,
         accelerator="cpu",
         logger=False,
@@ -88,8 +91,8 @@ def test_predict_extracts_the_image_embeddings(trained):
 
 
 def test_exported_folder_serves_zero_shot_target_and_error_retrieval(trained):
-    module, data, _ = trained
-    folder = module.hparams.export_dir
+    module, data, trainer = trained
+    folder = str(Path(trainer.default_root_dir) / "hf")
     images = torch.stack([data.val_set[i]["image"] for i in range(4)])
     encoder = CLIPEncoder(folder)
     target = ZeroShotTarget(folder, ["mammal", "bird", "plant", "plane", "boat", "car"])
