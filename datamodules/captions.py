@@ -206,6 +206,9 @@ class CaptionDataModule(SplitDataModule):
         self.save_hyperparameters()
         if not sources:
             raise UserInputError("CaptionDataModule needs at least one source")
+        unknown = [s for s in sources if s not in SOURCES]
+        if unknown:
+            raise UserInputError(f"unknown caption source(s) {unknown}; expected some of {list(SOURCES)}")
         check_range("partial_caption_prob", partial_caption_prob, 0.0, 1.0)
         check_range("train_per_source", train_per_source, 1, 200_000, "images")
         check_range("val_per_source", val_per_source, 1, 200_000, "images")

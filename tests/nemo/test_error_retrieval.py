@@ -49,12 +49,20 @@ def test_contrast_direction_and_ranking_by_hand():
     # correctly classified class-0 references: the two red ones (the blue one is misclassified)
     assert torch.allclose(method.direction(sample, bench), torch.tensor([-1.0, 1.0, 0.0]))
     # pair (a, b) scores direction . (t(a) - t(b)): green/red 2, green/blue 1, blue/red 1, ...
-    scores = [float(torch.tensor([-1.0, 1.0, 0.0]) @ (PALETTE[COLORS.index(a.split()[1])] - PALETTE[COLORS.index(b.split()[1])])) for a, b in PAIRS]
+    scores = [
+        float(
+            torch.tensor([-1.0, 1.0, 0.0]) @ (PALETTE[COLORS.index(a.split()[1])] - PALETTE[COLORS.index(b.split()[1])])
+        )
+        for a, b in PAIRS
+    ]
     ranking = method.ranking(sample, bench)
     assert scores[ranking[0]] == 2.0 and PAIRS[ranking[0]] == ("a green digit", "a red digit")
     assert [scores[i] for i in ranking] == sorted(scores, reverse=True)
     text = method.explain(sample, bench).text
-    assert text == "The error looks like a green digit, while correctly classified images of its class look like a red digit."
+    assert (
+        text
+        == "The error looks like a green digit, while correctly classified images of its class look like a red digit."
+    )
 
 
 def test_retrieved_contrast_gives_an_edit_and_a_positive_cei():
