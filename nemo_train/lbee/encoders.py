@@ -18,12 +18,12 @@ import torch.nn.functional as F
 from datamodules.captions import CaptionDataModule, Source
 from nemo_train.errors import UserInputError
 from nemo_train.lbee.training import fit_quietly
-from nemo_train.models.clip import CLIPEncoder, CLIPModule, in_batches
+from nemo_train.models.clip import BatchedEncoder, CLIPEncoder, CLIPModule
 
 log = logging.getLogger(__name__)
 
 
-class OpenCLIPEncoder:
+class OpenCLIPEncoder(BatchedEncoder):
     """A released Open-CLIP model, e.g. ``ViT-B-32`` / ``laion2b_s34b_b79k`` (LAION-2B), by name and
     pretrained tag, or a local weights file as ``pretrained``. Weights come from the hub (or the file)."""
 
@@ -47,14 +47,6 @@ class OpenCLIPEncoder:
         self.mean = torch.tensor(normalize.mean).view(1, 3, 1, 1).to(device)
         self.std = torch.tensor(normalize.std).view(1, 3, 1, 1).to(device)
         self.device, self.batch_size = device, batch_size
-
-    @torch.no_grad()
-    def encode_image(self, images: torch.Tensor) -> torch.Tensor:
-        return in_batches(self._encode_image, images, self.batch_size)
-
-    @torch.no_grad()
-    def encode_text(self, texts: Sequence[str]) -> torch.Tensor:
-        return in_batches(self._encode_text, list(texts), self.batch_size)
 
     def _encode_image(self, images: torch.Tensor) -> torch.Tensor:
         images = F.interpolate(

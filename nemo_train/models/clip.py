@@ -18,10 +18,9 @@ from __future__ import annotations
 import gzip
 import json
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any
 
 import lightning as L
 import torch
@@ -61,9 +60,29 @@ def recall_at_k(similarity: torch.Tensor, k: int) -> float:
     return float((top == torch.arange(len(similarity), device=top.device)[:, None]).any(1).float().mean())
 
 
-def in_batches(encode: Callable[[Any], torch.Tensor], items: Sequence | torch.Tensor, batch_size: int) -> torch.Tensor:
-    """``encode`` applied to consecutive chunks of ``items`` (a list or a tensor), concatenated on the CPU."""
-    return torch.cat([encode(items[start : start + batch_size]).cpu() for start in range(0, len(items), batch_size)])
+class BatchedEncoder:
+    """``encode_image`` / ``encode_text`` of a joint space, computed in chunks of :attr:`batch_size` without
+    gradients; a subclass encodes one chunk in ``_encode_image`` / ``_encode_text`` (L2-normalised)."""
+
+    batch_size: int = 256
+
+    @torch.no_grad()
+    def encode_image(self, images: torch.Tensor) -> torch.Tensor:
+        """L2-normalised image embeddings ``[B, D]`` (on the CPU) of images in ``[0, 1]`` (any size)."""
+        return torch.cat([self._encode_image(chunk).cpu() for chunk in images.split(self.batch_size)])
+
+    @torch.no_grad()
+    def encode_text(self, texts: Sequence[str]) -> torch.Tensor:
+        """L2-normalised text embeddings ``[T, D]`` (on the CPU)."""
+        texts = list(texts)
+        step = self.batch_size
+        return torch.cat([self._encode_text(texts[i : i + step]).cpu() for i in range(0, len(texts), step)])
+
+    def _encode_image(self, images: torch.Tensor) -> torch.Tensor:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def _encode_text(self, texts: list[str]) -> torch.Tensor:  # pragma: no cover - interface
+        raise NotImplementedError
 
 
 class CLIPModule(L.LightningModule):
@@ -75,6 +94,10 @@ class CLIPModule(L.LightningModule):
         embed_dim: dimension of the joint space.
         max_length: token budget of a caption.
         lr, weight_decay, warmup_fraction: AdamW with linear warm-up then cosine decay.
+        label_text_weight: weight of the label-text term added to the contrastive loss (as UniCL, Yang et
+            al. 2022): each training image is also classified, for every attribute its caption source
+            has, among that attribute's one-attribute captions ("the digit zero" ... "the digit nine",
+            the datamodule's ``zero_shot_prompts``), in the same joint space. 0 trains on captions alone.
         recall_ks: k values of the image<->text recall logged at validation.
         export_subdir: when set, the Hugging Face folder (model + tokenizer + image processor) is written
             to ``<trainer.default_root_dir>/<export_subdir>`` at the end of ``fit``, next to the run's
@@ -95,8 +118,9 @@ class CLIPModule(L.LightningModule):
         lr: float = 2e-3,
         weight_decay: float = 0.05,
         warmup_fraction: float = 0.1,
+        label_text_weight: float = 0.0,
         recall_ks: list[int] = [1, 5],  # noqa: B006 (jsonargparse shows the default)
-        export_subdir: str | None = "hf",
+        export_subdir: str | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -162,10 +186,30 @@ class CLIPModule(L.LightningModule):
             self.zero_shot = datamodule.zero_shot_prompts()
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        n = len(batch["image"])
         out = self.model(**self.tokens(batch["caption"]), pixel_values=self.pixels(batch["image"]), return_loss=True)
-        self.log("train/loss", out.loss, prog_bar=True, batch_size=len(batch["image"]))
-        self.log("train/logit_scale", self.model.logit_scale.exp(), batch_size=len(batch["image"]))
-        return out.loss
+        loss = out.loss
+        if self.hparams.label_text_weight > 0 and self.zero_shot:
+            label_loss = self.label_text_loss(out.image_embeds, batch["attrs"])
+            self.log("train/label_text_loss", label_loss, batch_size=n)
+            loss = loss + self.hparams.label_text_weight * label_loss
+        self.log("train/loss", loss, prog_bar=True, batch_size=n)
+        self.log("train/logit_scale", self.model.logit_scale.exp(), batch_size=n)
+        return loss
+
+    def label_text_loss(self, image: torch.Tensor, attrs: torch.Tensor) -> torch.Tensor:
+        """Mean over attribute slots of the cross-entropy of classifying ``image`` (normalised embeddings)
+        among the slot's prompts, for the rows whose source has the slot (``attrs >= 0``)."""
+        prompts = [p for slot in self.zero_shot.values() for p in slot]
+        text = F.normalize(self.model.get_text_features(**self.tokens(prompts)).pooler_output, dim=-1)
+        scale, losses, start = self.model.logit_scale.exp(), [], 0
+        for column, slot in enumerate(self.zero_shot.values()):
+            rows = attrs[:, column] >= 0
+            if rows.any():
+                logits = scale * image[rows] @ text[start : start + len(slot)].T
+                losses.append(F.cross_entropy(logits, attrs[rows, column]))
+            start += len(slot)
+        return torch.stack(losses).mean()
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         image, text = self.encode_image(batch["image"]), self.encode_text(batch["caption"])
@@ -244,7 +288,7 @@ class CLIPModule(L.LightningModule):
         return folder
 
 
-class CLIPEncoder(torch.nn.Module):
+class CLIPEncoder(BatchedEncoder, torch.nn.Module):
     """Inference wrapper of a trained CLIP: ``encode_image`` / ``encode_text`` (L2-normalised), batched.
 
     ``source`` is a Hugging Face folder or hub id of a CLIP model (e.g. one exported by
@@ -272,16 +316,6 @@ class CLIPEncoder(torch.nn.Module):
         self.batch_size = batch_size
         self.register_buffer("mean", torch.tensor(CLIP_MEAN).view(1, 3, 1, 1), persistent=False)
         self.register_buffer("std", torch.tensor(CLIP_STD).view(1, 3, 1, 1), persistent=False)
-
-    @torch.no_grad()
-    def encode_image(self, images: torch.Tensor) -> torch.Tensor:
-        """L2-normalised image embeddings ``[B, D]`` of images in ``[0, 1]`` (any size)."""
-        return in_batches(self._encode_image, images, self.batch_size)
-
-    @torch.no_grad()
-    def encode_text(self, texts: Sequence[str]) -> torch.Tensor:
-        """L2-normalised text embeddings ``[T, D]``."""
-        return in_batches(self._encode_text, list(texts), self.batch_size)
 
     def _encode_image(self, images: torch.Tensor) -> torch.Tensor:
         size = (self.image_size, self.image_size)

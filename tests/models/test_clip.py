@@ -39,7 +39,7 @@ def test_recall_at_k_by_hand():
 def trained(tmp_path_factory):
     L.seed_everything(0, verbose=False)
     data = CaptionDataModule(sources=["nico"], image_size=16, train_per_source=64, val_per_source=24, batch_size=16)
-    module = CLIPModule(**TINY)
+    module = CLIPModule(**TINY, export_subdir="hf")
     trainer = L.Trainer(
         default_root_dir=tmp_path_factory.mktemp("clip"),
         max_epochs=1,
