@@ -224,23 +224,31 @@ class CaptionDataModule(SplitDataModule):
 
     # ------------------------------------------------------------------ generation
     @staticmethod
-    def _values(source: str, n: int, group_size: int, gen: torch.Generator) -> tuple[dict, torch.Tensor]:
-        """Attribute indices of ``n`` images in minimal-pair groups (each varies one random attribute over
-        ``min(group_size, its number of values)`` distinct values), and each image's group id."""
+    def _values(
+        source: str, n: int, group_size: int, gen: torch.Generator
+    ) -> tuple[dict, torch.Tensor, torch.Tensor, list[str]]:
+        """Attribute indices of ``n`` images in minimal-pair groups, each image's group id, how many times
+        its value already occurred in its group, and the attribute its group varies. A group varies one
+        random attribute; its members cycle through that attribute's values in a random order (repeating
+        them when the group is larger than the number of values)."""
         words = VOCABULARIES[source].words
         names = list(words)
         rows: dict[str, list[int]] = {k: [] for k in names}
         group: list[int] = []
+        repeat: list[int] = []
+        varies: list[str] = []
         while len(group) < n:
             base = {k: int(torch.randint(0, len(v), (1,), generator=gen)) for k, v in words.items()}
             varied = names[int(torch.randint(0, len(names), (1,), generator=gen))]
-            size = min(group_size, len(words[varied]), n - len(group))
-            others = torch.randperm(len(words[varied]), generator=gen)[:size].tolist()
-            for value in others:
+            size = min(group_size, n - len(group))
+            order = torch.randperm(len(words[varied]), generator=gen).tolist()
+            for member in range(size):
                 for k in names:
-                    rows[k].append(value if k == varied else base[k])
+                    rows[k].append(order[member % len(order)] if k == varied else base[k])
             group += [group[-1] + 1 if group else 0] * size
-        return {k: torch.tensor(v) for k, v in rows.items()}, torch.tensor(group)
+            repeat += [member // len(order) for member in range(size)]
+            varies += [varied] * size
+        return {k: torch.tensor(v) for k, v in rows.items()}, torch.tensor(group), torch.tensor(repeat), varies
 
     def _render(self, source: str, values: dict, style: torch.Tensor, pool: str) -> torch.Tensor:
         size = self.hparams.image_size
@@ -263,21 +271,21 @@ class CaptionDataModule(SplitDataModule):
         for si, source in enumerate(self.sources):
             vocab = VOCABULARIES[source]
             names = list(vocab.words)
-            values, group = self._values(source, n, group_size, gen)
-            style = torch.randint(0, 1 << 20, (int(group.max()) + 1,), generator=gen)[group]  # shared in a group
+            values, group, repeat, varies = self._values(source, n, group_size, gen)
+            # one style per group (exact minimal pairs); members repeating a value get the next styles
+            style = torch.randint(0, 1 << 20, (int(group.max()) + 1,), generator=gen)[group] + repeat
             if pool == "test":
                 style = style + (1 << 24)  # validation styles differ from training ones
             images.append(self._render(source, values, style, pool))
             partial = torch.rand(n, generator=gen) < self.hparams.partial_caption_prob
             template = torch.randint(0, 12, (n,), generator=gen)
-            # the attribute a partial caption names: the varied one of a group, else a random one
+            # the attribute a partial caption names: the one its group varies (a random one without groups)
             which = torch.randint(0, len(names), (n,), generator=gen)
+            named = varies if group_size > 1 else [names[int(w)] for w in which]
             for i in range(n):
                 row = {k: int(values[k][i]) for k in names}
                 if partial[i]:
-                    mates = group == group[i]
-                    differ = [k for k in names if len(values[k][mates].unique()) > 1]
-                    name = differ[0] if differ else names[int(which[i])]
+                    name = named[i]
                     captions.append(vocab.partial_caption(name, row[name], int(template[i])))
                 else:
                     captions.append(vocab.caption(row, int(template[i])))

@@ -94,10 +94,14 @@ class CLIPModule(L.LightningModule):
         embed_dim: dimension of the joint space.
         max_length: token budget of a caption.
         lr, weight_decay, warmup_fraction: AdamW with linear warm-up then cosine decay.
-        label_text_weight: weight of the label-text term added to the contrastive loss (as UniCL, Yang et
-            al. 2022): each training image is also classified, for every attribute its caption source
-            has, among that attribute's one-attribute captions ("the digit zero" ... "the digit nine",
-            the datamodule's ``zero_shot_prompts``), in the same joint space. 0 trains on captions alone.
+        attribute_head_weight: weight of an auxiliary loss during training: a linear head per
+            (source, attribute) slot of the datamodule classifies the image embedding into the
+            attribute's values. It gives the image tower a direct signal for shape-like attributes
+            (digit, tilt, object, CLEVR shape), which contrastive training from scratch on a few
+            thousand captions otherwise never separates (the text tower collapses their words while the
+            image tower cannot yet tell them apart); the caption loss then aligns the words with them.
+            The heads are not part of the exported model; zero-shot accuracy is measured with text
+            prompts only. 0 trains on captions alone.
         recall_ks: k values of the image<->text recall logged at validation.
         export_subdir: when set, the Hugging Face folder (model + tokenizer + image processor) is written
             to ``<trainer.default_root_dir>/<export_subdir>`` at the end of ``fit``, next to the run's
@@ -118,7 +122,7 @@ class CLIPModule(L.LightningModule):
         lr: float = 2e-3,
         weight_decay: float = 0.05,
         warmup_fraction: float = 0.1,
-        label_text_weight: float = 0.0,
+        attribute_head_weight: float = 0.0,
         recall_ks: list[int] = [1, 5],  # noqa: B006 (jsonargparse shows the default)
         export_subdir: str | None = None,
     ) -> None:
@@ -153,6 +157,7 @@ class CLIPModule(L.LightningModule):
         self.register_buffer("mean", torch.tensor(CLIP_MEAN).view(1, 3, 1, 1), persistent=False)
         self.register_buffer("std", torch.tensor(CLIP_STD).view(1, 3, 1, 1), persistent=False)
         self.zero_shot: dict[str, list[str]] = {}
+        self.heads = torch.nn.ModuleDict()  # auxiliary attribute heads, built in setup from the datamodule
         self._val: list[dict] = []
 
     # ----------------------------------------------------------------- encoders
@@ -184,31 +189,37 @@ class CLIPModule(L.LightningModule):
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         if datamodule is not None and hasattr(datamodule, "zero_shot_prompts"):
             self.zero_shot = datamodule.zero_shot_prompts()
+        if self.hparams.attribute_head_weight > 0 and not len(self.heads):
+            for slot, prompts in self.zero_shot.items():
+                self.heads[slot.replace("/", "_")] = torch.nn.Linear(self.hparams.embed_dim, len(prompts))
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         n = len(batch["image"])
         out = self.model(**self.tokens(batch["caption"]), pixel_values=self.pixels(batch["image"]), return_loss=True)
         loss = out.loss
-        if self.hparams.label_text_weight > 0 and self.zero_shot:
-            label_loss = self.label_text_loss(out.image_embeds, batch["attrs"])
-            self.log("train/label_text_loss", label_loss, batch_size=n)
-            loss = loss + self.hparams.label_text_weight * label_loss
+        if len(self.heads):
+            head_loss = self.attribute_loss(out.image_embeds, batch["attrs"])
+            self.log("train/attribute_loss", head_loss, batch_size=n)
+            loss = loss + self.hparams.attribute_head_weight * head_loss
         self.log("train/loss", loss, prog_bar=True, batch_size=n)
         self.log("train/logit_scale", self.model.logit_scale.exp(), batch_size=n)
         return loss
 
-    def label_text_loss(self, image: torch.Tensor, attrs: torch.Tensor) -> torch.Tensor:
-        """Mean over attribute slots of the cross-entropy of classifying ``image`` (normalised embeddings)
-        among the slot's prompts, for the rows whose source has the slot (``attrs >= 0``)."""
+    def attribute_loss(self, image: torch.Tensor, attrs: torch.Tensor) -> torch.Tensor:
+        """Mean over slots of the auxiliary heads' cross-entropy on the images whose source has the slot,
+        plus on the slot's own prompts (prompt ``v`` is class ``v``): one head shared by both towers pulls
+        an attribute's images and its words to the same directions from the first step."""
         prompts = [p for slot in self.zero_shot.values() for p in slot]
         text = F.normalize(self.model.get_text_features(**self.tokens(prompts)).pooler_output, dim=-1)
         scale, losses, start = self.model.logit_scale.exp(), [], 0
-        for column, slot in enumerate(self.zero_shot.values()):
+        for column, head in enumerate(self.heads.values()):
+            count = head.out_features
             rows = attrs[:, column] >= 0
             if rows.any():
-                logits = scale * image[rows] @ text[start : start + len(slot)].T
-                losses.append(F.cross_entropy(logits, attrs[rows, column]))
-            start += len(slot)
+                losses.append(F.cross_entropy(head(scale * image[rows]), attrs[rows, column]))
+            words = head(scale * text[start : start + count])
+            losses.append(F.cross_entropy(words, torch.arange(count, device=words.device)))
+            start += count
         return torch.stack(losses).mean()
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
@@ -301,7 +312,9 @@ class CLIPEncoder(BatchedEncoder, torch.nn.Module):
         if source.endswith(".ckpt"):
             if not Path(source).is_file():
                 raise UserInputError(f"CLIP checkpoint {source!r} does not exist")
-            module = CLIPModule.load_from_checkpoint(source, map_location="cpu", weights_only=True)
+            module = CLIPModule.load_from_checkpoint(
+                source, map_location="cpu", weights_only=True, strict=False
+            )  # auxiliary heads are not needed
             self.model, self.tokenizer = module.model, module.tokenizer
             self.image_size = module.hparams.image_size
         else:
