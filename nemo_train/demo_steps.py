@@ -220,9 +220,11 @@ STEPS: list[Step] = [
         command="fit",
         overrides=[
             "--trainer.default_root_dir={out}/clip",
+            # CMNIST captions only, 60 steps: enough for the colours the NEMO step's ErrorRetrieval ranks
             "--data.init_args.sources=[cmnist]",
-            "--trainer.max_epochs=CLIP_EPOCHS",
-            "--data.init_args.train_per_source=CLIP_TRAIN",
+            "--trainer.max_epochs=4",
+            "--data.init_args.train_per_source=2000",
+            "--data.init_args.val_per_source=200",
         ],
         fast=["--trainer.max_epochs=1", "--data.init_args.train_per_source=256", "--data.init_args.val_per_source=64"],
         read=read_clip,
