@@ -197,7 +197,7 @@ class CaptionDataModule(SplitDataModule):
         train_per_source: int = 4000,
         val_per_source: int = 400,
         partial_caption_prob: float = 0.3,
-        group_size: int = 4,
+        group_size: int = 1,
         batch_size: int = 128,
         num_workers: int = 0,
         seed: int = 0,
