@@ -28,8 +28,9 @@ def is_verbose() -> bool:
 
 
 def interactive() -> bool:
-    """True when stderr is a terminal: only then are progress bars drawn."""
-    return hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
+    """True when both stdout and stderr are terminals: only then are progress bars drawn (ours write to stderr,
+    Lightning's to stdout; a run whose output goes to a file or a pipe gets none)."""
+    return all(hasattr(stream, "isatty") and stream.isatty() for stream in (sys.stdout, sys.stderr))
 
 
 def set_output(verbose: bool = False) -> None:
@@ -72,10 +73,39 @@ def warn_once(message: str) -> None:
         print(f"nemo-train: warning: {message}", file=sys.stderr, flush=True)
 
 
+class _Bar(tqdm):
+    """A tqdm bar that counts itself among the open bars while it is drawn (see :func:`progress_bar`)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        global _open_bars
+        super().__init__(*args, **kwargs)
+        self._counted = not self.disable
+        _open_bars += self._counted
+
+    def close(self) -> None:
+        global _open_bars
+        if getattr(self, "_counted", False):  # close runs again from __del__; count each bar out once
+            self._counted = False
+            _open_bars -= 1
+        super().close()
+
+
+#: How many bars of :func:`progress_bar` are drawn now; while one is, a bar started inside it is not drawn.
+_open_bars = 0
+
+
+def open_bars() -> int:
+    """How many bars of :func:`progress_bar` are drawn now (0 or 1: bars never nest)."""
+    return _open_bars
+
+
 def progress_bar(*args, disable: bool = False, **kwargs):
-    """A tqdm bar, drawn only on a terminal in quiet mode (``disable`` adds the caller's own condition).
+    """A tqdm bar, drawn only on a terminal in quiet mode (``disable`` adds the caller's own condition) and
+    never inside another one: while a bar is drawn (an outer loop over methods, a pipeline step), a bar
+    started inside it (the inner loop over errors, batches or steps) is not, so bars never nest.
 
     tqdm reads ``TQDM_DISABLE`` only where a caller leaves ``disable`` unset, so every bar of the toolkit
     goes through here.
     """
-    return tqdm(*args, disable=disable or os.environ.get("TQDM_DISABLE") == "1", **kwargs)
+    hidden = os.environ.get("TQDM_DISABLE") == "1" or not (_verbose or interactive())
+    return _Bar(*args, disable=disable or hidden or _open_bars > 0, **kwargs)
