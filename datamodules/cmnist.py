@@ -268,8 +268,7 @@ class CMNISTDataModule(SplitDataModule):
         num_workers: int = 0,
         seed: int = 0,
     ) -> None:
-        super().__init__()
-        self.save_hyperparameters()
+        super().__init__()  # saves this module's arguments as hyper-parameters
         self.bias = BiasSpec.parse(bias)
         check_range("train_size", train_size, 10, MAX_TRAIN_SIZE, "images")
         check_range("test_styles", test_styles, 1, MAX_TEST_STYLES, "exemplars per test cell")
