@@ -73,39 +73,22 @@ def warn_once(message: str) -> None:
         print(f"nemo-train: warning: {message}", file=sys.stderr, flush=True)
 
 
-class _Bar(tqdm):
-    """A tqdm bar that counts itself among the open bars while it is drawn (see :func:`progress_bar`)."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        global _open_bars
-        super().__init__(*args, **kwargs)
-        self._counted = not self.disable
-        _open_bars += self._counted
-
-    def close(self) -> None:
-        global _open_bars
-        if getattr(self, "_counted", False):  # close runs again from __del__; count each bar out once
-            self._counted = False
-            _open_bars -= 1
-        super().close()
-
-
-#: How many bars of :func:`progress_bar` are drawn now; while one is, a bar started inside it is not drawn.
-_open_bars = 0
-
-
 def open_bars() -> int:
-    """How many bars of :func:`progress_bar` are drawn now (0 or 1: bars never nest)."""
-    return _open_bars
+    """How many tqdm bars are drawn now: ours, Lightning's (its progress bar subclasses tqdm) or a library's.
+
+    Read from tqdm's own registry of open bars (the one it places nested bars with); a disabled or closed
+    bar is not in it.
+    """
+    return len(tqdm._instances)
 
 
 def progress_bar(*args, disable: bool = False, **kwargs):
     """A tqdm bar, drawn only on a terminal in quiet mode (``disable`` adds the caller's own condition) and
-    never inside another one: while a bar is drawn (an outer loop over methods, a pipeline step), a bar
-    started inside it (the inner loop over errors, batches or steps) is not, so bars never nest.
+    never inside another one: while a bar is drawn (an outer loop over methods, Lightning's bar during a
+    validation callback), a bar started inside it (the inner loop over errors, batches or steps) is not.
 
     tqdm reads ``TQDM_DISABLE`` only where a caller leaves ``disable`` unset, so every bar of the toolkit
     goes through here.
     """
     hidden = os.environ.get("TQDM_DISABLE") == "1" or not (_verbose or interactive())
-    return _Bar(*args, disable=disable or hidden or _open_bars > 0, **kwargs)
+    return tqdm(*args, disable=disable or hidden or open_bars() > 0, **kwargs)

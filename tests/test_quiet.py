@@ -69,8 +69,22 @@ def test_a_bar_opened_inside_another_is_not_drawn(terminal):
     after = progress_bar(total=1, file=out)
     assert not after.disable  # once nothing is open, the next bar is drawn again
     after.close()
-    after.close()  # closing twice (tqdm closes again when collected) counts the bar out once
     assert open_bars() == 0
+
+
+def test_no_bar_inside_lightnings_bar(terminal):
+    """A callback's loop (an evaluation during validation) draws nothing under Lightning's own bar."""
+    from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
+
+    out = terminal()
+    lightning_bar = Tqdm(total=10, desc="Validation", file=out)
+    inner = progress_bar(total=3, file=out)
+    assert inner.disable
+    inner.close()
+    lightning_bar.close()
+    after = progress_bar(total=1, file=out)
+    assert not after.disable
+    after.close()
 
 
 def test_the_caller_can_disable_a_bar_and_it_does_not_hide_the_next(terminal):

@@ -100,20 +100,10 @@ def test_logs_hand_computed_cei_and_llm_match_and_skips_sanity_check():
     assert trainer.callback_metrics["nemo/cei"].item() == pytest.approx(expected_cei, rel=1e-5)
 
 
-def test_wandb_table_only_with_a_wandb_logger():
-    from lightning.pytorch.loggers import WandbLogger
-
+def test_wandb_table_only_with_a_wandb_logger(table_loggers):
     bench, scorer, panel = toy_setup()
 
-    class FakeWandb(WandbLogger):
-        def __init__(self):  # no run is started
-            self.tables = []
-
-        def log_table(self, key, columns=None, data=None, **kwargs):
-            self.tables.append((key, columns, data))
-
-    other = SimpleNamespace(log_table=lambda *a, **k: pytest.fail("a non-W&B logger got a table"))
-    wandb_logger = FakeWandb()
+    other, wandb_logger = table_loggers
     trainer = SimpleNamespace(
         sanity_checking=False,
         current_epoch=0,
