@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import lightning as L
@@ -21,6 +21,18 @@ def check_range(option: str, value: int | float, low: int | float, high: int | f
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
         unit = f" {unit}" if unit else ""
         raise UserInputError(f"{option}={value!r} is out of range; expected {low} to {high}{unit}")
+
+
+def vocab_index(vocab: Sequence[str], value: int | str, what: str) -> int:
+    """Index of ``value`` (a name or an index) in ``vocab``; ``what`` names the vocabulary in errors
+    (``"CLEVR shape"``, ``"NICO++ context"``, ``"colour"``)."""
+    if isinstance(value, str):
+        if value not in vocab:
+            raise UserInputError(f"unknown {what} {value!r}; expected one of {list(vocab)}")
+        return list(vocab).index(value)
+    if not 0 <= int(value) < len(vocab):
+        raise UserInputError(f"{what} index {value} out of range 0-{len(vocab) - 1}")
+    return int(value)
 
 
 #: Largest generated dataset (all splits, as uint8 images) a datamodule builds: 4 GiB.

@@ -21,9 +21,16 @@ from pathlib import Path
 
 import torch
 
-from datamodules.base import MAX_FOLDER_SIZE, AttributeImageDataset, SplitDataModule, check_range, to_uint8
+from datamodules.base import (
+    MAX_FOLDER_SIZE,
+    AttributeImageDataset,
+    SplitDataModule,
+    check_range,
+    to_uint8,
+    vocab_index,
+)
 from datamodules.folder import list_images, load_images, require_folder
-from datamodules.nico_render import CLASSES, CONTEXTS, MAX_RENDER_SIZE, NICORenderer, vocab_index
+from datamodules.nico_render import CLASSES, CONTEXTS, MAX_RENDER_SIZE, NICORenderer
 from nemo_train.errors import UserInputError
 
 __all__ = [
@@ -71,7 +78,7 @@ def parse_correlated_context(pairs: Mapping[str, str] | None) -> torch.Tensor:
     missing = sorted(set(CLASSES) - set(pairs))
     if missing:
         raise UserInputError(f"correlated_context lacks class(es) {missing}; every class needs a context")
-    return torch.tensor([vocab_index(CONTEXTS, pairs[c], "context") for c in CLASSES])
+    return torch.tensor([vocab_index(CONTEXTS, pairs[c], "NICO++ context") for c in CLASSES])
 
 
 # --------------------------------------------------------------------------------------------- splits
