@@ -164,9 +164,9 @@ class ChatBackend(ABC):
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
             return list(pool.map(fn, items))
 
-    def chat_batch(self, conversations: list[list[Message]], **kwargs: Any) -> list[list[str]]:
+    def chat_batch(self, conversations: list[list[Message]], **sampling: Unpack[Sampling]) -> list[list[str]]:
         """:meth:`chat` on each conversation, ``concurrency`` at a time; results in input order."""
-        return self._map(lambda messages: self.chat(messages, **kwargs), conversations)
+        return self._map(lambda messages: self.chat(messages, **sampling), conversations)
 
     def chat_json(
         self, messages: list[Message], *, max_reasks: int = 2, **sampling: Unpack[Sampling]
@@ -177,34 +177,39 @@ class ChatBackend(ABC):
         ``max_reasks`` times; after that it counts in ``stats.json_failures`` and is returned as
         ``None``, so one bad reply never stops a run.
         """
-        replies = self.chat(messages, **sampling)
-        return [self._parse_or_reask(messages, reply, max_reasks, sampling) for reply in replies]
+        return self.chat_json_batch([messages], max_reasks=max_reasks, **sampling)[0]
 
     def chat_json_batch(
         self, conversations: list[list[Message]], *, max_reasks: int = 2, **sampling: Unpack[Sampling]
     ) -> list[list[dict[str, Any] | None]]:
-        """:meth:`chat_json` on each conversation: first replies through :meth:`chat_batch` (so a
-        backend that batches generation does), then the re-asks, ``concurrency`` at a time."""
+        """:meth:`chat_json` on each conversation: the first replies through one :meth:`chat_batch` call (so a
+        backend that batches generation does), then each round of re-asks of the still malformed replies
+        through one more :meth:`chat_batch` call (one reply each, the same sampling otherwise)."""
         first = self.chat_batch(conversations, **sampling)
-        return self._map(
-            lambda pair: [self._parse_or_reask(pair[0], reply, max_reasks, sampling) for reply in pair[1]],
-            list(zip(conversations, first)),
-        )
-
-    def _parse_or_reask(
-        self, messages: list[Message], reply: str, max_reasks: int, sampling: Sampling
-    ) -> dict[str, Any] | None:
-        """``reply`` as a JSON object, re-asking (one reply, the same sampling otherwise) while it is malformed."""
-        parsed = extract_json(reply)
-        conversation = list(messages)
-        for attempt in range(max_reasks):
-            if parsed is not None:
-                return parsed
-            self.stats.add("json_reasks")
-            conversation = conversation + [assistant_message(reply), user_message(REASK_TEXT)]
-            reply = self.chat(conversation, **{**sampling, "n": 1})[0]
-            parsed = extract_json(reply)
-        if parsed is None:
+        parsed = [[extract_json(reply) for reply in replies] for replies in first]
+        # (conversation, reply) of every malformed reply, with the conversation it was given in
+        pending = [
+            ((i, j), conversations[i], reply)
+            for i, replies in enumerate(first)
+            for j, reply in enumerate(replies)
+            if parsed[i][j] is None
+        ]
+        for _ in range(max_reasks):
+            if not pending:
+                break
+            self.stats.add("json_reasks", len(pending))
+            asked = [
+                conversation + [assistant_message(reply), user_message(REASK_TEXT)]
+                for _, conversation, reply in pending
+            ]
+            replies = [r[0] for r in self.chat_batch(asked, **{**sampling, "n": 1})]
+            still = []
+            for ((i, j), _, _), conversation, reply in zip(pending, asked, replies):
+                parsed[i][j] = extract_json(reply)
+                if parsed[i][j] is None:
+                    still.append(((i, j), conversation, reply))
+            pending = still
+        for _, _, reply in pending:
             self.stats.add("json_failures")
             log.debug("%s: reply is not a JSON object after %d re-asks: %.80r", self.model, max_reasks, reply)
         return parsed
