@@ -4,11 +4,15 @@ configuration (a missing CLIP folder is a one-line error)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
+import yaml
 from nemo_toys import COLORS, PALETTE, VOCAB, RedGreenTarget, SolidRenderer, solid
 
 from datamodules.captions import VOCABULARIES
+from nemo_train.demo_steps import STEPS
 from nemo_train.errors import UserInputError
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark, ReferenceSet
 from nemo_train.nemo.components.methods import BuildContext, ErrorRetrievalMethod
@@ -95,3 +99,16 @@ def test_missing_clip_folder_is_one_line_error(tmp_path):
         ErrorRetrievalMethod(clip_model=str(tmp_path / "clip" / "hf")).make(ctx)
     random = ErrorRetrievalMethod(clip_model=None).make(ctx)
     assert random.name == "ErrorRetrieval(random CLIP)"
+
+
+def test_shipped_presets_never_rank_with_a_random_clip_and_the_demo_passes_its_own():
+    root = Path(__file__).resolve().parents[2]
+    for preset in sorted((root / "configs" / "nemo").glob("*.yaml")):
+        for method in yaml.safe_load(preset.read_text()).get("methods") or []:
+            if isinstance(method, dict) and method["class_path"].endswith("ErrorRetrievalMethod"):
+                assert method["init_args"].get("clip_model"), preset.name
+    step = next(s for s in STEPS if s.name == "nemo_eval")
+    (dotted,) = step.edits
+    methods = yaml.safe_load((root / "configs" / step.preset).read_text())["methods"]
+    assert dotted == "methods.1.init_args.clip_model" and methods[1]["class_path"] == "ErrorRetrievalMethod"
+    assert [s.name for s in STEPS].index("clip") < [s.name for s in STEPS].index("nemo_eval")
