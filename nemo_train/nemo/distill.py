@@ -173,10 +173,7 @@ def distill_teacher(
     spec = target_spec(classifier)
     spec.check()
     if dataset == "folder":
-        if mapping_file is not None:
-            mapping = ClassMapping.from_json(mapping_file)
-        else:
-            mapping = ClassMapping.from_wnids(sorted(p.name for p in Path(mining_root).iterdir() if p.is_dir()))
+        mapping = ClassMapping.for_folder(mining_root, mapping_file)
         target = build_target(spec, mapping)
         bench = mine_folder_errors(
             "folder", mining_root, evaluation_root, target, "folder", n=n, seed=seed, class_folders=mapping.folders

@@ -26,10 +26,13 @@ from nemo_train.backends.student import StudentBackend
 from nemo_train.console import print_table
 from nemo_train.errors import UserInputError
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark, build_synthetic_benchmark
-from nemo_train.nemo.components.targets import CheckpointTarget
+from nemo_train.nemo.class_mapping import ClassMapping
+from nemo_train.nemo.components.editors import DiffusersEdit
+from nemo_train.nemo.components.targets import TargetSpec, as_spec, unique_names
 from nemo_train.nemo.evaluation import evaluate_sample, record_key
+from nemo_train.nemo.folder_benchmark import build_folder_benchmark
 from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
-from nemo_train.nemo.judges import JudgePanel, KeywordJudge
+from nemo_train.nemo.judges import CriterionName, Judge, JudgePanel, KeywordJudge, LLMJudge
 from nemo_train.nemo.methods.base import Explanation, ask_causes
 from nemo_train.nemo.methods.cam_mllm import CamMLLM
 from nemo_train.nemo.methods.change_mllm import ChangeMLLM
@@ -41,7 +44,6 @@ from nemo_train.nemo.structured import (
     DISTILL_PROMPT,
     StructuredEditDeriver,
 )
-from nemo_train.nemo.targets import load_checkpoint_target
 from nemo_train.nemo.teacher import ExhaustiveAttributeTeacher
 from nemo_train.quiet import progress_bar
 from nemo_train.store import ResultStore
@@ -78,14 +80,34 @@ class StudentGreedy:
         return Explanation(found[0] if found else "", found)
 
 
+def edit_scorers(
+    bench: NemoBenchmark, target, editor: DiffusersEdit | None, seed: int
+) -> tuple[CounterfactualScorer, CounterfactualScorer | None]:
+    """``(structured, keyword)`` scorers: the edit a structured answer states (an attribute edit re-rendered
+    exactly on generated data, an instruction applied by the diffusers ``editor`` on folder data), and the
+    keyword parser for KnownCause (generated data only; ``None`` on folder data)."""
+    if bench.renderer is None:
+        if editor is None:
+            raise UserInputError("folder data needs editor: a DiffusersEdit that applies the student's instructions")
+        return CounterfactualScorer(target, StructuredEditDeriver(), editor.editor(seed)), None
+    exact = ExactAttributeEditor(bench.renderer)
+    editable = bench.cause["editable"]
+    structured = CounterfactualScorer(target, StructuredEditDeriver(bench.vocabulary, editable), exact)
+    return structured, CounterfactualScorer(target, KeywordAttributeDeriver(bench.vocabulary, editable), exact)
+
+
 def student_methods(
-    names: list[MethodName], target, student, bench: NemoBenchmark, k: int, m: int, seed: int
+    names: list[MethodName],
+    target,
+    student,
+    k: int,
+    m: int,
+    structured: CounterfactualScorer,
+    keyword: CounterfactualScorer | None,
 ) -> list[tuple[object, CounterfactualScorer]]:
     """(method, scorer) pairs: the student's answers scored by their stated edit, KnownCause by keywords."""
-    editor = ExactAttributeEditor(bench.renderer)
-    editable = bench.cause["editable"]
-    structured = CounterfactualScorer(target, StructuredEditDeriver(bench.vocabulary, editable), editor)
-    keyword = CounterfactualScorer(target, KeywordAttributeDeriver(bench.vocabulary, editable), editor)
+    if keyword is None and {"teacher", "known_cause"} & set(names):
+        raise UserInputError("methods teacher and known_cause need generated data (cmnist, clevr)")
     out: list[tuple[object, CounterfactualScorer]] = []
     for name in names:
         if name == "teacher":
@@ -124,57 +146,91 @@ def mean_scores(records) -> dict[tuple[str, str], tuple[float | None, float]]:
 
 def distill_eval(
     student: str,
-    targets: list[str],
+    targets: list[str | TargetSpec],
     biases: list[str] | None = None,
-    dataset: Literal["cmnist", "clevr"] = "cmnist",
+    dataset: Literal["cmnist", "clevr", "folder"] = "cmnist",
     methods: list[MethodName] | None = None,
     n: int = 32,
     seed: int = 0,
     test_styles: int = 2,
     data_kwargs: dict | None = None,
+    evaluation_root: str | None = None,
+    mapping_file: str | None = None,
+    criterion: CriterionName | None = None,
+    judges: list[Judge] | None = None,
+    editor: DiffusersEdit | None = None,
     k: int = 8,
     m: int = 4,
+    max_tokens: int = 128,
     out_dir: str = "checkpoints/distill_cmnist/eval",
 ) -> dict:
     """Evaluate a distilled explainer with NEMO (CEI, LLM Match) on held-out errors, next to its teacher and KnownCause.
 
     Args:
         student: the distilled explainer's adapter folder (``<fit root>/adapter``).
-        targets: classifier checkpoints; the first is the one distilled on, the others are the
-            generalisation report (biases the student never saw).
+        targets: classifier checkpoints, or target objects (``TimmModel`` with hub or local weights) for folder
+            data; the first is the one distilled on, the others are the generalisation report (biases the
+            student never saw).
         biases: the bias preset of each target (which errors are bias-conflicting; default: the dataset's).
-        dataset: ``cmnist`` or ``clevr``.
-        methods: rows, some of teacher, student, scitx, cam_mllm, change_mllm, known_cause (default: all).
+        dataset: ``cmnist`` / ``clevr`` (the held-out test grid) or ``folder`` (``evaluation_root``).
+        methods: rows, some of teacher, student, scitx, cam_mllm, change_mllm, known_cause (default: all;
+            on folder data teacher and known_cause do not exist: default the four student rows).
         n, seed, test_styles, data_kwargs: the held-out errors (test grid) per target.
+        evaluation_root, mapping_file: folder data: the evaluation folder ``<root>/<class>/<image>`` (the one
+            the teacher's mining folder was checked against) and an optional class mapping JSON
+            (default: the folder names are WordNet ids).
+        criterion: the failure factor the judges grade against (``imagenet_r``, ``objectnet``, ``imagenet_d``;
+            default on generated data: the dataset's).
+        judges: LLM judges (``LLMJudge`` with an OpenAI-compatible backend; needed on folder data); default on
+            generated data: the keyword judge (closed vocabulary, not a model).
+        editor: folder data: the diffusers instruction editor that applies the student's ``Edit:`` instructions.
         k, m: SciTX observations and sampled hypotheses.
+        max_tokens: longest answer the student may write (its structured answers are far shorter).
         out_dir: ``results.jsonl`` and the reply cache; reruns resume.
     """
     if not Path(student).is_dir():
         raise UserInputError(f"student adapter folder {student!r} does not exist; run the distilled explainer's fit")
-    missing = [t for t in targets if not Path(t).is_file()]
-    if missing:
-        raise UserInputError(f"classifier checkpoint(s) {missing} do not exist")
+    specs = [as_spec(t) for t in targets]
+    for spec in specs:
+        spec.check()
     if biases is not None and len(biases) != len(targets):
         raise UserInputError(f"{len(biases)} biases for {len(targets)} targets; give one per target")
-    names = list(methods or ["teacher", "student", "scitx", "cam_mllm", "change_mllm", "known_cause"])
+    folder = dataset == "folder"
+    if folder and (evaluation_root is None or not Path(evaluation_root).is_dir()):
+        raise UserInputError(
+            f"dataset 'folder' needs evaluation_root, an existing image folder; got {evaluation_root!r}"
+        )
+    if folder and (criterion is None or not judges):
+        raise UserInputError("folder data needs judges (LLMJudge) and the criterion they grade (e.g. imagenet_r)")
+    default = ["student", "scitx", "cam_mllm", "change_mllm"]
+    names = list(methods or (default if folder else ["teacher", *default, "known_cause"]))
     out = Path(out_dir)
     store = ResultStore(out / "results.jsonl")
-    backend = StudentBackend(student, cache=out / "llm_cache")
-    panel = JudgePanel([KeywordJudge(dataset)])
+    backend = StudentBackend(student, cache=out / "llm_cache", max_tokens=max_tokens)
+    for judge in judges or []:
+        if isinstance(judge, LLMJudge):
+            judge.backend.attach_cache(out / "llm_cache")
+    panel = JudgePanel([j.for_benchmark(criterion or dataset) for j in judges or [KeywordJudge()]])
+    mapping = ClassMapping.for_folder(evaluation_root, mapping_file) if folder else None
     started, keys = time.perf_counter(), []
-    for i, spec in enumerate(targets):
-        target = load_checkpoint_target(spec)
-        target_name = CheckpointTarget(spec).default_name()
-        bench = build_synthetic_benchmark(
-            dataset,
-            target=target,
-            n=n,
-            seed=seed,
-            bias=biases[i] if biases else None,
-            test_styles=test_styles,
-            datamodule_kwargs=data_kwargs,
-        )
-        chosen = student_methods(names, target, backend, bench, k, m, seed)
+    for i, (spec, target_name) in enumerate(zip(specs, unique_names(specs))):
+        target = spec.build(None if mapping is None else mapping.class_names, mapping)
+        if folder:
+            bench = build_folder_benchmark(
+                "folder", evaluation_root, target, criterion, n=n, seed=seed, class_folders=mapping.folders
+            )
+        else:
+            bench = build_synthetic_benchmark(
+                dataset,
+                target=target,
+                n=n,
+                seed=seed,
+                bias=biases[i] if biases else None,
+                test_styles=test_styles,
+                datamodule_kwargs=data_kwargs,
+            )
+        structured, keyword = edit_scorers(bench, target, editor, seed)
+        chosen = student_methods(names, target, backend, k, m, structured, keyword)
         bar = progress_bar(total=len(chosen) * len(bench.errors), desc=f"distill-eval {target_name}", unit="sample")
         for method, scorer in chosen:
             for sample in bench.errors:
@@ -197,7 +253,7 @@ def distill_eval(
         columns,
         rows,
         title=f"Distilled explainer on held-out {dataset} errors (distilled on {target_names[0]}; others: unseen biases)",
-        caption="LLM Match: keyword judge (closed-vocabulary synthetic only, not a model); CEI in percentage points",
+        caption=f"LLM Match: {', '.join(panel.names)}; CEI in percentage points",
         digits=3,
     )
     print(f"{len(keys)} rows in {time.perf_counter() - started:.1f} s; results in {store.path}")

@@ -16,12 +16,11 @@ from pathlib import Path
 import numpy as np
 import timm
 import torch
+from loopback_openai_server import Reply, completion
 from PIL import Image
 from safetensors.torch import save_file
 
 from nemo_train.nemo.targets import tiny_random_clip
-
-from loopback_openai_server import Reply, completion
 
 #: goldfish, great white shark, tench: ImageNet-R classes (WordNet ids) of the tiny folders
 WNIDS = ("n01443537", "n01484850", "n01440764")

@@ -81,7 +81,11 @@ def retrieve_observations(
 
 
 class Hypothesizer(Protocol):
-    """Proposes up to ``m`` failure causes for one error given its observations."""
+    """Proposes up to ``m`` failure causes for one error given its observations.
+
+    A hypothesizer may set ``reads_captions = False`` when its question does not show the observations'
+    captions (SciTX then does not caption the references for it).
+    """
 
     def hypothesize(
         self, sample: ErrorSample, observations: list[Observation], class_names: Sequence[str], m: int
@@ -93,6 +97,11 @@ class MLLMHypothesizer:
 
     def __init__(self, backend, temperature: float = 0.7, template: str = prompts.SCITX_HYPOTHESIS) -> None:
         self.backend, self.temperature, self.template = backend, temperature, template
+
+    @property
+    def reads_captions(self) -> bool:
+        """Whether the question lists the observations' captions (a distilled explainer's question does not)."""
+        return any("{" + group + "}" in self.template for group in ("set_a", "set_b", "set_c"))
 
     def prompt(self, sample: ErrorSample, observations: list[Observation], class_names: Sequence[str]) -> str:
         set_a = [o.caption for o in observations if o.label == sample.label]
@@ -116,6 +125,8 @@ class PlainTextHypothesizer:
     ``nemo_train.explainer``):
     it sees the error image and its own one-sentence question, each of ``m`` sampled replies is a
     hypothesis. It gets no observations (its closed training vocabulary has no place for captions)."""
+
+    reads_captions = False
 
     def __init__(self, backend, question: str | None = None, temperature: float = 0.7, max_tokens: int = 48) -> None:
         self.backend, self.question, self.temperature, self.max_tokens = (
@@ -145,6 +156,8 @@ class AttributeContrastHypothesizer:
     suits synthetic benchmarks with known attributes; it stands in for the fine-tuned explainer when
     none is configured.
     """
+
+    reads_captions = False  # it reads the observations' generator attributes
 
     TEMPLATES = {
         "color": "The {obj} is {value}, while the correctly classified {true}s it resembles are mostly {other}; "
@@ -242,9 +255,12 @@ class SciTX:
             else torch.empty(0)
         )
         out = []
+        reads_captions = getattr(self.hypothesizer, "reads_captions", True)
         for i, s in zip(indices, sims.tolist()):
             if ref.captions is not None:
                 caption = ref.captions[i]
+            elif not reads_captions:
+                caption = ""
             elif self.captioner is not None:
                 caption = self.captioner(ref.image(i))
             else:
