@@ -32,8 +32,8 @@ INSTRUCTION = "Make the fish look like a photograph"
 JUDGE_REASON = "scripted judge"
 
 
-def write_image_folder(root: Path, per_class: int, seed: int, size: int = 40) -> Path:
-    """``root/<wnid>/img<i>.png``: smooth random colour fields, different bytes for every ``seed``."""
+def write_image_folder(root: Path, per_class: int, seed: int, stem: str = "img", size: int = 40) -> Path:
+    """``root/<wnid>/<stem><i>.png``: smooth random colour fields, different bytes for every ``seed``."""
     rng = np.random.default_rng(seed)
     for wnid in WNIDS:
         folder = root / wnid
@@ -41,7 +41,7 @@ def write_image_folder(root: Path, per_class: int, seed: int, size: int = 40) ->
         for i in range(per_class):
             coarse = rng.integers(0, 256, size=(5, 5, 3), dtype=np.uint8)
             image = Image.fromarray(coarse).resize((size, size), Image.BILINEAR)
-            image.save(folder / f"img{i}.png")
+            image.save(folder / f"{stem}{i}.png")
     return root
 
 
