@@ -197,6 +197,7 @@ def distill_teacher(
         "k": k,
         "editor": editor.settings() if editor is not None else None,
         "target": spec.identity(),
+        "hypotheses": hypotheses.fingerprint() if hypotheses is not None else None,
     }
     name = spec.label
     started, computed = time.perf_counter(), 0

@@ -84,30 +84,30 @@ def server():
         yield running
 
 
+def teacher_args(local_models, server) -> list[str]:
+    return [
+        "--config",
+        str(ROOT / "configs/distill/imagenet_teacher.yaml"),
+        f"--classifier.init_args.model_name={TIMM_ARCH}",
+        f"--classifier.init_args.weights_file={local_models['timm']}",
+        f"--mining_root={local_models['mining']}",
+        f"--evaluation_root={local_models['evaluation']}",
+        f"--hypotheses.init_args.base_url={server.base_url}",
+        f"--editor.init_args.model={local_models['editor']}",
+        *EDITOR_SIZE,
+        f"--out_dir={local_models['root'] / 'teacher'}",
+        "--n=3",
+        "--m=2",
+        "--k=4",
+        "--min_cei=-100",  # a random classifier: keep every label
+        "--val_fraction=0.34",
+    ]
+
+
 @pytest.fixture(scope="module")
 def teacher(local_models, server):
-    out = local_models["root"] / "teacher"
-    result = run_pipeline(
-        "distill-teacher",
-        [
-            "--config",
-            str(ROOT / "configs/distill/imagenet_teacher.yaml"),
-            f"--classifier.init_args.model_name={TIMM_ARCH}",
-            f"--classifier.init_args.weights_file={local_models['timm']}",
-            f"--mining_root={local_models['mining']}",
-            f"--evaluation_root={local_models['evaluation']}",
-            f"--hypotheses.init_args.base_url={server.base_url}",
-            f"--editor.init_args.model={local_models['editor']}",
-            *EDITOR_SIZE,
-            f"--out_dir={out}",
-            "--n=3",
-            "--m=2",
-            "--k=4",
-            "--min_cei=-100",  # a random classifier: keep every label
-            "--val_fraction=0.34",
-        ],
-    )
-    return out, result, len(server.requests)
+    result = run_pipeline("distill-teacher", teacher_args(local_models, server))
+    return local_models["root"] / "teacher", result, len(server.requests)
 
 
 @pytest.fixture(scope="module")
@@ -181,6 +181,15 @@ def test_teacher_writes_structured_pairs_with_cei_and_provenance(teacher, server
     assert all(len(r["settings"]["target"]["sha256"]) == 64 for r in labels)
     # hypotheses, instructions and reference captions all came from the OpenAI-compatible server, with the key
     assert requests > 0 and all(r["headers"]["authorization"] == f"Bearer {SECRET}" for r in server.requests)
+
+
+def test_teacher_rerun_resumes_without_asking_again(teacher, local_models, server, capsys):
+    out, first, _ = teacher
+    before = len(server.requests)
+    capsys.readouterr()
+    again = run_pipeline("distill-teacher", teacher_args(local_models, server))
+    assert "0 errors labelled" in capsys.readouterr().out
+    assert len(server.requests) == before and again["kept"] == first["kept"]
 
 
 def test_mined_errors_come_from_the_mining_folder_only(teacher):
