@@ -106,8 +106,6 @@ def student_methods(
     keyword: CounterfactualScorer | None,
 ) -> list[tuple[object, CounterfactualScorer]]:
     """(method, scorer) pairs: the student's answers scored by their stated edit, KnownCause by keywords."""
-    if keyword is None and {"teacher", "known_cause"} & set(names):
-        raise UserInputError("methods teacher and known_cause need generated data (cmnist, clevr)")
     out: list[tuple[object, CounterfactualScorer]] = []
     for name in names:
         if name == "teacher":
@@ -202,8 +200,12 @@ def distill_eval(
         )
     if folder and (criterion is None or not judges):
         raise UserInputError("folder data needs judges (LLMJudge) and the criterion they grade (e.g. imagenet_r)")
+    if folder and editor is None:
+        raise UserInputError("folder data needs editor: a DiffusersEdit that applies the student's instructions")
     default = ["student", "scitx", "cam_mllm", "change_mllm"]
     names = list(methods or (default if folder else ["teacher", *default, "known_cause"]))
+    if folder and {"teacher", "known_cause"} & set(names):
+        raise UserInputError("methods teacher and known_cause need generated data (cmnist, clevr)")
     out = Path(out_dir)
     store = ResultStore(out / "results.jsonl")
     backend = StudentBackend(student, cache=out / "llm_cache", max_tokens=max_tokens)

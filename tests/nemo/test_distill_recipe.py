@@ -34,12 +34,14 @@ from tiny_recipe import (
 )
 
 from datamodules.explanations import read_records
+from nemo_train.backends import OpenAICompatibleBackend
 from nemo_train.cli import run_lightning_cli, run_pipeline
 from nemo_train.errors import UserInputError
 from nemo_train.explainer import ExplainerModule
 from nemo_train.nemo.components import DiffusersEdit, TimmModel
-from nemo_train.nemo.distill_eval import edit_scorers
+from nemo_train.nemo.distill_eval import distill_eval, edit_scorers
 from nemo_train.nemo.folder_benchmark import build_folder_benchmark
+from nemo_train.nemo.judges import LLMJudge
 from nemo_train.nemo.structured import split_answer
 from nemo_train.nemo.targets import ClassMapping
 from tests.explainer.tiny_real import build
@@ -249,3 +251,27 @@ def test_no_run_writes_the_api_key(local_models, evaluation, student, teacher):
     assert any(p.suffix == ".jsonl" for p in written) and any("cache" in str(p) for p in written)
     leaked = [str(p) for p in written if SECRET.encode() in p.read_bytes()]
     assert leaked == []
+
+
+def test_folder_eval_refuses_incomplete_settings(local_models, student, server, tmp_path):
+    judge = LLMJudge(OpenAICompatibleBackend(server.base_url, "judge", api_key_env="OPENAI_API_KEY"))
+    kwargs = dict(
+        student=str(student / "adapter"),
+        targets=[TimmModel(TIMM_ARCH, weights_file=str(local_models["timm"]))],
+        dataset="folder",
+        out_dir=str(tmp_path / "eval"),
+    )
+    with pytest.raises(UserInputError, match="evaluation_root"):
+        distill_eval(**kwargs)
+    kwargs["evaluation_root"] = str(local_models["evaluation"])
+    with pytest.raises(UserInputError, match="judges"):
+        distill_eval(**kwargs)
+    kwargs.update(judges=[judge], criterion="imagenet_r")
+    with pytest.raises(UserInputError, match="editor"):
+        distill_eval(**kwargs)
+    kwargs["editor"] = DiffusersEdit(str(local_models["editor"]))
+    with pytest.raises(UserInputError, match="need generated data"):
+        distill_eval(**kwargs, methods=["student", "known_cause"])
+    with pytest.raises(UserInputError, match="does not exist"):
+        distill_eval(**{**kwargs, "targets": [TimmModel(TIMM_ARCH, weights_file=str(tmp_path / "none"))]})
+    assert not (tmp_path / "eval").exists()  # refused before anything is written
