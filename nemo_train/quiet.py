@@ -35,14 +35,15 @@ def interactive() -> bool:
 def set_output(verbose: bool = False) -> None:
     """Quiet (default) or verbose output for this process and the W&B service it starts.
 
-    Quiet: W&B prints nothing (``WANDB_SILENT``, console capture off), Lightning's INFO lines are hidden,
-    deprecation notices are hidden, each other warning is shown once, and progress bars are drawn only on a terminal (``TQDM_DISABLE`` otherwise).
+    Quiet: W&B prints nothing (``WANDB_SILENT``, console capture off), Hugging Face's own progress bars are
+    off, Lightning's INFO lines are hidden, deprecation notices are hidden, each other warning is shown once,
+    and progress bars are drawn only on a terminal (``TQDM_DISABLE`` otherwise).
     Verbose: the libraries' defaults.
     """
     global _verbose
     _verbose = verbose
     if verbose:
-        for name in ("WANDB_SILENT", "WANDB_CONSOLE", "TQDM_DISABLE"):
+        for name in ("WANDB_SILENT", "WANDB_CONSOLE", "TQDM_DISABLE", "HF_HUB_DISABLE_PROGRESS_BARS"):
             os.environ.pop(name, None)
         for name in CHATTY_LOGGERS:  # Lightning's own default: its INFO lines (restoring, tips) are shown
             logging.getLogger(name).setLevel(logging.INFO)
@@ -51,6 +52,7 @@ def set_output(verbose: bool = False) -> None:
         return
     os.environ["WANDB_SILENT"] = "true"
     os.environ["WANDB_CONSOLE"] = "off"
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"  # transformers' "Loading weights" and hub download bars
     if not interactive():
         os.environ["TQDM_DISABLE"] = "1"
     for name in CHATTY_LOGGERS:

@@ -11,7 +11,8 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model, prepare_model_for_kbit_training
 from peft.utils import SAFETENSORS_WEIGHTS_NAME as SAFE_WEIGHTS_NAME
 from safetensors.torch import save_file
-from transformers import AutoModelForImageTextToText, BitsAndBytesConfig, get_linear_schedule_with_warmup
+from torch.optim.lr_scheduler import LinearLR, LRScheduler, SequentialLR
+from transformers import AutoModelForImageTextToText, BitsAndBytesConfig
 from transformers.integrations import HfDeepSpeedConfig
 
 from nemo_train.errors import UserInputError
@@ -69,7 +70,7 @@ class ExplainerModule(L.LightningModule):
         load_in_4bit: QLoRA; ``quant_storage_dtype`` must equal ``compute_dtype`` under FSDP.
         gradient_checkpointing: recompute activations (``use_reentrant=False``).
         lr, weight_decay, warmup_steps: AdamW with linear warm-up then linear decay to zero
-            (``transformers.get_linear_schedule_with_warmup``).
+            (:func:`warmup_then_linear_decay`).
         torch_dtype: dtype the unquantized weights are loaded in.
         attn_implementation: passed to ``from_pretrained``.
     """
@@ -215,7 +216,7 @@ class ExplainerModule(L.LightningModule):
         params = [p for p in self.model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=hp.lr, weight_decay=hp.weight_decay)
         total = max(1, int(self.trainer.estimated_stepping_batches)) if self._trainer is not None else 1
-        scheduler = get_linear_schedule_with_warmup(optimizer, min(hp.warmup_steps, total - 1), total)
+        scheduler = warmup_then_linear_decay(optimizer, min(hp.warmup_steps, total - 1), total)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def on_fit_start(self) -> None:
@@ -290,3 +291,17 @@ class ExplainerModule(L.LightningModule):
     def merge(self) -> None:
         """Fold the LoRA weights into the base model (faster inference; no further adapter training)."""
         self.model = self.model.merge_and_unload()
+
+
+def warmup_then_linear_decay(optimizer: torch.optim.Optimizer, warmup: int, total: int) -> LRScheduler:
+    """Linear warm-up over ``warmup`` steps, then linear decay to zero at step ``total``.
+
+    Built from torch's ``LinearLR`` pieces. The first step already trains, at ``1 / (warmup + 1)`` of the
+    learning rate (step ``s < warmup`` uses ``(s + 1) / (warmup + 1)``); the decay uses
+    ``(total - s) / (total - warmup)``.
+    """
+    decay = LinearLR(optimizer, start_factor=1.0, end_factor=0.0, total_iters=max(1, total - warmup))
+    if warmup <= 0:
+        return decay
+    rise = LinearLR(optimizer, start_factor=1.0 / (warmup + 1), end_factor=1.0, total_iters=warmup)
+    return SequentialLR(optimizer, [rise, decay], milestones=[warmup])

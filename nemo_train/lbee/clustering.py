@@ -2,13 +2,14 @@
 
 Ward's agglomerative clustering needs the full pairwise distance matrix (quadratic memory and time),
 so :class:`WardClustering` runs it directly only up to ``max_direct`` points. Beyond that it clusters in
-two stages: k-means (faiss, or scikit-learn's mini-batch k-means) reduces the points to
-``n_centroids`` centroids (at most a tenth of the points), Ward groups those centroids into the
-requested clusters, and every point takes the cluster of its nearest centroid. k-means runs 10
-iterations; faiss trains on at most 64 points per centroid (a random sample) and then assigns all. Both paths
-return the same thing: a label per point and one prototype per cluster, the mean of its members'
-embeddings. The second stage weighs every centroid alike (scikit-learn's Ward takes no sample
-weights), which is the documented approximation of the two-stage path.
+two stages: k-means (scikit-learn's mini-batch k-means by default, or faiss where the optional
+``faiss-cpu`` is installed and chosen) reduces the points to ``n_centroids`` centroids (at most a tenth
+of the points), Ward groups those centroids into the requested clusters, and every point takes the
+cluster of its nearest centroid. k-means runs 10 iterations; faiss trains on at most 64 points per
+centroid (a random sample) and then assigns all. Both paths return the same thing: a label per point
+and one prototype per cluster, the mean of its members' embeddings. The second stage weighs every
+centroid alike (scikit-learn's Ward takes no sample weights), which is the documented approximation of
+the two-stage path.
 """
 
 from __future__ import annotations
@@ -56,8 +57,8 @@ class WardClustering:
         n_clusters: clusters per subset (15 on a full set, 5 per class in the reference setting).
         max_direct: largest subset clustered directly by Ward (about 2*10^4 fits in a few GiB).
         n_centroids: centroids of the first (k-means) stage of the two-stage path.
-        first_stage: ``faiss`` k-means (fast, optional dependency ``faiss-cpu``) or scikit-learn's
-            ``minibatch`` k-means.
+        first_stage: scikit-learn's ``minibatch`` k-means (default: no extra dependency) or ``faiss``
+            k-means (faster, needs the optional ``faiss-cpu``; a one-line error when it is absent).
         normalize: cluster L2-normalised embeddings (cosine geometry, as CLIP spaces are compared).
         seed: seed of the k-means stage.
     """
@@ -67,7 +68,7 @@ class WardClustering:
         n_clusters: int = 15,
         max_direct: int = 20000,
         n_centroids: int = 2000,
-        first_stage: Literal["faiss", "minibatch"] = "faiss",
+        first_stage: Literal["minibatch", "faiss"] = "minibatch",
         normalize: bool = True,
         seed: int = 0,
     ) -> None:

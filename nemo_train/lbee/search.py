@@ -17,7 +17,16 @@ import torch
 from nemo_train.errors import UserInputError
 from nemo_train.lbee import metrics
 from nemo_train.lbee.clustering import WardClustering
-from nemo_train.lbee.selection import METHODS, Method, closest, select, similarities
+from nemo_train.lbee.selection import (
+    METHODS,
+    Method,
+    TauScale,
+    closest,
+    select,
+    sentence_statistics,
+    similarities,
+    standardize,
+)
 from nemo_train.lbee.split import EntropySplit, SplitRule
 
 
@@ -62,7 +71,10 @@ class FailureModeSearch:
             clusters is used for the easy and the hard subset.
         methods: selection rules to run.
         k: sentences retained per hard cluster.
-        tau: similarity threshold that fills the sentence sets of SetDiff and FPDiff.
+        tau: threshold that fills the sentence sets of SetDiff and FPDiff, on the ``tau_scale``.
+        tau_scale: ``cosine``: raw cosine similarity (``tau = 0.25`` as set for Open-CLIP); ``sentence_z``:
+            each sentence's similarity standardised over the analysed images (``tau`` in standard
+            deviations), for a joint space whose similarity scale differs from Open-CLIP's.
         per_class: analyse each ground-truth class separately.
     """
 
@@ -73,6 +85,7 @@ class FailureModeSearch:
         methods: list[Method] = list(METHODS),  # noqa: B006 (jsonargparse shows the default)
         k: int = 3,
         tau: float = 0.25,
+        tau_scale: TauScale = "cosine",
         per_class: bool = False,
     ) -> None:
         if k < 1:
@@ -82,6 +95,7 @@ class FailureModeSearch:
         self.split = split or EntropySplit()
         self.clustering = clustering or WardClustering()
         self.methods, self.k, self.tau, self.per_class = list(dict.fromkeys(methods)), k, tau, per_class
+        self.tau_scale = tau_scale
 
     def __call__(
         self,
@@ -116,6 +130,10 @@ class FailureModeSearch:
         hard, easy = self.clustering(embeddings[hard_idx]), self.clustering(embeddings[easy_idx])
         v_hard, v_easy = similarities(hard.prototypes, sentences), similarities(easy.prototypes, sentences)
         nearest = closest(hard.prototypes, easy.prototypes)
+        fill_hard, fill_easy = v_hard, v_easy
+        if self.tau_scale == "sentence_z":
+            mean, std = sentence_statistics(embeddings[index], sentences)
+            fill_hard, fill_easy = standardize(v_hard, mean, std), standardize(v_easy, mean, std)
         clusters = []
         for i in range(hard.num_clusters):
             j = int(nearest[i])
@@ -124,7 +142,10 @@ class FailureModeSearch:
                     members=hard_idx[hard.members(i)],
                     prototype=hard.prototypes[i],
                     easy_members=easy_idx[easy.members(j)],
-                    selections={m: select(m, v_hard[i], v_easy[j], self.k, self.tau) for m in self.methods},
+                    selections={
+                        m: select(m, v_hard[i], v_easy[j], self.k, self.tau, fill_hard[i], fill_easy[j])
+                        for m in self.methods
+                    },
                     class_index=class_index,
                 )
             )

@@ -39,38 +39,44 @@ def _check(probs: torch.Tensor) -> torch.Tensor:
     return probs
 
 
-class EntropySplit:
-    """Unsupervised split on output entropy with thresholds ``avg -/+ a * std`` (``a = 0.2`` by default)."""
+class _BandSplit:
+    """A split on a score with thresholds ``avg -/+ a * std``; ``high_is_hard`` says which side is hard."""
+
+    high_is_hard: bool
 
     def __init__(self, a: float = 0.2) -> None:
         if a < 0:
             raise UserInputError(f"a={a}; the threshold width must be >= 0")
         self.a = a
+
+    def _band(self, score: torch.Tensor) -> Split:
+        avg, std = score.mean(), score.std(unbiased=False)
+        low, high = score < avg - self.a * std, score > avg + self.a * std
+        return Split(easy=low, hard=high, score=score) if self.high_is_hard else Split(easy=high, hard=low, score=score)
+
+
+class EntropySplit(_BandSplit):
+    """Unsupervised split on output entropy with thresholds ``avg -/+ a * std`` (``a = 0.2`` by default)."""
+
+    high_is_hard = True
 
     def __call__(
         self, probs: torch.Tensor, labels: torch.Tensor | None = None, class_index: int | None = None
     ) -> Split:
-        phi = entropy(_check(probs))
-        avg, std = phi.mean(), phi.std(unbiased=False)
-        return Split(easy=phi < avg - self.a * std, hard=phi > avg + self.a * std, score=phi)
+        return self._band(entropy(_check(probs)))
 
 
-class ClassProbabilitySplit:
+class ClassProbabilitySplit(_BandSplit):
     """Per-class split on the probability of ``class_index``: hard below ``avg - a*std``, easy above ``avg + a*std``."""
 
-    def __init__(self, a: float = 0.2) -> None:
-        if a < 0:
-            raise UserInputError(f"a={a}; the threshold width must be >= 0")
-        self.a = a
+    high_is_hard = False
 
     def __call__(
         self, probs: torch.Tensor, labels: torch.Tensor | None = None, class_index: int | None = None
     ) -> Split:
         if class_index is None:
             raise UserInputError("the class-probability split analyses one class at a time; use per_class: true")
-        rho = _check(probs)[:, class_index].float()
-        avg, std = rho.mean(), rho.std(unbiased=False)
-        return Split(easy=rho > avg + self.a * std, hard=rho < avg - self.a * std, score=rho)
+        return self._band(_check(probs)[:, class_index].float())
 
 
 class CorrectnessSplit:

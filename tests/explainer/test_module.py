@@ -11,6 +11,7 @@ from nemo_train.callbacks.adapter_checkpoint import AdapterCheckpoint
 from nemo_train.errors import UserInputError
 from nemo_train.explainer import ExplainerModule
 from nemo_train.explainer.generation import generate_explanations
+from nemo_train.explainer.module import warmup_then_linear_decay
 from nemo_train.models.vlm import TINY_MODEL, load_processor
 
 
@@ -148,3 +149,22 @@ def test_bad_configuration_is_reported(tmp_path):
         ExplainerModule.from_adapter(tmp_path)
     with pytest.raises(UserInputError, match="cannot load model"):
         ExplainerModule(model_name_or_path=str(tmp_path / "nowhere")).configure_model()
+
+
+@pytest.mark.parametrize(
+    ("warmup", "total", "expected"),
+    [
+        (3, 8, [1 / 4, 2 / 4, 3 / 4, 5 / 5, 4 / 5, 3 / 5, 2 / 5, 1 / 5]),
+        (0, 4, [4 / 4, 3 / 4, 2 / 4, 1 / 4]),
+    ],
+)
+def test_warmup_starts_above_zero_and_decays_linearly_to_zero(warmup, total, expected):
+    weight = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([weight], lr=1.0)
+    scheduler = warmup_then_linear_decay(optimizer, warmup, total)
+    seen = []
+    for _ in range(total):
+        seen.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert seen == pytest.approx(expected)

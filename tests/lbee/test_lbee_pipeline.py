@@ -36,10 +36,12 @@ def test_lbee_preset_parses(path):
     parser.add_function_arguments(lbee)
     parser.add_argument("--config", action="config")
     cfg = parser.parse_args(["--config", str(path)])
-    if path.name not in REAL:
+    if path.name in REAL:  # Open-CLIP: the cosine threshold as set for it
+        assert (cfg.search.init_args.tau, cfg.search.init_args.tau_scale) == (0.25, "cosine")
+    else:
         init = parser.instantiate(cfg)
         assert isinstance(init.data, NICODataModule) and isinstance(init.encoder, SyntheticCLIP)
-        assert init.search.k == 3 and init.search.tau == 0.25
+        assert init.search.k == 3 and (init.search.tau, init.search.tau_scale) == (1.0, "sentence_z")
         assert init.search.per_class == ("per_class" in path.name)
 
 
@@ -63,7 +65,7 @@ def tiny_run(tmp_path_factory):
     result = lbee(
         data=NICODataModule(correlation=0.85, image_size=16, train_size=240, test_per_pair=4, batch_size=32),
         encoder=SyntheticCLIP(str(out / "clip"), train_per_source=96, max_epochs=1, batch_size=32, model=TINY_CLIP),
-        search=FailureModeSearch(clustering=WardClustering(n_clusters=4)),
+        search=FailureModeSearch(clustering=WardClustering(n_clusters=4), tau=1.0, tau_scale="sentence_z"),
         classifier=ClassifierArgs(max_epochs=1),
         evaluation=EvalArgs(sweep=[0.0, 0.5]),
         out_dir=str(out / "run"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 import numpy as np
 import pytest
@@ -81,6 +82,18 @@ def test_two_stage_path_agrees_with_direct_ward(first_stage):
     assert staged.two_stage and not direct.two_stage
     assert staged.labels.shape == direct.labels.shape and staged.prototypes.shape == direct.prototypes.shape
     assert adjusted_rand_score(direct.labels.numpy(), staged.labels.numpy()) == 1.0
+
+
+def test_default_two_stage_needs_no_faiss_and_faiss_absent_is_one_line_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "faiss", None)  # import faiss now raises ImportError, as where it is absent
+    points, truth = _blobs(100)
+    default = WardClustering(n_clusters=4, max_direct=100, n_centroids=40, normalize=False)
+    assert default.first_stage == "minibatch"
+    clusters = default(points)
+    assert clusters.two_stage and adjusted_rand_score(truth, clusters.labels.numpy()) == 1.0
+    with pytest.raises(UserInputError, match="faiss-cpu"):
+        WardClustering(n_clusters=4, max_direct=100, n_centroids=40, first_stage="faiss")(points)
+    assert not WardClustering(n_clusters=4, first_stage="faiss", normalize=False)(points[:100]).two_stage
 
 
 def test_fewer_points_than_clusters():
