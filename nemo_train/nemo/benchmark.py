@@ -97,9 +97,8 @@ def load_image(path: str | Path, size: int = 224) -> torch.Tensor:
         array = read_image(path, size, "center_crop")
     except UNREADABLE as err:
         raise UserInputError(f"cannot read image {str(path)!r}: {err}") from None
-    return (
-        torch.from_numpy(array.copy()).permute(2, 0, 1).float().div_(255.0)
-    )  # the reader may share a read-only buffer
+    array = array.copy()  # the reader may hand out a read-only buffer, which torch warns about
+    return torch.from_numpy(array).permute(2, 0, 1).float().div_(255.0)
 
 
 def _split_errors(
