@@ -261,7 +261,7 @@ STEPS: list[Step] = [
             "--targets=[{ckpt[cmnist_model_a]}, {ckpt[cmnist_model_b]}]",
             "--n=16",
         ],
-        fast=["--n=4", "--methods=[student, known_cause]"],
+        fast=["--n=4", "--methods=[StudentGreedy, KnownCause]"],
         read=read_distill_eval,
         output="{out}/distill_cmnist/eval",
     ),

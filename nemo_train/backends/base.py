@@ -171,13 +171,8 @@ class ChatBackend(ABC):
         ``max_reasks`` times; after that it counts in ``stats.json_failures`` and is returned as
         ``None``, so one bad reply never stops a run.
         """
-        replies = self.chat(messages, n=n, temperature=temperature, max_tokens=max_tokens, seed=seed)
-        return [
-            self._parse_or_reask(
-                messages, reply, temperature=temperature, max_tokens=max_tokens, seed=seed, max_reasks=max_reasks
-            )
-            for reply in replies
-        ]
+        settings = dict(n=n, temperature=temperature, max_tokens=max_tokens, seed=seed, max_reasks=max_reasks)
+        return self.chat_json_batch([messages], **settings)[0]
 
     def chat_json_batch(
         self,
@@ -189,35 +184,35 @@ class ChatBackend(ABC):
         seed: int | None = None,
         max_reasks: int = 2,
     ) -> list[list[dict[str, Any] | None]]:
-        """:meth:`chat_json` on each conversation: first replies through :meth:`chat_batch` (so a
-        backend that batches generation does), then the re-asks, ``concurrency`` at a time."""
+        """:meth:`chat_json` on each conversation: the first replies through one :meth:`chat_batch` call (so a
+        backend that batches generation does), then each round of re-asks of the still malformed replies
+        through one more :meth:`chat_batch` call."""
         settings = dict(temperature=temperature, max_tokens=max_tokens, seed=seed)
         first = self.chat_batch(conversations, n=n, **settings)
-        return self._map(
-            lambda pair: [self._parse_or_reask(pair[0], reply, max_reasks=max_reasks, **settings) for reply in pair[1]],
-            list(zip(conversations, first)),
-        )
-
-    def _parse_or_reask(
-        self,
-        messages: list[Message],
-        reply: str,
-        *,
-        temperature: float,
-        max_tokens: int,
-        seed: int | None,
-        max_reasks: int,
-    ) -> dict[str, Any] | None:
-        parsed = extract_json(reply)
-        conversation = list(messages)
-        for attempt in range(max_reasks):
-            if parsed is not None:
-                return parsed
-            self.stats.add("json_reasks")
-            conversation = conversation + [assistant_message(reply), user_message(REASK_TEXT)]
-            reply = self.chat(conversation, n=1, temperature=temperature, max_tokens=max_tokens, seed=seed)[0]
-            parsed = extract_json(reply)
-        if parsed is None:
+        parsed = [[extract_json(reply) for reply in replies] for replies in first]
+        # (conversation, reply) of every malformed reply, with the conversation it was given in
+        pending = [
+            ((i, j), conversations[i], reply)
+            for i, replies in enumerate(first)
+            for j, reply in enumerate(replies)
+            if parsed[i][j] is None
+        ]
+        for _ in range(max_reasks):
+            if not pending:
+                break
+            self.stats.add("json_reasks", len(pending))
+            asked = [
+                conversation + [assistant_message(reply), user_message(REASK_TEXT)]
+                for _, conversation, reply in pending
+            ]
+            replies = [r[0] for r in self.chat_batch(asked, n=1, **settings)]
+            still = []
+            for ((i, j), _, _), conversation, reply in zip(pending, asked, replies):
+                parsed[i][j] = extract_json(reply)
+                if parsed[i][j] is None:
+                    still.append(((i, j), conversation, reply))
+            pending = still
+        for _, _, reply in pending:
             self.stats.add("json_failures")
             log.debug("%s: reply is not a JSON object after %d re-asks: %.80r", self.model, max_reasks, reply)
         return parsed

@@ -27,9 +27,17 @@ class HFLocalBackend(ChatBackend):
 
     Temperature 0 decodes greedily (``n`` equal replies from one generation); a positive temperature
     samples ``n`` sequences, seeded by ``seed`` without touching the global RNG. :meth:`chat_batch`
-    (and so ``chat_json_batch``) generates up to ``batch_size`` conversations per ``generate`` call;
-    a lock lets one generation run at a time. ``name`` (default: the path, plus the adapter's folder
-    name) is part of every cache key: give one when passing objects, to reuse a cache across runs.
+    (and so ``chat_json_batch``) generates up to ``batch_size`` conversations per ``generate`` call
+    (left padding, KV cache); a lock lets one generation run at a time. ``name`` (default: the path,
+    plus the adapter's folder name) is part of every cache key: give one when passing objects, to reuse
+    a cache across runs.
+
+    ``max_new_tokens`` caps the length of every reply, whatever a request asks for (part of the cache key):
+    in a batch, one reply that never ends holds every other one for its length.
+
+    Serving a LoRA adapter loaded from a folder, ``merge_adapter`` folds its weights into the base model
+    (peft's ``merge_and_unload``), so a forward pass costs what the base model's does; the replies equal the
+    unmerged model's up to float rounding. Turn it off to keep the adapter layers separate.
     """
 
     def __init__(
@@ -41,13 +49,17 @@ class HFLocalBackend(ChatBackend):
         device: str | None = None,
         dtype: str = "auto",
         name: str | None = None,
-        batch_size: int = 8,
+        batch_size: int = 16,
+        merge_adapter: bool = True,
+        max_new_tokens: int | None = None,
         cache: Any = None,
     ) -> None:
         super().__init__(cache=cache, concurrency=1)
         if batch_size < 1:
             raise UserInputError(f"batch_size={batch_size}; expected an integer >= 1")
-        self.batch_size = batch_size
+        if max_new_tokens is not None and max_new_tokens < 1:
+            raise UserInputError(f"max_new_tokens={max_new_tokens}; expected an integer >= 1")
+        self.batch_size, self.merge_adapter, self.max_new_tokens = batch_size, merge_adapter, max_new_tokens
         if model_name_or_path is None and (model is None or processor is None):
             raise UserInputError("HFLocalBackend needs model_name_or_path, or both model and processor objects")
         if adapter is not None and not Path(adapter).is_dir():
@@ -63,7 +75,10 @@ class HFLocalBackend(ChatBackend):
         self._lock = threading.Lock()
 
     def cache_params(self) -> dict[str, Any]:
-        return {"adapter": self.adapter}
+        params: dict[str, Any] = {"adapter": self.adapter}
+        if self.max_new_tokens is not None:
+            params["max_new_tokens"] = self.max_new_tokens
+        return params
 
     def load(self) -> tuple[Any, Any]:
         """Load (once) and return ``(model, processor)``."""
@@ -82,6 +97,8 @@ class HFLocalBackend(ChatBackend):
                 from peft import PeftModel
 
                 model = PeftModel.from_pretrained(model, adapter)
+                if self.merge_adapter:  # serving only: one weight matrix per layer instead of base + A @ B
+                    model = model.merge_and_unload()
             self._model = model.to(self.device).eval()
         return self._model, self._processor
 
@@ -135,7 +152,8 @@ class HFLocalBackend(ChatBackend):
         device = next(model.parameters()).device
         inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
         sample = temperature > 0
-        kwargs: dict[str, Any] = {"max_new_tokens": max_tokens, "do_sample": sample}
+        cap = max_tokens if self.max_new_tokens is None else min(max_tokens, self.max_new_tokens)
+        kwargs: dict[str, Any] = {"max_new_tokens": cap, "do_sample": sample}
         if getattr(tokenizer, "pad_token_id", None) is not None:
             kwargs["pad_token_id"] = tokenizer.pad_token_id
         if sample:

@@ -7,7 +7,6 @@ from typing import Any
 from datamodules.explanations import side_by_side
 from nemo_train.backends.hf_local import HFLocalBackend
 from nemo_train.backends.messages import Message, image_part, to_pil
-from nemo_train.errors import UserInputError
 
 
 def merge_images(messages: list[Message]) -> list[Message]:
@@ -36,18 +35,5 @@ class StudentBackend(HFLocalBackend):
     :class:`~nemo_train.nemo.structured.StructuredEditDeriver` and the distillation prompts.
     """
 
-    def __init__(self, *args: Any, max_tokens: int | None = None, **kwargs: Any) -> None:
-        """``max_tokens`` caps every reply (a structured answer is short; a caller's 512 would let a poorly
-        trained student ramble); other arguments as :class:`HFLocalBackend`."""
-        super().__init__(*args, **kwargs)
-        if max_tokens is not None and max_tokens < 1:
-            raise UserInputError(f"max_tokens={max_tokens}; expected an integer >= 1")
-        self.max_tokens = max_tokens
-
-    def cache_params(self) -> dict[str, Any]:
-        return {**super().cache_params(), "max_tokens_cap": self.max_tokens}
-
     def _generate_many(self, conversations: list[list[Message]], **kwargs: Any) -> list[list[str]]:
-        if self.max_tokens is not None:
-            kwargs["max_tokens"] = min(kwargs["max_tokens"], self.max_tokens)
         return super()._generate_many([merge_images(m) for m in conversations], **kwargs)

@@ -1,5 +1,8 @@
 """The evaluation loop: explain, score (CEI) and judge each error of each target, one stored record per sample.
 
+A method explains the pending errors of a target a chunk at a time (``batch_size`` errors: one batched
+request to its language model where the method supports it); each record is then written on its own.
+
 A record is written as soon as its sample is finished and carries the settings it was computed with
 (target identity, method options, benchmark, explainer, judges, editor), so a rerun skips exactly the
 records whose settings are unchanged. A sample whose language-model calls fail for good (after the
@@ -18,7 +21,7 @@ from nemo_train.backends.base import BackendError, ChatBackend
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
 from nemo_train.nemo.interventions import CounterfactualScorer, Trial
 from nemo_train.nemo.judges import JudgeItem, JudgePanel
-from nemo_train.nemo.methods.base import Method
+from nemo_train.nemo.methods.base import Explanation, Method, explain_many
 from nemo_train.nemo.methods.global_explanation import (
     GlobalExplanation,
     summarize_attribute_explanations,
@@ -54,23 +57,40 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def evaluate_sample(
+def evaluate_samples(
     method: Method,
+    samples: list[ErrorSample],
+    benchmark: NemoBenchmark,
+    scorer: CounterfactualScorer,
+    panel: JudgePanel,
+    target_name: str,
+) -> list[tuple[dict[str, Any], Trial | None]]:
+    """Explain ``samples`` together (:func:`~nemo_train.nemo.methods.base.explain_many`), then score (CEI) and
+    judge each; returns one (record without settings, selected trial) pair per sample."""
+    explanations = explain_many(method, samples, benchmark)
+    return [
+        score_explanation(method.name, explanation, sample, benchmark, scorer, panel, target_name)
+        for explanation, sample in zip(explanations, samples)
+    ]
+
+
+def score_explanation(
+    method_name: str,
+    explanation: Explanation,
     sample: ErrorSample,
     benchmark: NemoBenchmark,
     scorer: CounterfactualScorer,
     panel: JudgePanel,
     target_name: str,
 ) -> tuple[dict[str, Any], Trial | None]:
-    """Explain, score (CEI) and judge one error; returns the record (without settings) and the selected trial."""
-    explanation = method.explain(sample, benchmark)
+    """Score (CEI: the method's own trial, else one counterfactual test) and judge one explanation."""
     trial = explanation.trial
     if trial is None:
         trials = scorer.score(sample, [explanation.text], benchmark.class_names) if explanation.text else []
         trial = trials[0] if trials else None
     names = benchmark.class_names
     verdict = panel.judge([JudgeItem(explanation.text, names[sample.label], names[sample.prediction])])[0]
-    record = _base_record(target_name, method.name, sample)
+    record = _base_record(target_name, method_name, sample)
     record.update(
         explanation=explanation.text,
         candidates=explanation.candidates,
@@ -135,9 +155,15 @@ class TargetJob:
 
 
 def run_target(
-    job: TargetJob, store: ResultStore, progress: Progress, keep_images: bool = False, show_bar: bool = True
+    job: TargetJob,
+    store: ResultStore,
+    progress: Progress,
+    keep_images: bool = False,
+    show_bar: bool = True,
+    batch_size: int = 16,
 ) -> None:
-    """Evaluate every method on every error of one target, resuming from ``store``."""
+    """Evaluate every method on every error of one target, resuming from ``store``; the pending errors of a
+    method are explained ``batch_size`` at a time."""
     bar = progress_bar(
         total=len(job.methods) * len(job.benchmark.errors),
         desc=f"nemo-eval {job.name}",
@@ -146,28 +172,40 @@ def run_target(
         leave=False,
     )
     for method, settings in job.methods:
+        pending = []
         for sample in job.benchmark.errors:
             key = record_key(job.name, method.name, sample.sample_id)
             progress.keys.append(key)
             if store.lookup(key, settings) is not None:
                 progress.resumed += 1
+                bar.update(1)
             else:
-                _compute(job, method, sample, settings, store, progress, keep_images)
-            bar.update(1)
+                pending.append(sample)
+        for start in range(0, len(pending), batch_size):
+            chunk = pending[start : start + batch_size]
+            _compute(job, method, chunk, settings, store, progress, keep_images)
+            bar.update(len(chunk))
     bar.close()
 
 
-def _compute(job, method, sample, settings, store, progress, keep_images) -> None:
+def _compute(job, method, samples, settings, store, progress, keep_images) -> None:
+    """Evaluate and store ``samples``; when a batched request fails for good, each sample is retried alone
+    (replies that came back are cached) so that only the failing ones are recorded as failed."""
     try:
-        record, trial = evaluate_sample(method, sample, job.benchmark, job.scorer, job.panel, job.name)
+        results = evaluate_samples(method, samples, job.benchmark, job.scorer, job.panel, job.name)
     except BackendError as err:
-        store.append(failed_record(job.name, method.name, sample, str(err)), settings)
+        if len(samples) > 1:
+            for sample in samples:
+                _compute(job, method, [sample], settings, store, progress, keep_images)
+            return
+        store.append(failed_record(job.name, method.name, samples[0], str(err)), settings)
         progress.failed += 1
         return
-    store.append(record, settings)
-    progress.computed += 1
-    if keep_images:
-        progress.images[record["key"]] = (sample.image, trial.edited_image if trial is not None else None)
+    for sample, (record, trial) in zip(samples, results):
+        store.append(record, settings)
+        progress.computed += 1
+        if keep_images:
+            progress.images[record["key"]] = (sample.image, trial.edited_image if trial is not None else None)
 
 
 def run_global(

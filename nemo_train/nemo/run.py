@@ -106,7 +106,9 @@ def nemo_eval(
             job = TargetJob(
                 name, bench, scorer, panel, _build_methods(method_specs, bench, target, explainer, scorer, base)
             )
-            run_target(job, store, progress, keep_images=run.wandb, show_bar=sys.stderr.isatty())
+            run_target(
+                job, store, progress, keep_images=run.wandb, show_bar=sys.stderr.isatty(), batch_size=run.error_batch
+            )
             if run.global_explanation:
                 text = run_global(job, store, progress, explainer, flatten(base))
                 if text is not None:

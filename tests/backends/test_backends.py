@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import os
 
 os.environ.setdefault("WANDB_MODE", "disabled")
@@ -72,6 +73,28 @@ def test_chat_json_with_no_reasks_fails_softly():
     assert len(backend.calls) == 1 and backend.stats.json_failures == 2
 
 
+def test_chat_json_batch_reasks_all_malformed_replies_together():
+    # "a": JSON at once; "b": JSON after one re-ask; "c": never JSON
+    def reply(messages):
+        question = messages[0]["content"][-1]["text"]
+        asked = sum(m["role"] == "assistant" for m in messages)
+        return json.dumps({"q": question}) if question == "a" or (question == "b" and asked == 1) else "no"
+
+    class Recording(ScriptedBackend):
+        sizes: list[int] = []
+
+        def chat_batch(self, conversations, **kwargs):
+            self.sizes.append(len(conversations))
+            return super().chat_batch(conversations, **kwargs)
+
+    backend = Recording(reply)
+    found = backend.chat_json_batch([[user_message(q)] for q in "abc"], max_reasks=2)
+    assert found == [[{"q": "a"}], [{"q": "b"}], [None]]
+    assert backend.sizes == [3, 2, 1]  # first replies, then each round's malformed ones in one request
+    assert backend.stats.json_reasks == 3 and backend.stats.json_failures == 1
+    assert backend.chat_json([user_message("b")]) == [{"q": "b"}]  # one conversation: the same path
+
+
 def test_batches_keep_input_order_with_threads():
     backend = ScriptedBackend(lambda messages: messages[-1]["content"][-1]["text"][::-1], concurrency=4)
     questions = [f"q{i}" for i in range(10)]
@@ -118,8 +141,17 @@ def test_hf_local_backend_with_objects_and_a_peft_adapter(tiny_model_dir, tmp_pa
     lora.save_pretrained(tmp_path / "adapter")
     backend = HFLocalBackend(tiny_model_dir, adapter=tmp_path / "adapter", device="cpu")
     assert backend.model.endswith("+adapter") and backend.cache_params() == {"adapter": str(tmp_path / "adapter")}
-    backend.chat(messages, max_tokens=5)
-    assert isinstance(backend._model, PeftModel)
+    merged = backend.chat(messages, max_tokens=5)
+    assert not isinstance(backend._model, PeftModel)  # served merged: plain layers, no adapter branch
+    separate = HFLocalBackend(tiny_model_dir, adapter=tmp_path / "adapter", device="cpu", merge_adapter=False)
+    assert separate.chat(messages, max_tokens=5) == merged
+    assert isinstance(separate._model, PeftModel)
+    with torch.no_grad():  # the merged weights are the base weights plus the adapter's low-rank update
+        x = torch.rand(3, 64)
+        layer = separate._model.base_model.model.model.language_model.layers[0].self_attn.q_proj
+        fused = backend._model.model.language_model.layers[0].self_attn.q_proj
+        torch.testing.assert_close(fused(x), layer(x), rtol=1e-5, atol=1e-6)
+        assert not torch.allclose(fused(x), layer.base_layer(x))
     with pytest.raises(UserInputError, match="adapter folder"):
         HFLocalBackend(tiny_model_dir, adapter=tmp_path / "missing")
     with pytest.raises(UserInputError, match="model_name_or_path"):
@@ -138,7 +170,8 @@ def test_hf_local_backend_loads_a_saved_explainer_folder(tiny_model_dir, tmp_pat
     assert reply == HFLocalBackend(model=module.model.eval(), processor=module.processor).chat(messages, max_tokens=5)
     from peft import PeftModel
 
-    assert isinstance(backend._model, PeftModel)
+    assert not isinstance(backend._model, PeftModel)  # the adapter is merged for serving
+    assert isinstance(HFLocalBackend(folder, device="cpu", merge_adapter=False).load()[0], PeftModel)
 
 
 def test_hf_local_batched_generation_matches_one_at_a_time(tiny_model_dir, tmp_path):
@@ -161,3 +194,8 @@ def test_hf_local_batched_generation_matches_one_at_a_time(tiny_model_dir, tmp_p
     assert batched.stats.cache_hits == 1
     sampled = batched.chat_batch(conversations, n=2, temperature=1.0, max_tokens=4, seed=1)
     assert [len(r) for r in sampled] == [2, 2, 2]
+    capped = HFLocalBackend(tiny_model_dir, device="cpu", max_new_tokens=3)
+    assert capped.chat_batch(conversations, max_tokens=6) == [single.chat(c, max_tokens=3) for c in conversations]
+    assert capped.cache_params()["max_new_tokens"] == 3  # a capped reply is cached apart from an uncapped one
+    with pytest.raises(UserInputError, match="max_new_tokens"):
+        HFLocalBackend(tiny_model_dir, max_new_tokens=0)

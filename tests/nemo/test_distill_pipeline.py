@@ -16,6 +16,14 @@ from datamodules.explanations import read_records  # noqa: E402
 from nemo_train.errors import UserInputError  # noqa: E402
 from nemo_train.nemo.distill import distill_teacher  # noqa: E402
 from nemo_train.nemo.distill_eval import distill_eval  # noqa: E402
+from nemo_train.nemo.distill_methods import (  # noqa: E402
+    DistillMethod,
+    ExhaustiveTeacher,
+    KnownCause,
+    StudentSciTX,
+    default_distill_methods,
+    student_distill_methods,
+)
 from nemo_train.nemo.structured import StructuredEditDeriver  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,6 +50,12 @@ def test_distill_presets_parse(path):
     parser.add_argument("--config", action="config")
     config = parser.parse_args(["--config", str(path)])
     assert config.dataset in ("cmnist", "clevr", "folder")
+    if function is distill_eval:  # rows are objects: every one of them, the SciTX one with its options
+        rows = parser.instantiate_classes(config).methods
+        expected = student_distill_methods() if config.dataset == "folder" else default_distill_methods()
+        assert [type(r) for r in rows] == [type(r) for r in expected]  # folder data: no teacher / KnownCause row
+        assert all(isinstance(r, DistillMethod) for r in rows)
+        assert [(r.k, r.m) for r in rows if isinstance(r, StudentSciTX)] == [(8, 4)]
     if config.get("hypotheses") is not None:  # an MLLM teacher: a backend class_path with its init_args
         assert config.hypotheses.class_path.endswith("OpenAICompatibleBackend")
 
@@ -79,7 +93,9 @@ def test_teacher_refuses_bad_input(tmp_path):
 def test_distill_eval_scores_teacher_and_known_cause_and_resumes(checkpoint, tmp_path, capsys):
     student = tmp_path / "student"
     student.mkdir()  # rows without the student never load it
-    kwargs = dict(student=str(student), targets=[checkpoint], methods=["teacher", "known_cause"], n=4, test_styles=1)
+    kwargs = dict(
+        student=str(student), targets=[checkpoint], methods=[ExhaustiveTeacher(), KnownCause()], n=4, test_styles=1
+    )
     result = distill_eval(**kwargs, out_dir=str(tmp_path / "eval"))
     rows = [json.loads(line) for line in Path(result["results"]).read_text().splitlines()]
     assert len(rows) == 8
@@ -95,3 +111,46 @@ def test_distill_eval_scores_teacher_and_known_cause_and_resumes(checkpoint, tmp
     assert again["summary"] == result["summary"]
     with pytest.raises(UserInputError, match="student adapter folder"):
         distill_eval(student=str(tmp_path / "none"), targets=[checkpoint])
+
+
+def test_distill_eval_rows_reject_unknown_names_and_options(tmp_path):
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_function_arguments(distill_eval)
+    base = ["--student=s", "--targets=[t.ckpt]"]
+    parsed = parser.parse_args([*base, "--methods=[StudentGreedy, {class_path: StudentSciTX, init_args: {m: 2}}]"])
+    assert [r["class_path"].rsplit(".", 1)[1] for r in parsed.methods] == ["StudentGreedy", "StudentSciTX"]
+    from jsonargparse import ArgumentError
+
+    with pytest.raises(ArgumentError, match="q"):
+        parser.parse_args([*base, "--methods=[{class_path: StudentSciTX, init_args: {q: 3}}]"])
+    with pytest.raises(ArgumentError, match="teacher"):
+        parser.parse_args([*base, "--methods=[teacher]"])
+
+
+def test_distill_eval_student_rows_run_batched_on_a_saved_explainer(checkpoint, tmp_path):
+    from nemo_train.explainer import ExplainerModule
+    from nemo_train.models.vlm import materialize_tiny
+    from nemo_train.nemo.distill_methods import StudentChangeMLLM, StudentGreedy
+
+    module = ExplainerModule(model_name_or_path=str(materialize_tiny(tmp_path / "tiny")), lora_r=2)
+    module.configure_model()
+    folder = module.save_adapter(tmp_path / "student")
+    rows = [StudentGreedy(), StudentChangeMLLM(reference_class="true")]
+    result = distill_eval(
+        student=str(folder),
+        targets=[checkpoint],
+        methods=rows,
+        n=3,
+        test_styles=1,
+        error_batch=2,
+        max_new_tokens=6,
+        out_dir=str(tmp_path / "eval"),
+    )
+    records = [json.loads(line) for line in Path(result["results"]).read_text().splitlines()]
+    assert sorted({r["method"] for r in records}) == ["ChangeMLLM (student)", "Student (greedy)"]
+    assert len(records) == 6 and not any(r["failed"] for r in records)
+    # an untrained explainer writes no readable structured answer: nothing to test, CEI 0
+    assert all(r["cei"] == 0.0 for r in records)
+    settings = records[-1]["settings"]
+    assert settings["method.class"] == "StudentChangeMLLM" and settings["method.reference_class"] == "true"
+    assert settings["student.max_new_tokens"] == 6

@@ -40,6 +40,7 @@ from nemo_train.errors import UserInputError
 from nemo_train.explainer import ExplainerModule
 from nemo_train.nemo.components import DiffusersEdit, TimmModel
 from nemo_train.nemo.distill_eval import distill_eval, edit_scorers
+from nemo_train.nemo.distill_methods import KnownCause, StudentGreedy
 from nemo_train.nemo.folder_benchmark import build_folder_benchmark
 from nemo_train.nemo.judges import LLMJudge
 from nemo_train.nemo.structured import split_answer
@@ -48,7 +49,7 @@ from tests.explainer.tiny_real import build
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "sk-test-recipe-0123456789abcdef"
-STUDENT_ROWS = ("Student (greedy)", "SciTX (student, M=2)", "CamMLLM (student)", "ChangeMLLM (student)")
+STUDENT_ROWS = ("Student (greedy)", "SciTX (student, M=4)", "CamMLLM (student)", "ChangeMLLM (student)")
 #: tiny diffusers edits: 32 px, two denoising steps
 EDITOR_SIZE = ["--editor.init_args.size=32", "--editor.init_args.call_kwargs={num_inference_steps: 2}"]
 
@@ -159,8 +160,7 @@ def evaluation(local_models, student, server):
             *EDITOR_SIZE,
             f"--out_dir={out}",
             "--n=2",
-            "--m=2",
-            "--max_tokens=8",  # a two-step student rambles; its answers are cut short
+            "--max_new_tokens=8",  # a two-step student rambles; its answers are cut short
         ],
     )
     return out, result, server.requests[before:]
@@ -271,7 +271,7 @@ def test_folder_eval_refuses_incomplete_settings(local_models, student, server, 
         distill_eval(**kwargs)
     kwargs["editor"] = DiffusersEdit(str(local_models["editor"]))
     with pytest.raises(UserInputError, match="need generated data"):
-        distill_eval(**kwargs, methods=["student", "known_cause"])
+        distill_eval(**kwargs, methods=[StudentGreedy(), KnownCause()])
     with pytest.raises(UserInputError, match="does not exist"):
         distill_eval(**{**kwargs, "targets": [TimmModel(TIMM_ARCH, weights_file=str(tmp_path / "none"))]})
     assert not (tmp_path / "eval").exists()  # refused before anything is written

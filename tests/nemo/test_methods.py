@@ -124,7 +124,8 @@ def test_scitx_retrieval_takes_the_k_nearest_of_the_filtered_set_or_balanced_hal
     assert [int(bench.reference.labels[i]) for i in balanced] == [0, 1]
 
 
-def test_cam_mllm_sends_a_gradcam_overlay():
+def cam_target() -> ClassifierTarget:
+    """A one-convolution classifier over 2 classes (Grad-CAM's layer: the convolution)."""
     torch.manual_seed(0)
     net = torch.nn.Sequential(
         torch.nn.Conv2d(3, 4, 3, padding=1),
@@ -134,7 +135,11 @@ def test_cam_mllm_sends_a_gradcam_overlay():
         torch.nn.Linear(4, 2),
     )
     net.features = lambda x: x.mean((2, 3))
-    target = ClassifierTarget(net, ["a", "b"])
+    return ClassifierTarget(net, ["a", "b"])
+
+
+def test_cam_mllm_sends_a_gradcam_overlay():
+    target = cam_target()
     image = torch.zeros(3, 16, 16)
     image[:, 2:6, 10:14] = 1.0  # a bright patch in the upper right
     heat, overlay = gradcam_overlay(target, image, 1)
@@ -197,3 +202,96 @@ def test_plain_text_hypothesizer_for_the_fine_tuned_explainer():
     assert call["n"] == 2 and call["max_tokens"] == 48
     assert [p["type"] for p in call["messages"][0]["content"]] == ["image", "text"]
     assert call["messages"][0]["content"][1]["text"] == "Why?"
+
+
+class BatchRecordingBackend(ScriptedBackend):
+    """Replies by a function of the messages; records the size of every ``chat_batch`` request."""
+
+    def __init__(self, responder) -> None:
+        super().__init__(responder)
+        self.batches: list[int] = []
+
+    def chat_batch(self, conversations, **kwargs):
+        self.batches.append(len(conversations))
+        return super().chat_batch(conversations, **kwargs)
+
+
+def _by_colour(messages) -> str:
+    """A scripted MLLM: the right cause for a green error image, a wrong one otherwise."""
+    image = next(p["image"] for p in messages[0]["content"] if p["type"] == "image")
+    green = bool(image[1].mean() > 0.5 and image[0].mean() < 0.5)
+    cause = "The square is green, where correct ones are red." if green else "The square is rotated 10 degrees."
+    return json.dumps({"cause_of_error": cause})
+
+
+def toy_errors(bench) -> list[ErrorSample]:
+    colour = [1, 2, 1]  # green, blue, green (all labelled "reddish")
+    return [
+        ErrorSample(f"e{i}", solid(c), label=0, prediction=1, attrs={"digit": 3, "color": c, "angle": 10, "style": 0})
+        for i, c in enumerate(colour)
+    ]
+
+
+def test_methods_explain_many_errors_with_one_request_and_the_same_answers():
+    from nemo_train.nemo.methods.base import explain_many
+
+    target = RedGreenTarget()
+    bench = toy_benchmark(target)
+    errors = toy_errors(bench)
+    makers = {
+        "scitx": lambda b: SciTX(target, MLLMHypothesizer(b), scorer_for(target), k=4, m=2),
+        "change": lambda b: ChangeMLLM(target, b),
+        "validation": lambda b: WithValidation(ChangeMLLM(target, b), scorer_for(target), m=2),
+    }
+    for name, make in makers.items():
+        batched, single = BatchRecordingBackend(_by_colour), BatchRecordingBackend(_by_colour)
+        together = explain_many(make(batched), errors, bench)
+        one_by_one = [make(single).explain(e, bench) for e in errors]
+        assert batched.batches == [3], name  # every error's question in one request
+        assert single.batches == [1, 1, 1], name
+        assert [e.text for e in together] == [e.text for e in one_by_one], name
+        assert [e.candidates for e in together] == [e.candidates for e in one_by_one], name
+        # each answer belongs to its own error: green errors get the colour cause
+        assert ["green" in e.text for e in together] == [True, False, True], name
+
+
+def test_cam_mllm_reads_many_overlays_in_one_request():
+    from nemo_train.nemo.methods.base import explain_many
+
+    target = cam_target()
+    samples = [ErrorSample(f"c{i}", torch.rand(3, 16, 16), 0, 1) for i in range(3)]
+    bench = NemoBenchmark("toy", ["a", "b"], "cmnist", samples, None)
+    backend = BatchRecordingBackend(lambda messages: '{"cause_of_error": "The model looked at the corner."}')
+    method = CamMLLM(target, backend)
+    together = explain_many(method, samples, bench)
+    assert backend.batches == [3]
+    for sample, explanation in zip(samples, together):
+        assert torch.allclose(explanation.details["gradcam"], method.explain(sample, bench).details["gradcam"])
+        assert explanation.text == "The model looked at the corner."
+
+
+def test_scitx_captions_uncaptioned_references_of_many_errors_in_one_request():
+    import dataclasses
+
+    from nemo_train.nemo.methods.base import explain_many
+    from nemo_train.nemo.methods.scitx import MLLMCaptioner
+
+    target = RedGreenTarget()
+    bench = toy_benchmark(target)
+    bench = dataclasses.replace(bench, reference=dataclasses.replace(bench.reference, captions=None))
+
+    def reply(messages):
+        text = messages[0]["content"][-1]["text"]
+        if text == MLLMCaptioner.PROMPT:
+            return "a square"
+        return _by_colour(messages)
+
+    backend = BatchRecordingBackend(reply)
+    method = SciTX(target, MLLMHypothesizer(backend), scorer_for(target), k=2, m=1, captioner=MLLMCaptioner(backend))
+    errors = toy_errors(bench)
+    explanations = explain_many(method, errors, bench)
+    # one request for the captions of every distinct retrieved reference, one for every error's hypotheses
+    assert len(backend.batches) == 2 and backend.batches[1] == 3
+    assert 1 <= backend.batches[0] <= 2 * 3
+    assert all(e.details["observations"] == ["a square", "a square"] for e in explanations)
+    assert ["green" in e.text for e in explanations] == [True, False, True]

@@ -80,17 +80,8 @@ class SciTXMethod(MethodSpec):
         else:
             hyp = scitx.MLLMHypothesizer(backend)
         captioner = scitx.MLLMCaptioner(backend) if backend is not None else None
-        method = scitx.SciTX(
-            ctx.target,
-            hyp,
-            ctx.scorer,
-            k=self.k,
-            m=self.m,
-            captioner=captioner,
-            class_relevance=self.class_relevance,
-            balanced=self.retrieval == "balanced",
-        )
-        return [method]
+        search = {"class_relevance": self.class_relevance, "balanced": self.retrieval == "balanced"}
+        return [scitx.SciTX(ctx.target, hyp, ctx.scorer, k=self.k, m=self.m, captioner=captioner, **search)]
 
 
 class _Baseline(MethodSpec):

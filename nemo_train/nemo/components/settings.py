@@ -97,6 +97,8 @@ class RunArgs:
         out_dir: results (``results.jsonl``), the reply cache and the run lock; reruns resume here.
         wandb: log the table and a per-sample table to Weights & Biases.
         batched: classify all counterfactuals of an error in one batch.
+        error_batch: errors a method explains together: one batched request to the explainer (a local
+            model generates their replies in padded ``generate`` calls, an endpoint gets them concurrently).
         global_explanation: summarise SciTX's explanations into one global explanation and score it on
             every error (row ``Global``; NEMO Sec. 4.2.7).
     """
@@ -104,4 +106,5 @@ class RunArgs:
     out_dir: str = "checkpoints/nemo_eval"
     wandb: bool = False
     batched: bool = True
+    error_batch: PositiveInt = 16
     global_explanation: bool = False

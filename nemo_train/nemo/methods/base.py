@@ -29,24 +29,47 @@ class Explanation:
 
 
 class Method(Protocol):
-    """An explanation generator ``g(x, y, y_hat, f)``."""
+    """An explanation generator ``g(x, y, y_hat, f)``.
+
+    A method may also define ``explain_batch(samples, benchmark) -> list[Explanation]``, explaining many
+    errors with one batched request to its language model (:func:`explain_many` uses it when present).
+    """
 
     name: str
 
     def explain(self, sample: ErrorSample, benchmark: NemoBenchmark) -> Explanation: ...
 
 
+def explain_many(method: Method, samples: Sequence[ErrorSample], benchmark: NemoBenchmark) -> list[Explanation]:
+    """``method``'s explanations of ``samples``, in order: one ``explain_batch`` call where the method has one."""
+    batch = getattr(method, "explain_batch", None)
+    if batch is not None:
+        return list(batch(list(samples), benchmark))
+    return [method.explain(sample, benchmark) for sample in samples]
+
+
+def ask_causes_batch(
+    backend, conversations: list[list[dict]], n: int = 1, temperature: float = 0.0, key: str = "cause_of_error"
+) -> list[list[str]]:
+    """For each conversation, ``n`` replies as JSON, keeping the non-empty ``key`` strings (duplicates
+    dropped). All first replies come from one ``chat_json_batch`` call (a local model generates them in
+    batched ``generate`` calls, an endpoint gets them ``concurrency`` at a time)."""
+    out: list[list[str]] = []
+    for replies in backend.chat_json_batch(conversations, n=n, temperature=temperature):
+        causes: list[str] = []
+        for reply in replies:
+            text = (reply or {}).get(key)
+            if isinstance(text, str) and text.strip() and text.strip() not in causes:
+                causes.append(text.strip())
+        out.append(causes)
+    return out
+
+
 def ask_causes(
     backend, messages: list[dict], n: int = 1, temperature: float = 0.0, key: str = "cause_of_error"
 ) -> list[str]:
     """``n`` replies to ``messages`` as JSON, keeping the non-empty ``key`` strings (duplicates dropped)."""
-    replies = backend.chat_json(messages, n=n, temperature=temperature)
-    out: list[str] = []
-    for reply in replies:
-        text = (reply or {}).get(key)
-        if isinstance(text, str) and text.strip() and text.strip() not in out:
-            out.append(text.strip())
-    return out
+    return ask_causes_batch(backend, [messages], n=n, temperature=temperature, key=key)[0]
 
 
 def select_by_cei(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from pytorch_grad_cam import GradCAM
 from pytorch_grad_cam.utils.image import show_cam_on_image
@@ -11,7 +13,7 @@ from nemo_train.backends.messages import user_message
 from nemo_train.errors import UserInputError
 from nemo_train.nemo import prompts
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
-from nemo_train.nemo.methods.base import Explanation, ask_causes
+from nemo_train.nemo.methods.base import Explanation, ask_causes_batch
 
 
 def gradcam_overlay(
@@ -68,18 +70,38 @@ class CamMLLM:
         self.target, self.backend, self.temperature, self.cam_layer = target, backend, temperature, cam_layer
         self.template = template
 
-    def candidates(self, sample: ErrorSample, benchmark: NemoBenchmark, m: int) -> list[str]:
+    def overlay(self, sample: ErrorSample) -> tuple[torch.Tensor, torch.Tensor]:
+        """The Grad-CAM heat map and overlay of the predicted class on the error image."""
         reshape = self.target.gradcam_reshape() if hasattr(self.target, "gradcam_reshape") else None
-        heat, overlay = gradcam_overlay(self.target, sample.image, sample.prediction, self.cam_layer, reshape)
-        self._last_overlay = overlay
+        return gradcam_overlay(self.target, sample.image, sample.prediction, self.cam_layer, reshape)
+
+    def _read(self, samples, cams, benchmark: NemoBenchmark, m: int) -> list[list[str]]:
+        """Up to ``m`` readings of each overlay (one batched request for all of them)."""
         if self.backend is None:
-            return [describe_heat(heat, sample.image)]
+            return [[describe_heat(heat, sample.image)] for sample, (heat, _) in zip(samples, cams)]
         names = benchmark.class_names
-        text = self.template.format(true_name=names[sample.label], pred_name=names[sample.prediction])
-        return ask_causes(
-            self.backend, [user_message(text, images=[overlay])], n=m, temperature=self.temperature if m > 1 else 0.0
-        )
+        conversations = [
+            [
+                user_message(
+                    self.template.format(true_name=names[s.label], pred_name=names[s.prediction]), images=[overlay]
+                )
+            ]
+            for s, (_, overlay) in zip(samples, cams)
+        ]
+        return ask_causes_batch(self.backend, conversations, n=m, temperature=self.temperature if m > 1 else 0.0)
+
+    def candidates(self, sample: ErrorSample, benchmark: NemoBenchmark, m: int) -> list[str]:
+        return self.candidates_batch([sample], benchmark, m)[0]
+
+    def candidates_batch(self, samples: Sequence[ErrorSample], benchmark: NemoBenchmark, m: int) -> list[list[str]]:
+        return self._read(samples, [self.overlay(s) for s in samples], benchmark, m)
 
     def explain(self, sample: ErrorSample, benchmark: NemoBenchmark) -> Explanation:
-        found = self.candidates(sample, benchmark, 1)
-        return Explanation(found[0] if found else "", found, details={"gradcam": self._last_overlay})
+        return self.explain_batch([sample], benchmark)[0]
+
+    def explain_batch(self, samples: Sequence[ErrorSample], benchmark: NemoBenchmark) -> list[Explanation]:
+        cams = [self.overlay(s) for s in samples]
+        return [
+            Explanation(found[0] if found else "", found, details={"gradcam": overlay})
+            for found, (_, overlay) in zip(self._read(samples, cams, benchmark, 1), cams)
+        ]

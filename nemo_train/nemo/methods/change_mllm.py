@@ -3,12 +3,14 @@ difference and infers the cause (NEMO paper, Sec. 4.1.3, App. A.2, after change 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from nemo_train.backends.messages import user_message
 from nemo_train.nemo import prompts
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
-from nemo_train.nemo.methods.base import Explanation, ask_causes
+from nemo_train.nemo.methods.base import Explanation, ask_causes_batch
 from nemo_train.nemo.methods.scitx import reference_index
 
 
@@ -62,21 +64,41 @@ class ChangeMLLM:
             return f"The image matches a correctly classified {true} in every listed attribute; the difference lies in the handwriting."
         return f"Compared with a correctly classified {true}, " + " and ".join(diffs) + "."
 
-    def candidates(self, sample: ErrorSample, benchmark: NemoBenchmark, m: int) -> list[str]:
-        index = self.reference(sample, benchmark)
-        if index is None:
-            return []
+    def _compare(self, samples, references: list[int | None], benchmark: NemoBenchmark, m: int) -> list[list[str]]:
+        """Up to ``m`` comparisons of each error with its reference (one batched request for all of them)."""
+        found: list[list[str]] = [[] for _ in samples]
+        asked = [i for i, index in enumerate(references) if index is not None]
         if self.backend is None:
-            return [self._offline(sample, benchmark, index)]
-        names = benchmark.class_names
-        text = self.template.format(
-            true_name=names[sample.label],
-            pred_name=names[sample.prediction],
-            ref_name=names[int(benchmark.reference.labels[index])],
-        )
-        message = user_message(text, images=[sample.image, benchmark.reference.image(index)])
-        return ask_causes(self.backend, [message], n=m, temperature=self.temperature if m > 1 else 0.0)
+            for i in asked:
+                found[i] = [self._offline(samples[i], benchmark, references[i])]
+            return found
+        names, ref = benchmark.class_names, benchmark.reference
+        conversations = []
+        for i in asked:
+            sample, index = samples[i], references[i]
+            text = self.template.format(
+                true_name=names[sample.label],
+                pred_name=names[sample.prediction],
+                ref_name=names[int(ref.labels[index])],
+            )
+            conversations.append([user_message(text, images=[sample.image, ref.image(index)])])
+        replies = ask_causes_batch(self.backend, conversations, n=m, temperature=self.temperature if m > 1 else 0.0)
+        for i, causes in zip(asked, replies):
+            found[i] = causes
+        return found
+
+    def candidates(self, sample: ErrorSample, benchmark: NemoBenchmark, m: int) -> list[str]:
+        return self.candidates_batch([sample], benchmark, m)[0]
+
+    def candidates_batch(self, samples: Sequence[ErrorSample], benchmark: NemoBenchmark, m: int) -> list[list[str]]:
+        return self._compare(samples, [self.reference(s, benchmark) for s in samples], benchmark, m)
 
     def explain(self, sample: ErrorSample, benchmark: NemoBenchmark) -> Explanation:
-        found = self.candidates(sample, benchmark, 1)
-        return Explanation(found[0] if found else "", found, details={"reference": self.reference(sample, benchmark)})
+        return self.explain_batch([sample], benchmark)[0]
+
+    def explain_batch(self, samples: Sequence[ErrorSample], benchmark: NemoBenchmark) -> list[Explanation]:
+        references = [self.reference(s, benchmark) for s in samples]
+        return [
+            Explanation(found[0] if found else "", found, details={"reference": index})
+            for found, index in zip(self._compare(samples, references, benchmark, 1), references)
+        ]

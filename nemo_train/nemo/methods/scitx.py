@@ -24,7 +24,7 @@ from nemo_train.backends.messages import user_message
 from nemo_train.errors import UserInputError
 from nemo_train.nemo import prompts
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark, ReferenceSet
-from nemo_train.nemo.methods.base import Explanation, ask_causes, select_by_cei
+from nemo_train.nemo.methods.base import Explanation, ask_causes_batch, select_by_cei
 from nemo_train.nemo.retrieval import ReferenceIndex
 from nemo_train.vocabulary import BIAS_PROMPT
 
@@ -83,13 +83,29 @@ def retrieve_observations(
 class Hypothesizer(Protocol):
     """Proposes up to ``m`` failure causes for one error given its observations.
 
-    A hypothesizer may set ``reads_captions = False`` when its question does not show the observations'
-    captions (SciTX then does not caption the references for it).
+    A hypothesizer backed by a language model also defines ``hypothesize_batch(samples, observations,
+    class_names, m)`` (one list per error), so SciTX asks about many errors in one batched request.
+    It may set ``reads_captions = False`` when its question does not show the observations' captions
+    (SciTX then does not caption the references for it).
     """
 
     def hypothesize(
         self, sample: ErrorSample, observations: list[Observation], class_names: Sequence[str], m: int
     ) -> list[str]: ...
+
+
+def hypothesize_many(
+    hypothesizer: Hypothesizer,
+    samples: Sequence[ErrorSample],
+    observations: Sequence[list[Observation]],
+    class_names: Sequence[str],
+    m: int,
+) -> list[list[str]]:
+    """The hypotheses for each error: one ``hypothesize_batch`` call where the hypothesizer has one."""
+    batch = getattr(hypothesizer, "hypothesize_batch", None)
+    if batch is not None:
+        return batch(list(samples), list(observations), class_names, m)
+    return [hypothesizer.hypothesize(s, o, class_names, m) for s, o in zip(samples, observations)]
 
 
 class MLLMHypothesizer:
@@ -116,8 +132,14 @@ class MLLMHypothesizer:
         )
 
     def hypothesize(self, sample, observations, class_names, m):
-        message = user_message(self.prompt(sample, observations, class_names), images=[sample.image])
-        return ask_causes(self.backend, [message], n=m, temperature=self.temperature if m > 1 else 0.0)
+        return self.hypothesize_batch([sample], [observations], class_names, m)[0]
+
+    def hypothesize_batch(self, samples, observations, class_names, m):
+        conversations = [
+            [user_message(self.prompt(sample, seen, class_names), images=[sample.image])]
+            for sample, seen in zip(samples, observations)
+        ]
+        return ask_causes_batch(self.backend, conversations, n=m, temperature=self.temperature if m > 1 else 0.0)
 
 
 class PlainTextHypothesizer:
@@ -137,13 +159,16 @@ class PlainTextHypothesizer:
         )
 
     def hypothesize(self, sample, observations, class_names, m):
-        replies = self.backend.chat(
-            [user_message(self.question, images=[sample.image])],
+        return self.hypothesize_batch([sample], [observations], class_names, m)[0]
+
+    def hypothesize_batch(self, samples, observations, class_names, m):
+        replies = self.backend.chat_batch(
+            [[user_message(self.question, images=[sample.image])] for sample in samples],
             n=m,
             temperature=self.temperature if m > 1 else 0.0,
             max_tokens=self.max_tokens,
         )
-        return list(dict.fromkeys(r.strip() for r in replies if r and r.strip()))
+        return [list(dict.fromkeys(r.strip() for r in found if r and r.strip())) for found in replies]
 
 
 class AttributeContrastHypothesizer:
@@ -246,38 +271,56 @@ class SciTX:
 
     def observe(self, sample: ErrorSample, benchmark: NemoBenchmark) -> list[Observation]:
         """Stage 1: retrieve and caption the ``k`` observations."""
+        return self.observe_batch([sample], benchmark)[0]
+
+    def observe_batch(self, samples: Sequence[ErrorSample], benchmark: NemoBenchmark) -> list[list[Observation]]:
+        """Stage 1 for several errors; references without a stored caption are captioned in one request."""
         ref = benchmark.reference
-        query = self.target.features(sample.image[None])[0].cpu()
-        indices = retrieve_observations(sample, query, ref, self.k, self.class_relevance, self.balanced)
-        sims = (
-            F.normalize(ref.features[indices].float(), dim=-1) @ F.normalize(query.float(), dim=0)
-            if indices
-            else torch.empty(0)
-        )
-        out = []
-        reads_captions = getattr(self.hypothesizer, "reads_captions", True)
-        for i, s in zip(indices, sims.tolist()):
-            if ref.captions is not None:
-                caption = ref.captions[i]
-            elif not reads_captions:
-                caption = ""
-            elif self.captioner is not None:
-                caption = self.captioner(ref.image(i))
-            else:
+        found = []
+        for sample in samples:
+            query = self.target.features(sample.image[None])[0].cpu()
+            indices = retrieve_observations(sample, query, ref, self.k, self.class_relevance, self.balanced)
+            sims = (
+                F.normalize(ref.features[indices].float(), dim=-1) @ F.normalize(query.float(), dim=0)
+                if indices
+                else torch.empty(0)
+            )
+            found.append((indices, sims.tolist()))
+        captions = ref.captions
+        if captions is None and not getattr(self.hypothesizer, "reads_captions", True):
+            captions = {i: "" for indices, _ in found for i in indices}  # its question shows no captions
+        if captions is None:
+            needed = list(dict.fromkeys(i for indices, _ in found for i in indices))
+            if needed and self.captioner is None:
                 raise UserInputError("the reference set has no captions; configure an MLLM captioner for SciTX")
-            out.append(Observation(i, int(ref.labels[i]), caption, float(s), ref.attrs[i] if ref.attrs else None))
-        return out
+            texts = caption_many(self.captioner, [ref.image(i) for i in needed]) if needed else []
+            captions = dict(zip(needed, texts))
+        return [
+            [
+                Observation(i, int(ref.labels[i]), captions[i], float(s), ref.attrs[i] if ref.attrs else None)
+                for i, s in zip(indices, sims)
+            ]
+            for indices, sims in found
+        ]
 
     def explain(self, sample: ErrorSample, benchmark: NemoBenchmark) -> Explanation:
-        observations = self.observe(sample, benchmark)
-        hypotheses = self.hypothesizer.hypothesize(sample, observations, benchmark.class_names, self.m)
-        best, trials = select_by_cei(self.scorer, sample, hypotheses, benchmark.class_names)
-        text = best.hypothesis if best is not None else ""
-        return Explanation(text, list(hypotheses), trials, best, {"observations": [o.caption for o in observations]})
+        return self.explain_batch([sample], benchmark)[0]
+
+    def explain_batch(self, samples: Sequence[ErrorSample], benchmark: NemoBenchmark) -> list[Explanation]:
+        """Observe each error, ask for every error's hypotheses at once, then test each error's hypotheses."""
+        names = benchmark.class_names
+        observations = self.observe_batch(samples, benchmark)
+        hypotheses = hypothesize_many(self.hypothesizer, samples, observations, names, self.m)
+        out = []
+        for sample, seen, found in zip(samples, observations, hypotheses):
+            best, trials = select_by_cei(self.scorer, sample, found, names)
+            text = best.hypothesis if best is not None else ""
+            out.append(Explanation(text, list(found), trials, best, {"observations": [o.caption for o in seen]}))
+        return out
 
 
 class MLLMCaptioner:
-    """Caption one image with an MLLM (cached by the backend), for references without a caption."""
+    """Caption images with an MLLM (cached by the backend), for references without a caption."""
 
     PROMPT = "Describe this image in one short sentence: the main object, its appearance and its surroundings."
 
@@ -285,4 +328,15 @@ class MLLMCaptioner:
         self.backend = backend
 
     def __call__(self, image: torch.Tensor) -> str:
-        return self.backend.chat([user_message(self.PROMPT, images=[image])], temperature=0.0)[0].strip()
+        return self.caption_batch([image])[0]
+
+    def caption_batch(self, images: Sequence[torch.Tensor]) -> list[str]:
+        """One caption per image, all asked in one batched request."""
+        conversations = [[user_message(self.PROMPT, images=[image])] for image in images]
+        return [replies[0].strip() for replies in self.backend.chat_batch(conversations, temperature=0.0)]
+
+
+def caption_many(captioner, images: Sequence[torch.Tensor]) -> list[str]:
+    """Captions of ``images``: one ``caption_batch`` call where the captioner has one."""
+    batch = getattr(captioner, "caption_batch", None)
+    return batch(list(images)) if batch is not None else [captioner(image) for image in images]

@@ -3,6 +3,8 @@ each put through the counterfactual test, the argmax-CEI one kept (SciTX's selec
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from nemo_train.errors import UserInputError
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
 from nemo_train.nemo.methods.base import Explanation, select_by_cei
@@ -22,6 +24,17 @@ class WithValidation:
         self.name = f"{base.name}+validation"
 
     def explain(self, sample: ErrorSample, benchmark: NemoBenchmark) -> Explanation:
-        candidates = self.base.candidates(sample, benchmark, self.m)
-        best, trials = select_by_cei(self.scorer, sample, candidates, benchmark.class_names)
-        return Explanation(best.hypothesis if best else "", candidates, trials, best)
+        return self.explain_batch([sample], benchmark)[0]
+
+    def explain_batch(self, samples: Sequence[ErrorSample], benchmark: NemoBenchmark) -> list[Explanation]:
+        """Every error's candidates (one batched request where the baseline can), each error's argmax CEI."""
+        batch = getattr(self.base, "candidates_batch", None)
+        if batch is not None:
+            found = batch(list(samples), benchmark, self.m)
+        else:
+            found = [self.base.candidates(sample, benchmark, self.m) for sample in samples]
+        out = []
+        for sample, candidates in zip(samples, found):
+            best, trials = select_by_cei(self.scorer, sample, candidates, benchmark.class_names)
+            out.append(Explanation(best.hypothesis if best else "", candidates, trials, best))
+        return out

@@ -1,0 +1,166 @@
+"""The rows of ``distill-eval`` as configurable objects (``class_path`` / ``init_args`` in YAML).
+
+Each builds, for one target and its held-out errors, the explanation method and the scorer its answers are
+tested with: the student's structured answers by the edit they state
+(:class:`~nemo_train.nemo.structured.StructuredEditDeriver`), KnownCause's sentence by the keyword deriver
+(a rule-based parser, not a model). The student is the MLLM of every student row.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from jsonargparse.typing import PositiveInt
+
+from nemo_train.backends.base import ChatBackend
+from nemo_train.backends.messages import user_message
+from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
+from nemo_train.nemo.interventions import CounterfactualScorer
+from nemo_train.nemo.methods.base import Explanation, Method, ask_causes_batch
+from nemo_train.nemo.methods.cam_mllm import CamMLLM
+from nemo_train.nemo.methods.change_mllm import ChangeMLLM
+from nemo_train.nemo.methods.reference import KnownCauseExplainer
+from nemo_train.nemo.methods.scitx import MLLMHypothesizer, SciTX
+from nemo_train.nemo.structured import DISTILL_CAM_PROMPT, DISTILL_CHANGE_PROMPT, DISTILL_PROMPT
+from nemo_train.nemo.teacher import ExhaustiveAttributeTeacher
+
+
+class ExhaustiveSearchExplainer:
+    """The exhaustive teacher as an explanation method (its answer carries the max-CEI edit)."""
+
+    name = "Teacher (exhaustive search, not a model)"
+
+    def __init__(self, target) -> None:
+        self.teacher = ExhaustiveAttributeTeacher(target)
+
+    def explain(self, sample: ErrorSample, benchmark: NemoBenchmark) -> Explanation:
+        label = self.teacher.label(sample, benchmark)
+        return Explanation(label.answer if label else "")
+
+
+class OnePassExplainer:
+    """One greedy pass of an explainer on the error image with its question (``{true_name}``,
+    ``{pred_name}`` filled in); many errors are asked in one batched request."""
+
+    def __init__(self, backend: ChatBackend, template: str = DISTILL_PROMPT, name: str = "Student (greedy)") -> None:
+        self.backend, self.template, self.name = backend, template, name
+
+    def explain(self, sample: ErrorSample, benchmark: NemoBenchmark) -> Explanation:
+        return self.explain_batch([sample], benchmark)[0]
+
+    def explain_batch(self, samples: Sequence[ErrorSample], benchmark: NemoBenchmark) -> list[Explanation]:
+        names = benchmark.class_names
+        conversations = [
+            [user_message(self.template.format(true_name=names[s.label], pred_name=names[s.prediction]), [s.image])]
+            for s in samples
+        ]
+        return [
+            Explanation(found[0] if found else "", found) for found in ask_causes_batch(self.backend, conversations)
+        ]
+
+
+@dataclass
+class DistillContext:
+    """What a row needs: the held-out errors, the target, the student and the two scorers."""
+
+    benchmark: NemoBenchmark
+    target: Any
+    student: ChatBackend
+    #: reads the edit a structured answer states (``... Edit: color -> red``)
+    structured: CounterfactualScorer
+    #: derives an edit from a free sentence by keywords (a rule-based parser, not a model); generated data only
+    keyword: CounterfactualScorer | None
+
+
+class DistillMethod(ABC):
+    """One row of the distilled explainer's evaluation."""
+
+    @abstractmethod
+    def build(self, ctx: DistillContext) -> tuple[Method, CounterfactualScorer]:
+        """The method and the scorer its answers are tested with."""
+
+    def settings(self) -> dict[str, Any]:
+        """What changes this row's results (stored with every record, so a changed option recomputes)."""
+        return {"class": type(self).__name__, **vars(self)}
+
+
+class ExhaustiveTeacher(DistillMethod):
+    """The distillation teacher: every single-attribute edit rendered and classified, the max-CEI edit kept
+    (not a language model)."""
+
+    def build(self, ctx: DistillContext) -> tuple[Method, CounterfactualScorer]:
+        return ExhaustiveSearchExplainer(ctx.target), ctx.structured
+
+
+class StudentGreedy(DistillMethod):
+    """The student's single greedy pass on the error image with its distillation question."""
+
+    def build(self, ctx: DistillContext) -> tuple[Method, CounterfactualScorer]:
+        return OnePassExplainer(ctx.student), ctx.structured
+
+
+class StudentSciTX(DistillMethod):
+    """SciTX with the student as hypothesis source: ``m`` sampled answers, the argmax-CEI one kept.
+
+    Args:
+        k: observations retrieved per error; m: sampled hypotheses per error.
+        temperature: sampling temperature of the hypotheses.
+    """
+
+    def __init__(self, k: PositiveInt = 8, m: PositiveInt = 4, temperature: float = 0.7) -> None:
+        self.k, self.m, self.temperature = k, m, temperature
+
+    def build(self, ctx: DistillContext) -> tuple[Method, CounterfactualScorer]:
+        hypothesizer = MLLMHypothesizer(ctx.student, temperature=self.temperature, template=DISTILL_PROMPT)
+        method = SciTX(ctx.target, hypothesizer, ctx.structured, k=self.k, m=self.m)
+        method.name = f"SciTX (student, M={self.m})"
+        return method, ctx.structured
+
+
+class StudentCamMLLM(DistillMethod):
+    """CamMLLM with the student reading the Grad-CAM overlay of the prediction."""
+
+    def build(self, ctx: DistillContext) -> tuple[Method, CounterfactualScorer]:
+        method = CamMLLM(ctx.target, ctx.student, template=DISTILL_CAM_PROMPT)
+        method.name = "CamMLLM (student)"
+        return method, ctx.structured
+
+
+class StudentChangeMLLM(DistillMethod):
+    """ChangeMLLM with the student comparing the error with a correctly classified reference.
+
+    Args:
+        reference_class: the nearest correctly classified reference of the true or the predicted class
+            (``either``), or only of the ``true`` / ``predicted`` class.
+    """
+
+    def __init__(self, reference_class: Literal["either", "true", "predicted"] = "either") -> None:
+        self.reference_class = reference_class
+
+    def build(self, ctx: DistillContext) -> tuple[Method, CounterfactualScorer]:
+        method = ChangeMLLM(
+            ctx.target, ctx.student, template=DISTILL_CHANGE_PROMPT, reference_class=self.reference_class
+        )
+        method.name = "ChangeMLLM (student)"
+        return method, ctx.structured
+
+
+class KnownCause(DistillMethod):
+    """Names the planted bias; its edit comes from the keyword deriver (rule-based, not a model)."""
+
+    def build(self, ctx: DistillContext) -> tuple[Method, CounterfactualScorer]:
+        return KnownCauseExplainer(), ctx.keyword
+
+
+def student_distill_methods() -> list[DistillMethod]:
+    """The rows driven by the student: its greedy pass, SciTX, CamMLLM and ChangeMLLM (any data)."""
+    return [StudentGreedy(), StudentSciTX(), StudentCamMLLM(), StudentChangeMLLM()]
+
+
+def default_distill_methods() -> list[DistillMethod]:
+    """Every row: the teacher, the student's greedy pass, SciTX / CamMLLM / ChangeMLLM driven by the student,
+    and KnownCause."""
+    return [ExhaustiveTeacher(), StudentGreedy(), StudentSciTX(), StudentCamMLLM(), StudentChangeMLLM(), KnownCause()]
