@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import lightning as L
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
+from datamodules.folder import require_folder
 from nemo_train.errors import UserInputError
 
 
@@ -21,8 +23,22 @@ def check_range(option: str, value: int | float, low: int | float, high: int | f
         raise UserInputError(f"{option}={value!r} is out of range; expected {low} to {high}{unit}")
 
 
+def vocab_index(vocab: Sequence[str], value: int | str, what: str) -> int:
+    """Index of ``value`` (a name or an index) in ``vocab``; ``what`` names the vocabulary in errors
+    (``"CLEVR shape"``, ``"NICO++ context"``, ``"colour"``)."""
+    if isinstance(value, str):
+        if value not in vocab:
+            raise UserInputError(f"unknown {what} {value!r}; expected one of {list(vocab)}")
+        return list(vocab).index(value)
+    if not 0 <= int(value) < len(vocab):
+        raise UserInputError(f"{what} index {value} out of range 0-{len(vocab) - 1}")
+    return int(value)
+
+
 #: Largest generated dataset (all splits, as uint8 images) a datamodule builds: 4 GiB.
 MAX_DATASET_BYTES = 4 << 30
+#: Largest side (pixels) of the images a datamodule reads from a folder.
+MAX_FOLDER_SIZE = 1024
 
 
 def check_dataset_bytes(num_images: int, image_size: int, options: str) -> None:
@@ -100,7 +116,7 @@ def rotate_batch(images: torch.Tensor, degrees: torch.Tensor) -> torch.Tensor:
 class SplitDataModule(L.LightningDataModule):
     """A datamodule whose ``setup`` fills ``train_set`` / ``val_set`` / ``test_set``; this base serves the loaders.
 
-    Subclasses save ``seed``, ``data_dir``, ``batch_size`` and ``num_workers`` as hyper-parameters and
+    Subclasses take ``seed``, ``data_dir``, ``batch_size`` and ``num_workers`` among their arguments and
     implement ``_setup_generated(gen)`` (embedded default) and ``_setup_folder(gen)`` (real data), or
     override ``setup``. ``predict`` uses the test split.
     """
@@ -108,6 +124,12 @@ class SplitDataModule(L.LightningDataModule):
     train_set: Dataset | None = None
     val_set: Dataset | None = None
     test_set: Dataset | None = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Lightning collects the arguments of every ``__init__`` in the ``super()`` chain: the subclass's
+        # arguments become ``hparams`` (read by ``setup`` and the loaders) and are saved in checkpoints.
+        self.save_hyperparameters()
 
     def setup(self, stage: str | None = None) -> None:
         """Build the splits once (idempotent), from generated data or from ``data_dir``."""
@@ -118,6 +140,28 @@ class SplitDataModule(L.LightningDataModule):
             self._setup_generated(gen)
         else:
             self._setup_folder(gen)
+
+    def _init_image_source(
+        self, renderer: Callable[[int], Any], max_render_size: int, folder: str, num_generated: int, options: str
+    ) -> None:
+        """Checks and state shared by the datamodules that render their images (``data_dir=None``) or read them
+        from ``data_dir``: ``image_size`` within 8 to ``max_render_size`` (rendered) or :data:`MAX_FOLDER_SIZE`
+        (read), the loader options, the ``num_generated`` images the generated splits hold (``options`` names
+        what sets their number) or the ``folder`` (its name in errors) existing; then :attr:`renderer`
+        (``renderer(image_size)``, ``None`` for a folder), ``num_skipped_images`` and empty splits."""
+        hp = self.hparams
+        generated = hp.data_dir is None
+        check_range("image_size", hp.image_size, 8, max_render_size if generated else MAX_FOLDER_SIZE, "pixels")
+        check_loader(hp.batch_size, hp.num_workers)
+        if generated:
+            check_dataset_bytes(num_generated, hp.image_size, options)
+        else:
+            require_folder(hp.data_dir, folder)
+        #: The renderer of every split (``None`` for a folder): ``renderer.render_batch(**attrs)`` re-renders any
+        #: generated sample exactly.
+        self.renderer = renderer(hp.image_size) if generated else None
+        self.num_skipped_images = 0
+        self.train_set = self.val_set = self.test_set = None
 
     def _setup_generated(self, gen: torch.Generator) -> None:
         raise NotImplementedError(f"{type(self).__name__} has no embedded default")

@@ -4,8 +4,14 @@ Each source draws its attributes uniformly (every combination occurs, unlike the
 splits), renders the image with its conditional generator, and writes a caption from the attributes
 with one of several templates; a fraction of captions name one attribute only ("a photo of a bird"),
 so the text tower also learns the single-attribute prompts used for zero-shot evaluation and by the
-failure-mode sentence sets. :data:`VOCABULARIES` holds the words of every attribute value, the
-caption templates and the zero-shot prompt of every attribute.
+failure-mode sentence sets. :data:`VOCABULARIES` holds the words of every attribute value and the
+caption templates; the first one-attribute template of an attribute is its zero-shot prompt.
+
+Hard negatives: the training images come in *minimal-pair groups*: a group shares every attribute and
+the rendering style but one, which takes a different value in each member ("a red digit three",
+"a red digit seven", ... with the same handwriting). Batches keep groups together, so colour or
+background alone never separates a batch and the contrastive loss must also learn shape-like
+attributes (digit, tilt, object, CLEVR shape).
 
 Batches are ``{"image": float[B, 3, S, S], "caption": list[str], "source": long[B], "attrs": long[B, A]}``
 where ``attrs`` has one column per (source, attribute) slot of :attr:`CaptionDataModule.slots` and
@@ -14,16 +20,16 @@ where ``attrs`` has one column per (source, attribute) slot of :attr:`CaptionDat
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-import lightning as L
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from datamodules import clevr, cmnist, nico
-from datamodules.base import to_uint8
+from datamodules.base import SplitDataModule, check_loader, check_range, to_uint8
 from nemo_train.errors import UserInputError
 
 Source = Literal["cmnist", "clevr", "nico"]
@@ -31,29 +37,37 @@ Source = Literal["cmnist", "clevr", "nico"]
 
 @dataclass(frozen=True)
 class CaptionVocabulary:
-    """Words of each attribute value, full-caption templates, one-attribute templates and zero-shot prompts."""
+    """Words of each attribute value, full-caption templates and one-attribute templates.
+
+    The first one-attribute template of an attribute is its zero-shot prompt.
+    """
 
     words: dict[str, list[str]]
     templates: tuple[str, ...]
     partial: dict[str, tuple[str, ...]]
-    prompts: dict[str, str]
 
     def caption(self, values: dict[str, int], template: int) -> str:
         return self.templates[template % len(self.templates)].format(**{k: self.words[k][v] for k, v in values.items()})
 
-    def partial_caption(self, attr: str, value: int, template: int) -> str:
+    def partial_caption(self, attr: str, value: int, template: int = 0) -> str:
         options = self.partial[attr]
         return options[template % len(options)].format(**{attr: self.words[attr][value]})
 
     def zero_shot_prompts(self, attr: str) -> list[str]:
         """One prompt per value of ``attr`` (the zero-shot classifier of that attribute)."""
-        return [self.prompts[attr].format(**{attr: w}) for w in self.words[attr]]
+        return [self.partial_caption(attr, value) for value in range(len(self.words[attr]))]
 
 
 NICO_OBJECT_WORDS = ["mammal", "bird", "plant", "plane", "boat", "car"]
 NICO_CONTEXT_WORDS = ["dim light", "the outdoors", "grass", "rocks", "autumn leaves", "water"]
 DIGIT_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 TILT_WORDS = ["tilted right", "upright", "tilted left"]
+#: CMNIST rotations (degrees, counter-clockwise) of each tilt word
+TILT_ANGLES: tuple[tuple[int, ...], ...] = (
+    tuple(a for a in cmnist.ANGLES if a <= -10),
+    tuple(a for a in cmnist.ANGLES if -10 < a < 10),
+    tuple(a for a in cmnist.ANGLES if a >= 10),
+)
 
 
 def tilt_index(angle: torch.Tensor) -> torch.Tensor:
@@ -74,7 +88,6 @@ VOCABULARIES: dict[str, CaptionVocabulary] = {
             "object": ("a photo of a {object}", "an image of a {object}"),
             "context": ("a photo taken in {context}", "an image of {context}"),
         },
-        prompts={"object": "a photo of a {object}", "context": "a photo taken in {context}"},
     ),
     "cmnist": CaptionVocabulary(
         words={"digit": DIGIT_WORDS, "color": list(cmnist.COLOR_NAMES), "tilt": TILT_WORDS},
@@ -88,7 +101,6 @@ VOCABULARIES: dict[str, CaptionVocabulary] = {
             "color": ("a {color} digit", "a digit written in {color}"),
             "tilt": ("a digit {tilt}",),
         },
-        prompts={"digit": "the digit {digit}", "color": "a {color} digit", "tilt": "a digit {tilt}"},
     ),
     "clevr": CaptionVocabulary(
         words={
@@ -108,12 +120,6 @@ VOCABULARIES: dict[str, CaptionVocabulary] = {
             "color": ("a {color} object",),
             "size": ("a {size} object",),
         },
-        prompts={
-            "shape": "a render of a {shape}",
-            "material": "an object made of {material}",
-            "color": "a {color} object",
-            "size": "a {size} object",
-        },
     ),
 }
 
@@ -121,12 +127,20 @@ SOURCES: tuple[str, ...] = ("cmnist", "clevr", "nico")
 
 
 class CaptionDataset(Dataset):
-    """In-memory ``uint8`` images with a caption, a source index and the attribute slots."""
+    """In-memory ``uint8`` images with a caption, a source index, the attribute slots and a group id."""
 
-    def __init__(self, images: torch.Tensor, captions: list[str], source: torch.Tensor, attrs: torch.Tensor) -> None:
+    def __init__(
+        self,
+        images: torch.Tensor,
+        captions: list[str],
+        source: torch.Tensor,
+        attrs: torch.Tensor,
+        group: torch.Tensor | None = None,
+    ) -> None:
         if not len(images) == len(captions) == len(source) == len(attrs):
             raise ValueError("images, captions, sources and attributes differ in length")
         self.images, self.captions, self.source, self.attrs = images, captions, source.long(), attrs.long()
+        self.group = torch.arange(len(images)) if group is None else group.long()
 
     def __len__(self) -> int:
         return len(self.images)
@@ -140,14 +154,38 @@ class CaptionDataset(Dataset):
         }
 
 
-class CaptionDataModule(L.LightningDataModule):
+class GroupBatchSampler(Sampler[list[int]]):
+    """Batches of ``batch_size`` indices that keep each group's members next to each other: groups are
+    shuffled (a new order every epoch), concatenated and cut into batches (the last short one dropped)."""
+
+    def __init__(self, group: torch.Tensor, batch_size: int, seed: int = 0) -> None:
+        self.batch_size, self.seed, self.epoch = batch_size, seed, 0
+        order = torch.argsort(group, stable=True)
+        self.members = list(torch.split(order, torch.unique_consecutive(group[order], return_counts=True)[1].tolist()))
+
+    def __len__(self) -> int:
+        return sum(len(m) for m in self.members) // self.batch_size
+
+    def __iter__(self) -> Iterator[list[int]]:
+        gen = torch.Generator().manual_seed(self.seed + self.epoch)
+        self.epoch += 1
+        flat = torch.cat([self.members[i] for i in torch.randperm(len(self.members), generator=gen)])
+        for start in range(0, len(self) * self.batch_size, self.batch_size):
+            yield flat[start : start + self.batch_size].tolist()
+
+
+class CaptionDataModule(SplitDataModule):
     """Captioned generated images of several sources, resized to one ``image_size``.
 
     Args:
         sources: generators to draw from (``cmnist``, ``clevr``, ``nico``).
         image_size: side of every image (sources are rendered or resized to it).
-        train_per_source, val_per_source: images per source in each split (validation styles are disjoint).
-        partial_caption_prob: fraction of captions naming one attribute only.
+        train_per_source, val_per_source: images per source in each split (validation styles and CMNIST
+            exemplars are disjoint from training).
+        partial_caption_prob: fraction of captions naming one attribute only (in a minimal-pair group,
+            the attribute that varies).
+        group_size: members of a training minimal-pair group (at most the number of values of the
+            varied attribute); 1 draws every training image independently.
         batch_size, num_workers: DataLoader settings.
         seed: seed of every draw.
     """
@@ -159,6 +197,7 @@ class CaptionDataModule(L.LightningDataModule):
         train_per_source: int = 4000,
         val_per_source: int = 400,
         partial_caption_prob: float = 0.3,
+        group_size: int = 1,
         batch_size: int = 128,
         num_workers: int = 0,
         seed: int = 0,
@@ -170,56 +209,83 @@ class CaptionDataModule(L.LightningDataModule):
         unknown = [s for s in sources if s not in SOURCES]
         if unknown:
             raise UserInputError(f"unknown caption source(s) {unknown}; expected some of {list(SOURCES)}")
-        if not 0.0 <= partial_caption_prob <= 1.0:
-            raise UserInputError(f"partial_caption_prob={partial_caption_prob} must lie in [0, 1]")
-        if min(train_per_source, val_per_source) < 1:
-            raise UserInputError("train_per_source and val_per_source must be >= 1")
+        check_range("partial_caption_prob", partial_caption_prob, 0.0, 1.0)
+        check_range("train_per_source", train_per_source, 1, 200_000, "images")
+        check_range("val_per_source", val_per_source, 1, 200_000, "images")
+        check_range("group_size", group_size, 1, 64, "images per minimal-pair group")
+        check_loader(batch_size, num_workers)
         self.sources = list(dict.fromkeys(sources))
         #: (source, attribute) of every column of ``attrs``
         self.slots: list[tuple[str, str]] = [(s, a) for s in self.sources for a in VOCABULARIES[s].words]
-        self.train_set: CaptionDataset | None = None
-        self.val_set: CaptionDataset | None = None
 
     def zero_shot_prompts(self) -> dict[str, list[str]]:
         """``{"source/attribute": prompts}`` in slot order."""
         return {f"{s}/{a}": VOCABULARIES[s].zero_shot_prompts(a) for s, a in self.slots}
 
     # ------------------------------------------------------------------ generation
-    def _render(self, source: str, n: int, gen: torch.Generator, first_style: int) -> tuple[torch.Tensor, dict]:
+    @staticmethod
+    def _values(
+        source: str, n: int, group_size: int, gen: torch.Generator
+    ) -> tuple[dict, torch.Tensor, torch.Tensor, list[str]]:
+        """Attribute indices of ``n`` images in minimal-pair groups, each image's group id, how many times
+        its value already occurred in its group, and the attribute its group varies. A group varies one
+        random attribute; its members cycle through that attribute's values in a random order (repeating
+        them when the group is larger than the number of values)."""
+        words = VOCABULARIES[source].words
+        names = list(words)
+        rows: dict[str, list[int]] = {k: [] for k in names}
+        group: list[int] = []
+        repeat: list[int] = []
+        varies: list[str] = []
+        while len(group) < n:
+            base = {k: int(torch.randint(0, len(v), (1,), generator=gen)) for k, v in words.items()}
+            varied = names[int(torch.randint(0, len(names), (1,), generator=gen))]
+            size = min(group_size, n - len(group))
+            order = torch.randperm(len(words[varied]), generator=gen).tolist()
+            for member in range(size):
+                for k in names:
+                    rows[k].append(order[member % len(order)] if k == varied else base[k])
+            group += [group[-1] + 1 if group else 0] * size
+            repeat += [member // len(order) for member in range(size)]
+            varies += [varied] * size
+        return {k: torch.tensor(v) for k, v in rows.items()}, torch.tensor(group), torch.tensor(repeat), varies
+
+    def _render(self, source: str, values: dict, style: torch.Tensor, pool: str) -> torch.Tensor:
         size = self.hparams.image_size
-        style = first_style + torch.randperm(1 << 20, generator=gen)[:n]
         if source == "nico":
-            values = {k: torch.randint(0, len(v), (n,), generator=gen) for k, v in VOCABULARIES["nico"].words.items()}
             images = nico.NICORenderer(size).render_batch(values["object"], values["context"], style)
         elif source == "clevr":
-            values = {k: torch.randint(0, len(v), (n,), generator=gen) for k, v in VOCABULARIES["clevr"].words.items()}
             images = clevr.CLEVRRenderer(size).render_batch(
                 values["shape"], values["material"], values["color"], values["size"], style
             )
         else:
-            digits, labels = cmnist.load_digits(None, "train" if first_style < (1 << 28) else "test")
-            renderer = cmnist.CMNISTRenderer(digits, labels)
-            digit = torch.randint(0, 10, (n,), generator=gen)
-            color = torch.randint(0, len(cmnist.COLOR_NAMES), (n,), generator=gen)
-            angle = torch.tensor(cmnist.ANGLES)[torch.randint(0, len(cmnist.ANGLES), (n,), generator=gen)]
-            images = renderer.render_batch(digit, color, angle, style)
+            renderer = cmnist.CMNISTRenderer(pools={pool: cmnist.load_digits(None, pool)})
+            angles = torch.tensor([TILT_ANGLES[t][int(s) % len(TILT_ANGLES[t])] for t, s in zip(values["tilt"], style)])
+            style = cmnist.CMNISTRenderer.style_of(pool, style)
+            images = renderer.render_batch(values["digit"], values["color"], angles, style)
             images = F.interpolate(images, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
-            values = {"digit": digit, "color": color, "tilt": tilt_index(angle)}
-        return to_uint8(images), values
+        return to_uint8(images)
 
-    def _split(self, n: int, gen: torch.Generator, first_style: int) -> CaptionDataset:
-        images, captions, sources, attrs = [], [], [], []
+    def _split(self, n: int, gen: torch.Generator, group_size: int, pool: str) -> CaptionDataset:
+        images, captions, sources, attrs, groups = [], [], [], [], []
         for si, source in enumerate(self.sources):
             vocab = VOCABULARIES[source]
-            imgs, values = self._render(source, n, gen, first_style)
             names = list(vocab.words)
+            values, group, repeat, varies = self._values(source, n, group_size, gen)
+            # one style per group (exact minimal pairs); members repeating a value get the next styles
+            style = torch.randint(0, 1 << 20, (int(group.max()) + 1,), generator=gen)[group] + repeat
+            if pool == "test":
+                style = style + (1 << 24)  # validation styles differ from training ones
+            images.append(self._render(source, values, style, pool))
             partial = torch.rand(n, generator=gen) < self.hparams.partial_caption_prob
-            which = torch.randint(0, len(names), (n,), generator=gen)
             template = torch.randint(0, 12, (n,), generator=gen)
+            # the attribute a partial caption names: the one its group varies (a random one without groups)
+            which = torch.randint(0, len(names), (n,), generator=gen)
+            named = varies if group_size > 1 else [names[int(w)] for w in which]
             for i in range(n):
                 row = {k: int(values[k][i]) for k in names}
                 if partial[i]:
-                    name = names[int(which[i])]
+                    name = named[i]
                     captions.append(vocab.partial_caption(name, row[name], int(template[i])))
                 else:
                     captions.append(vocab.caption(row, int(template[i])))
@@ -227,39 +293,27 @@ class CaptionDataModule(L.LightningDataModule):
             for j, (s, a) in enumerate(self.slots):
                 if s == source:
                     column[:, j] = values[a]
-            images.append(imgs)
             sources.append(torch.full((n,), si, dtype=torch.long))
             attrs.append(column)
-        return CaptionDataset(torch.cat(images), captions, torch.cat(sources), torch.cat(attrs))
+            groups.append(group + (1 << 40) * si)
+        return CaptionDataset(torch.cat(images), captions, torch.cat(sources), torch.cat(attrs), torch.cat(groups))
 
     def setup(self, stage: str | None = None) -> None:
-        """Render both splits once (idempotent); validation uses other styles (and CMNIST exemplars)."""
+        """Render both splits once (idempotent); validation uses other styles and CMNIST exemplars, and
+        independent images (no groups). The test and predict loaders serve the validation split."""
         if self.train_set is not None:
             return
         gen = torch.Generator().manual_seed(self.hparams.seed)
-        self.train_set = self._split(self.hparams.train_per_source, gen, first_style=1 << 24)
-        self.val_set = self._split(self.hparams.val_per_source, gen, first_style=1 << 28)
+        self.train_set = self._split(self.hparams.train_per_source, gen, self.hparams.group_size, "train")
+        self.val_set = self.test_set = self._split(self.hparams.val_per_source, gen, 1, "test")
 
-    def _loader(self, dataset: Dataset | None, shuffle: bool) -> DataLoader:
-        if dataset is None:
+    def train_dataloader(self) -> DataLoader:
+        if self.train_set is None:
             raise RuntimeError("CaptionDataModule.setup() has not been called")
+        sampler = GroupBatchSampler(self.train_set.group, self.hparams.batch_size, self.hparams.seed)
         return DataLoader(
-            dataset,
-            batch_size=self.hparams.batch_size,
-            shuffle=shuffle,
-            drop_last=shuffle,
+            self.train_set,
+            batch_sampler=sampler,
             num_workers=self.hparams.num_workers,
             persistent_workers=self.hparams.num_workers > 0,
         )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, shuffle=False)
-
-    def predict_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, shuffle=False)

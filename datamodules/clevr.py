@@ -23,14 +23,7 @@ from typing import Any
 
 import torch
 
-from datamodules.base import (
-    AttributeImageDataset,
-    SplitDataModule,
-    check_dataset_bytes,
-    check_loader,
-    check_range,
-    to_uint8,
-)
+from datamodules.base import MAX_FOLDER_SIZE, AttributeImageDataset, SplitDataModule, check_range, to_uint8
 from datamodules.clevr_render import (
     ATTRIBUTES,
     COLOR_NAMES,
@@ -70,7 +63,7 @@ __all__ = [
 #: Documented limits of the size options, checked before anything is allocated: images read from a folder
 #: 8 to 1024 px (rendered ones: :data:`MAX_RENDER_SIZE`), up to 100,000 training images and 50 views per
 #: test cell (and 4 GiB of images in all).
-MAX_FOLDER_SIZE, MAX_TRAIN_SIZE, MAX_TEST_STYLES = 1024, 100_000, 50
+MAX_TRAIN_SIZE, MAX_TEST_STYLES = 100_000, 50
 
 
 # --------------------------------------------------------------------------------------------- bias
@@ -257,27 +250,17 @@ class CLEVRDataModule(SplitDataModule):
         num_workers: int = 0,
         seed: int = 0,
     ) -> None:
-        super().__init__()
-        self.save_hyperparameters()
+        super().__init__()  # saves this module's arguments as hyper-parameters
         self.bias = MaterialBias.parse(bias)
         check_range("train_size", train_size, 12, MAX_TRAIN_SIZE, "images")
         check_range("test_styles", test_styles, 1, MAX_TEST_STYLES, "views per test cell")
-        check_range("image_size", image_size, 8, MAX_RENDER_SIZE if data_dir is None else MAX_FOLDER_SIZE, "pixels")
-        check_loader(batch_size, num_workers)
-        if data_dir is None:
-            total = train_size + max(train_size // 4, 12) + 144 * test_styles
-            check_dataset_bytes(total, image_size, f"train_size={train_size}, test_styles={test_styles}")
-        else:
-            require_folder(data_dir, "CLEVR data folder")
+        generated = train_size + max(train_size // 4, 12) + 144 * test_styles
+        options = f"train_size={train_size}, test_styles={test_styles}"
+        self._init_image_source(CLEVRRenderer, MAX_RENDER_SIZE, "CLEVR data folder", generated, options)
         self.num_classes = len(SHAPES)
         self.class_names = list(SHAPES)
         self.group_names = ["aligned", "conflicting"]
         self.eval_groupings: dict[str, list[str]] = {"material": list(MATERIALS)}
-        #: The renderer of every split (``None`` for real renders): ``renderer.render_batch(**attrs)`` re-renders
-        #: any generated sample exactly.
-        self.renderer = CLEVRRenderer(image_size) if data_dir is None else None
-        self.num_skipped_images = 0
-        self.train_set = self.val_set = self.test_set = None
 
     def _sample_attributes(self, size: int, gen: torch.Generator) -> dict[str, torch.Tensor]:
         shape = torch.randint(0, len(SHAPES), (size,), generator=gen)

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from datamodules.base import check_range
+from datamodules.base import check_range, vocab_index
 from nemo_train.errors import UserInputError
 
 SHAPES: list[str] = ["cube", "cylinder", "sphere"]
@@ -53,14 +53,7 @@ def style_uniform(style: torch.Tensor, count: int) -> torch.Tensor:
 
 def attribute_index(name: str, value: int | str) -> int:
     """Index of ``value`` in the vocabulary of attribute ``name`` (given by name or index)."""
-    vocab = ATTRIBUTES[name]
-    if isinstance(value, str):
-        if value not in vocab:
-            raise UserInputError(f"unknown CLEVR {name} {value!r}; expected one of {vocab}")
-        return vocab.index(value)
-    if not 0 <= int(value) < len(vocab):
-        raise UserInputError(f"CLEVR {name} index {value} out of range 0-{len(vocab) - 1}")
-    return int(value)
+    return vocab_index(ATTRIBUTES[name], value, f"CLEVR {name}")
 
 
 # --------------------------------------------------------------------------------------------- rendering

@@ -23,7 +23,15 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from datamodules.base import AttributeImageDataset, SplitDataModule, check_loader, check_range, rotate_batch, to_uint8
+from datamodules.base import (
+    AttributeImageDataset,
+    SplitDataModule,
+    check_loader,
+    check_range,
+    rotate_batch,
+    to_uint8,
+    vocab_index,
+)
 from nemo_train.errors import UserInputError
 
 #: What the colour attribute paints: the digit's strokes (on black) or the background (behind white strokes).
@@ -206,13 +214,7 @@ class CMNISTRenderer:
     @staticmethod
     def color_index(color: int | str) -> int:
         """Index of a colour given by name or index."""
-        if isinstance(color, str):
-            if color not in COLORS:
-                raise UserInputError(f"unknown colour {color!r}; known colours: {COLOR_NAMES}")
-            return COLOR_NAMES.index(color)
-        if not 0 <= int(color) < len(COLOR_NAMES):
-            raise UserInputError(f"colour index {color} out of range 0-{len(COLOR_NAMES) - 1}")
-        return int(color)
+        return vocab_index(COLOR_NAMES, color, "colour")
 
     def render(self, digit: int, color: int | str, angle: float, style: int = 0) -> torch.Tensor:
         """Render one image ``float[3, 28, 28]`` in [0, 1]."""
@@ -268,8 +270,7 @@ class CMNISTDataModule(SplitDataModule):
         num_workers: int = 0,
         seed: int = 0,
     ) -> None:
-        super().__init__()
-        self.save_hyperparameters()
+        super().__init__()  # saves this module's arguments as hyper-parameters
         self.bias = BiasSpec.parse(bias)
         check_range("train_size", train_size, 10, MAX_TRAIN_SIZE, "images")
         check_range("test_styles", test_styles, 1, MAX_TEST_STYLES, "exemplars per test cell")

@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
-from tqdm.auto import tqdm
 
 from nemo_train.errors import UserInputError
+from nemo_train.quiet import progress_bar
 
 #: File name endings read as images (compared in lower case).
 IMAGE_EXTENSIONS: tuple[str, ...] = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff")
@@ -160,7 +160,9 @@ def _decode_all(paths: list[Path], size: int, resize: str, num_threads: int, des
         return array if keep else True
 
     with ThreadPoolExecutor(max_workers=max(1, num_threads)) as pool:
-        return list(tqdm(pool.map(decode, paths), total=len(paths), desc=desc, disable=len(paths) < 500, leave=False))
+        return list(
+            progress_bar(pool.map(decode, paths), total=len(paths), desc=desc, disable=len(paths) < 500, leave=False)
+        )
 
 
 def _warn_skipped(skipped: list[Path], total: int) -> None:

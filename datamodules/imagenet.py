@@ -35,8 +35,7 @@ class ImageNetValDataModule(SplitDataModule):
         num_workers: int = 0,
         seed: int = 0,
     ) -> None:
-        super().__init__()
-        self.save_hyperparameters()
+        super().__init__()  # saves this module's arguments as hyper-parameters
         from timm.data import ImageNetInfo
 
         info = ImageNetInfo()

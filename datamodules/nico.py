@@ -22,15 +22,15 @@ from pathlib import Path
 import torch
 
 from datamodules.base import (
+    MAX_FOLDER_SIZE,
     AttributeImageDataset,
     SplitDataModule,
-    check_dataset_bytes,
-    check_loader,
     check_range,
     to_uint8,
+    vocab_index,
 )
 from datamodules.folder import list_images, load_images, require_folder
-from datamodules.nico_render import CLASSES, CONTEXTS, MAX_RENDER_SIZE, NICORenderer, vocab_index
+from datamodules.nico_render import CLASSES, CONTEXTS, MAX_RENDER_SIZE, NICORenderer
 from nemo_train.errors import UserInputError
 
 __all__ = [
@@ -66,7 +66,7 @@ CONTEXT_FOLDERS: dict[str, tuple[str, ...]] = {
 #: Documented limits of the size options, checked before anything is allocated: images read from a folder
 #: 8 to 1024 px (rendered ones: :data:`MAX_RENDER_SIZE`), up to 100,000 synthetic training images and 1,000
 #: test images per (class, context) pair (and 4 GiB of images in all).
-MAX_FOLDER_SIZE, MAX_TRAIN_SIZE, MAX_TEST_PER_PAIR = 1024, 100_000, 1000
+MAX_TRAIN_SIZE, MAX_TEST_PER_PAIR = 100_000, 1000
 
 
 def parse_correlated_context(pairs: Mapping[str, str] | None) -> torch.Tensor:
@@ -78,7 +78,7 @@ def parse_correlated_context(pairs: Mapping[str, str] | None) -> torch.Tensor:
     missing = sorted(set(CLASSES) - set(pairs))
     if missing:
         raise UserInputError(f"correlated_context lacks class(es) {missing}; every class needs a context")
-    return torch.tensor([vocab_index(CONTEXTS, pairs[c], "context") for c in CLASSES])
+    return torch.tensor([vocab_index(CONTEXTS, pairs[c], "NICO++ context") for c in CLASSES])
 
 
 # --------------------------------------------------------------------------------------------- splits
@@ -147,32 +147,22 @@ class NICODataModule(SplitDataModule):
         num_workers: int = 0,
         seed: int = 0,
     ) -> None:
-        super().__init__()
-        self.save_hyperparameters()
+        super().__init__()  # saves this module's arguments as hyper-parameters
         if not 0.0 < correlation <= 1.0:
             raise UserInputError(f"correlation={correlation} must lie in (0, 1], e.g. 0.75, 0.85 or 0.95")
         check_range("train_size", train_size, 6, MAX_TRAIN_SIZE, "images")
         check_range("test_per_pair", test_per_pair, 1, MAX_TEST_PER_PAIR, "images per (class, context) pair")
-        check_range("image_size", image_size, 8, MAX_RENDER_SIZE if data_dir is None else MAX_FOLDER_SIZE, "pixels")
-        check_loader(batch_size, num_workers)
-        if data_dir is None:
-            total = train_size + max(train_size // 4, 6) + 36 * test_per_pair
-            check_dataset_bytes(total, image_size, f"train_size={train_size}, test_per_pair={test_per_pair}")
         if not 0.0 < val_fraction < 1.0:
             raise UserInputError(f"val_fraction={val_fraction} must lie in (0, 1)")
-        if data_dir is not None:
-            require_folder(data_dir, "NICO++ data folder")
+        generated = train_size + max(train_size // 4, 6) + 36 * test_per_pair
+        options = f"train_size={train_size}, test_per_pair={test_per_pair}"
+        self._init_image_source(NICORenderer, MAX_RENDER_SIZE, "NICO++ data folder", generated, options)
         self.correlated = parse_correlated_context(correlated_context)
         self.num_classes = len(CLASSES)
         self.class_names = list(CLASSES)
         self.context_names = list(CONTEXTS)
         self.group_names = ["aligned", "conflicting"]
         self.eval_groupings: dict[str, list[str]] = {"context": list(CONTEXTS)}
-        #: The renderer of every split (``None`` for real data): ``renderer.render_batch(**attrs)`` re-renders any
-        #: synthetic sample exactly.
-        self.renderer = NICORenderer(image_size) if data_dir is None else None
-        self.num_skipped_images = 0
-        self.train_set = self.val_set = self.test_set = None
 
     def groups(self, label: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
         """0 (aligned) where ``context`` is the class's correlated context, else 1 (conflicting)."""

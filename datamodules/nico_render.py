@@ -13,7 +13,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from datamodules.base import check_range
+from datamodules.base import check_range, vocab_index
 from datamodules.clevr_render import style_uniform
 from nemo_train.errors import UserInputError
 
@@ -23,17 +23,6 @@ CONTEXTS: list[str] = ["dim_lighting", "outdoor", "grass", "rock", "autumn", "wa
 MAX_RENDER_SIZE = 128
 #: Number of uniform random numbers each style seeds (scene parameters + three 8x8 noise grids).
 _PARAMS, _GRID = 16, 8
-
-
-def vocab_index(vocab: list[str], value: int | str, what: str) -> int:
-    """Index of ``value`` (a name or an index) in ``vocab``; ``what`` names the vocabulary in errors."""
-    if isinstance(value, str):
-        if value not in vocab:
-            raise UserInputError(f"unknown NICO++ {what} {value!r}; expected one of {vocab}")
-        return vocab.index(value)
-    if not 0 <= int(value) < len(vocab):
-        raise UserInputError(f"NICO++ {what} index {value} out of range 0-{len(vocab) - 1}")
-    return int(value)
 
 
 # --------------------------------------------------------------------------------------------- glyphs
@@ -131,7 +120,7 @@ class NICORenderer:
 
     def render(self, object: int | str, context: int | str, style: int = 0) -> torch.Tensor:
         """Render one image ``float[3, S, S]`` in [0, 1]."""
-        o, c = vocab_index(CLASSES, object, "class"), vocab_index(CONTEXTS, context, "context")
+        o, c = vocab_index(CLASSES, object, "NICO++ class"), vocab_index(CONTEXTS, context, "NICO++ context")
         return self.render_batch(torch.tensor([o]), torch.tensor([c]), torch.tensor([int(style)]))[0]
 
     def render_batch(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from rich.console import Console
 from rich.table import Table
@@ -41,6 +41,17 @@ def format_cell(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
+class TableOptions(TypedDict, total=False):
+    """The options of :func:`make_table` and :func:`print_table` besides the columns and rows."""
+
+    #: line above the table (default: none)
+    title: str | None
+    #: line below the table (default: none)
+    caption: str | None
+    #: decimals of float cells (default 3)
+    digits: int
+
+
 def make_table(
     columns: Sequence[str],
     rows: Iterable[Sequence[Any]],
@@ -58,15 +69,11 @@ def make_table(
 
 
 def print_table(
-    columns: Sequence[str],
-    rows: Iterable[Sequence[Any]],
-    title: str | None = None,
-    caption: str | None = None,
-    digits: int = 3,
-    file: Any = None,
+    columns: Sequence[str], rows: Iterable[Sequence[Any]], file: Any = None, **options: Unpack[TableOptions]
 ) -> str:
-    """Print a table (see :func:`make_table`) and return it as plain text (for logs and tests)."""
-    table = make_table(columns, rows, title=title, caption=caption, digits=digits)
+    """Print a table (see :func:`make_table`) on ``file`` (stdout by default) and return it as plain text
+    (for logs and tests)."""
+    table = make_table(columns, rows, **options)
     console = make_console(file)
     with console.capture() as capture:
         console.print(table)

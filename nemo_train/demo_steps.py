@@ -146,6 +146,13 @@ def read_counterfactuals(ctx: DemoContext, result: Any) -> list[tuple[str, Any]]
     ]
 
 
+def read_clip(ctx: DemoContext, result: FitResult) -> list[tuple[str, Any]]:
+    """Zero-shot accuracy of every attribute on held-out images (prompt classification in the trained space)."""
+    prefix = "val/zeroshot/"
+    found = {k[len(prefix) :]: v for k, v in sorted(result.metrics.items()) if k.startswith(prefix)}
+    return [(f"zero-shot {' / '.join(found)}", " / ".join(f"{v:.2f}" for v in found.values()))] if found else []
+
+
 def read_nemo(ctx: DemoContext, result: Any) -> list[tuple[str, Any]]:
     """LLM Match and CEI of each method on each target, and how often the known cause beats a distractor."""
     rows = [
@@ -208,9 +215,26 @@ STEPS: list[Step] = [
         output="{out}/explainer_tiny",
     ),
     Step(
+        name="clip",
+        preset="clip/synthetic.yaml",
+        command="fit",
+        overrides=[
+            "--trainer.default_root_dir={out}/clip",
+            # CMNIST captions only, 60 steps: enough for the colours the NEMO step's ErrorRetrieval ranks
+            "--data.init_args.sources=[cmnist]",
+            "--trainer.max_epochs=4",
+            "--data.init_args.train_per_source=2000",
+            "--data.init_args.val_per_source=200",
+        ],
+        fast=["--trainer.max_epochs=1", "--data.init_args.train_per_source=256", "--data.init_args.val_per_source=64"],
+        read=read_clip,
+        output="{out}/clip",
+    ),
+    Step(
         name="nemo_eval",
         preset="nemo/cmnist.yaml",
         command="nemo-eval",
+        edits={"methods.1.init_args.clip_model": "{outputs[clip]}/hf"},  # ErrorRetrieval in the space just trained
         overrides=[
             "--run.out_dir={out}/nemo_eval",
             "--targets=[{ckpt[cmnist_model_a]}]",

@@ -28,8 +28,9 @@ def is_verbose() -> bool:
 
 
 def interactive() -> bool:
-    """True when stderr is a terminal: only then are progress bars drawn."""
-    return hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
+    """True when both stdout and stderr are terminals: only then are progress bars drawn (ours write to stderr,
+    Lightning's to stdout; a run whose output goes to a file or a pipe gets none)."""
+    return all(hasattr(stream, "isatty") and stream.isatty() for stream in (sys.stdout, sys.stderr))
 
 
 def set_output(verbose: bool = False) -> None:
@@ -74,10 +75,22 @@ def warn_once(message: str) -> None:
         print(f"nemo-train: warning: {message}", file=sys.stderr, flush=True)
 
 
+def open_bars() -> int:
+    """How many tqdm bars are drawn now: ours, Lightning's (its progress bar subclasses tqdm) or a library's.
+
+    Read from tqdm's own registry of open bars (the one it places nested bars with); a disabled or closed
+    bar is not in it.
+    """
+    return len(tqdm._instances)
+
+
 def progress_bar(*args, disable: bool = False, **kwargs):
-    """A tqdm bar, drawn only on a terminal in quiet mode (``disable`` adds the caller's own condition).
+    """A tqdm bar, drawn only on a terminal in quiet mode (``disable`` adds the caller's own condition) and
+    never inside another one: while a bar is drawn (an outer loop over methods, Lightning's bar during a
+    validation callback), a bar started inside it (the inner loop over errors, batches or steps) is not.
 
     tqdm reads ``TQDM_DISABLE`` only where a caller leaves ``disable`` unset, so every bar of the toolkit
     goes through here.
     """
-    return tqdm(*args, disable=disable or os.environ.get("TQDM_DISABLE") == "1", **kwargs)
+    hidden = os.environ.get("TQDM_DISABLE") == "1" or not (_verbose or interactive())
+    return tqdm(*args, disable=disable or hidden or open_bars() > 0, **kwargs)

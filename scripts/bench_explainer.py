@@ -50,6 +50,7 @@ def run_one(path: str, args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
     from datamodules.explanations import ExplanationDataModule
     from nemo_train.explainer import ExplainerModule
+    from nemo_train.models.trainer import quiet_trainer
     from nemo_train.models.vlm import load_processor
 
     four_bit = path.endswith("4bit")
@@ -77,14 +78,10 @@ def run_one(path: str, args: argparse.Namespace) -> dict:
             def on_train_batch_end(self, *_):
                 times.append(time.perf_counter() - self.start)
 
-        trainer = L.Trainer(
-            max_steps=total,
+        trainer = quiet_trainer(
+            max_epochs=None,  # as many as max_steps takes
             accelerator=device,
-            devices=1,
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
+            max_steps=total,
             limit_val_batches=0,
             callbacks=[StepTimer()],
             default_root_dir=args.out,

@@ -17,13 +17,13 @@ import warnings
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 
-import lightning as L  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from datamodules.cmnist import CMNISTDataModule  # noqa: E402
 from nemo_train.console import print_table  # noqa: E402
 from nemo_train.models import ClassifierModule  # noqa: E402
+from nemo_train.models.trainer import quiet_trainer  # noqa: E402
 
 
 def make_module(seed: int) -> ClassifierModule:
@@ -33,17 +33,7 @@ def make_module(seed: int) -> ClassifierModule:
 
 def lightning_epoch(datamodule: CMNISTDataModule, seed: int) -> float:
     module = make_module(seed)
-    trainer = L.Trainer(
-        max_epochs=1,
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        num_sanity_val_steps=0,
-    )
+    trainer = quiet_trainer(max_epochs=1, limit_val_batches=0)
     start = time.perf_counter()
     trainer.fit(module, train_dataloaders=datamodule.train_dataloader())
     return time.perf_counter() - start

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("WANDB_SILENT", "true")
@@ -19,18 +20,46 @@ def trained_cmnist_classifier():
     """
     from datamodules.cmnist import CMNISTDataModule
     from nemo_train.models import ClassifierModule
+    from nemo_train.models.trainer import quiet_trainer
 
     L.seed_everything(0, verbose=False)
     datamodule = CMNISTDataModule(bias="model_a", train_size=3000, batch_size=64, test_styles=1)
     module = ClassifierModule(backbone="bias_cnn", num_classes=10, lr=3e-3)
-    trainer = L.Trainer(
-        max_epochs=2,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
+    trainer = quiet_trainer(max_epochs=2)
     trainer.fit(module, datamodule)
     module.eval()
     return module, datamodule
+
+
+@pytest.fixture
+def preset_cli(tmp_path):
+    """Build (not run) the ``LightningCLI`` of a shipped preset on CPU without a logger, writing under ``tmp_path``:
+    ``preset_cli("clevr/rubber.yaml", *more_args)`` (path relative to ``configs/``)."""
+    from nemo_train.lightning_cli import NemoLightningCLI
+
+    def build(preset: str, *args: str):
+        config = Path(__file__).resolve().parents[1] / "configs" / preset
+        base = ["--config", str(config), "--trainer.accelerator=cpu", "--trainer.logger=false"]
+        return NemoLightningCLI(args=[*base, f"--trainer.default_root_dir={tmp_path}", *args], run=False)
+
+    return build
+
+
+def _save_lightning_checkpoint(module: L.LightningModule, path: Path) -> str:
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    checkpoint = {
+        "state_dict": module.state_dict(),
+        "hyper_parameters": dict(module.hparams),
+        "pytorch-lightning_version": L.__version__,
+    }
+    torch.save(checkpoint, path)
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def lightning_checkpoint():
+    """``lightning_checkpoint(module, path) -> str``: ``module`` saved as a Lightning checkpoint file at ``path``
+    (folders created) without a Trainer, as ``load_from_checkpoint`` reads it."""
+    return _save_lightning_checkpoint

@@ -8,7 +8,7 @@ from abc import ABC, abstractmethod
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from nemo_train.backends.cache import ResponseCache, cache_key
 from nemo_train.backends.jsonparse import extract_json
@@ -22,6 +22,27 @@ REASK_TEXT = (
     "Your previous reply could not be read as a JSON object. Reply again with only the JSON object "
     "asked for above, with no text before or after it."
 )
+
+
+class Sampling(TypedDict, total=False):
+    """How replies are sampled: the keyword arguments every chat method takes (defaults in :data:`SAMPLING`)."""
+
+    #: number of replies
+    n: int
+    #: 0 is greedy decoding
+    temperature: float
+    max_tokens: int
+    #: seed of the sampling (``None``: unseeded)
+    seed: int | None
+
+
+#: The sampling of a request that sets none of :class:`Sampling`'s keys.
+SAMPLING = Sampling(n=1, temperature=0.0, max_tokens=512, seed=None)
+
+
+def with_defaults(sampling: Sampling) -> Sampling:
+    """``sampling`` with every key :data:`SAMPLING` has and it lacks."""
+    return Sampling(**{**SAMPLING, **sampling})
 
 
 class BackendError(RuntimeError):
@@ -97,23 +118,15 @@ class ChatBackend(ABC):
         return text
 
     # ----------------------------------------------------------------- public API
-    def chat(
-        self,
-        messages: list[Message],
-        *,
-        n: int = 1,
-        temperature: float = 0.0,
-        max_tokens: int = 512,
-        seed: int | None = None,
-    ) -> list[str]:
+    def chat(self, messages: list[Message], **sampling: Unpack[Sampling]) -> list[str]:
         """``n`` replies to ``messages``; served from the cache when this exact request was made before."""
-        key = self._cache_key(messages, n=n, temperature=temperature, max_tokens=max_tokens, seed=seed)
-        cached = self._cached(key, n)
+        settings = with_defaults(sampling)
+        key = self._cache_key(messages, **settings)
+        cached = self._cached(key, settings["n"])
         if cached is not None:
             return cached
         self.stats.add("requests")
-        replies = self._generate(messages, n=n, temperature=temperature, max_tokens=max_tokens, seed=seed)
-        return self._store(key, replies, n)
+        return self._store(key, self._generate(messages, **settings), settings["n"])
 
     def _cache_key(
         self, messages: list[Message], *, n: int, temperature: float, max_tokens: int, seed: int | None
@@ -151,19 +164,12 @@ class ChatBackend(ABC):
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
             return list(pool.map(fn, items))
 
-    def chat_batch(self, conversations: list[list[Message]], **kwargs: Any) -> list[list[str]]:
+    def chat_batch(self, conversations: list[list[Message]], **sampling: Unpack[Sampling]) -> list[list[str]]:
         """:meth:`chat` on each conversation, ``concurrency`` at a time; results in input order."""
-        return self._map(lambda messages: self.chat(messages, **kwargs), conversations)
+        return self._map(lambda messages: self.chat(messages, **sampling), conversations)
 
     def chat_json(
-        self,
-        messages: list[Message],
-        *,
-        n: int = 1,
-        temperature: float = 0.0,
-        max_tokens: int = 512,
-        seed: int | None = None,
-        max_reasks: int = 2,
+        self, messages: list[Message], *, max_reasks: int = 2, **sampling: Unpack[Sampling]
     ) -> list[dict[str, Any] | None]:
         """``n`` replies parsed as JSON objects; ``None`` where a reply stays malformed.
 
@@ -171,24 +177,15 @@ class ChatBackend(ABC):
         ``max_reasks`` times; after that it counts in ``stats.json_failures`` and is returned as
         ``None``, so one bad reply never stops a run.
         """
-        settings = dict(n=n, temperature=temperature, max_tokens=max_tokens, seed=seed, max_reasks=max_reasks)
-        return self.chat_json_batch([messages], **settings)[0]
+        return self.chat_json_batch([messages], max_reasks=max_reasks, **sampling)[0]
 
     def chat_json_batch(
-        self,
-        conversations: list[list[Message]],
-        *,
-        n: int = 1,
-        temperature: float = 0.0,
-        max_tokens: int = 512,
-        seed: int | None = None,
-        max_reasks: int = 2,
+        self, conversations: list[list[Message]], *, max_reasks: int = 2, **sampling: Unpack[Sampling]
     ) -> list[list[dict[str, Any] | None]]:
         """:meth:`chat_json` on each conversation: the first replies through one :meth:`chat_batch` call (so a
         backend that batches generation does), then each round of re-asks of the still malformed replies
-        through one more :meth:`chat_batch` call."""
-        settings = dict(temperature=temperature, max_tokens=max_tokens, seed=seed)
-        first = self.chat_batch(conversations, n=n, **settings)
+        through one more :meth:`chat_batch` call (one reply each, the same sampling otherwise)."""
+        first = self.chat_batch(conversations, **sampling)
         parsed = [[extract_json(reply) for reply in replies] for replies in first]
         # (conversation, reply) of every malformed reply, with the conversation it was given in
         pending = [
@@ -205,7 +202,7 @@ class ChatBackend(ABC):
                 conversation + [assistant_message(reply), user_message(REASK_TEXT)]
                 for _, conversation, reply in pending
             ]
-            replies = [r[0] for r in self.chat_batch(asked, n=1, **settings)]
+            replies = [r[0] for r in self.chat_batch(asked, **{**sampling, "n": 1})]
             still = []
             for ((i, j), _, _), conversation, reply in zip(pending, asked, replies):
                 parsed[i][j] = extract_json(reply)

@@ -6,12 +6,12 @@ import json
 import threading
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import torch
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
-from nemo_train.backends.base import ChatBackend
+from nemo_train.backends.base import ChatBackend, Sampling, with_defaults
 from nemo_train.backends.messages import Message, to_local_messages
 from nemo_train.errors import UserInputError
 from nemo_train.models.vlm import EXPLAINER_META, is_explainer_folder, resolve_model_path
@@ -105,19 +105,12 @@ class HFLocalBackend(ChatBackend):
     def _generate(self, messages: list[Message], *, n, temperature, max_tokens, seed) -> list[str]:
         return self._generate_many([messages], n=n, temperature=temperature, max_tokens=max_tokens, seed=seed)[0]
 
-    def chat_batch(
-        self,
-        conversations: list[list[Message]],
-        *,
-        n: int = 1,
-        temperature: float = 0.0,
-        max_tokens: int = 512,
-        seed: int | None = None,
-    ) -> list[list[str]]:
+    def chat_batch(self, conversations: list[list[Message]], **sampling: Unpack[Sampling]) -> list[list[str]]:
         """Replies to each conversation; those not in the cache are generated ``batch_size`` at a time
         in one left-padded ``generate`` call (greedy replies equal :meth:`chat`'s; sampled ones are
         reproducible for the same batch and seed)."""
-        settings = dict(n=n, temperature=temperature, max_tokens=max_tokens, seed=seed)
+        settings = with_defaults(sampling)
+        n = settings["n"]
         keys = [self._cache_key(messages, **settings) for messages in conversations]
         results: list[list[str] | None] = [self._cached(key, n) for key in keys]
         missing = [i for i, r in enumerate(results) if r is None]

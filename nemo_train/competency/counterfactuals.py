@@ -103,9 +103,21 @@ class CounterfactualGenerator(ABC):
         return f"{cls.__module__}.{cls.__qualname__}"
 
     def options(self) -> dict:
-        """The ``init_args`` this generator was built with (what a config would set)."""
-        names = [p for p in inspect.signature(type(self).__init__).parameters if p not in ("self", "progress")]
-        return {name: getattr(self, f"_{name}") if hasattr(self, f"_{name}") else getattr(self, name) for name in names}
+        """The ``init_args`` this generator was built with (what a config would set): the parameters of its
+        ``__init__`` and, where that passes ``**kwargs`` on, of its base classes' (as jsonargparse reads them)."""
+        names: list[str] = []
+        for cls in type(self).__mro__:
+            if "__init__" not in vars(cls):
+                continue
+            params = inspect.signature(vars(cls)["__init__"]).parameters.values()
+            names += [p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD and p.name not in names]
+            if not any(p.kind is p.VAR_KEYWORD for p in params):
+                break
+        return {
+            name: getattr(self, f"_{name}") if hasattr(self, f"_{name}") else getattr(self, name)
+            for name in names
+            if name not in ("self", "progress")
+        }
 
     def fit(self, holdout_images: torch.Tensor) -> CounterfactualGenerator:
         """Learn from held-out in-distribution images (only :class:`LatentNearestNeighbor` needs them)."""

@@ -7,9 +7,6 @@ Plain Python usable without the CLI: :func:`load_or_train_classifier`, :func:`pr
 from __future__ import annotations
 
 import json
-import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import lightning as L
@@ -20,33 +17,7 @@ from nemo_train.competency.autoencoder import CompetencyAutoencoder
 from nemo_train.competency.parce import PaRCE
 from nemo_train.errors import UserInputError
 from nemo_train.models import ClassifierModule
-
-
-@contextmanager
-def quiet_lightning() -> Iterator[None]:
-    """Lightning's info lines (accelerator found, tips) off while training inside a pipeline; warnings stay."""
-    logger = logging.getLogger("lightning.pytorch")
-    level = logger.level
-    logger.setLevel(logging.WARNING)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
-def quiet_trainer(epochs: int, accelerator: str, out_dir: Path | None = None) -> L.Trainer:
-    """A Lightning trainer without logger, checkpoints, summary or progress bar (for training inside a pipeline)."""
-    return L.Trainer(
-        max_epochs=epochs,
-        accelerator=accelerator,
-        devices=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_model_summary=False,
-        enable_progress_bar=False,
-        default_root_dir=str(out_dir) if out_dir else None,
-        num_sanity_val_steps=0,
-    )
+from nemo_train.models.trainer import quiet_lightning, quiet_trainer
 
 
 def load_classifier(path: str | Path) -> ClassifierModule:

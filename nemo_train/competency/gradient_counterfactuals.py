@@ -124,18 +124,8 @@ class PixelGradientCounterfactual(GradientCounterfactual):
         lr, gamma, max_iter, stopping, objective, threshold, progress: see :class:`GradientCounterfactual`.
     """
 
-    def __init__(
-        self,
-        lr: float = 1e-3,
-        gamma: float = 0.1,
-        max_iter: int = 100,
-        stopping: Stopping = "per_image",
-        objective: Objective = "score",
-        clamp_pixels: bool = True,
-        threshold: float | None = None,
-        progress: bool = False,
-    ) -> None:
-        super().__init__(lr, gamma, max_iter, stopping, objective, threshold, progress)
+    def __init__(self, clamp_pixels: bool = True, **kwargs) -> None:
+        super().__init__(**kwargs)
         self.clamp_pixels = clamp_pixels
 
     def project(self, param: torch.Tensor) -> None:
@@ -158,19 +148,9 @@ class ImageGradientDescent(PixelGradientCounterfactual):
     name = "IGD"
 
     def __init__(
-        self,
-        distance: Literal["lpips", "l1", "l2"] = "lpips",
-        alexnet_weights: str | None = None,
-        lr: float = 1e-3,
-        gamma: float = 0.1,
-        max_iter: int = 100,
-        stopping: Stopping = "per_image",
-        objective: Objective = "score",
-        clamp_pixels: bool = True,
-        threshold: float | None = None,
-        progress: bool = False,
+        self, distance: Literal["lpips", "l1", "l2"] = "lpips", alexnet_weights: str | None = None, **kwargs
     ) -> None:
-        super().__init__(lr, gamma, max_iter, stopping, objective, clamp_pixels, threshold, progress)
+        super().__init__(**kwargs)
         self.distance = distance
         self.alexnet_weights = alexnet_weights
         self.perceptual: nn.Module | None = None
@@ -208,19 +188,8 @@ class FeatureGradientDescent(PixelGradientCounterfactual):
 
     name = "FGD"
 
-    def __init__(
-        self,
-        distance: VectorDistance = "cos",
-        lr: float = 1e-3,
-        gamma: float = 0.1,
-        max_iter: int = 100,
-        stopping: Stopping = "per_image",
-        objective: Objective = "score",
-        clamp_pixels: bool = True,
-        threshold: float | None = None,
-        progress: bool = False,
-    ) -> None:
-        super().__init__(lr, gamma, max_iter, stopping, objective, clamp_pixels, threshold, progress)
+    def __init__(self, distance: VectorDistance = "cos", **kwargs) -> None:
+        super().__init__(**kwargs)
         self.distance = distance
 
     def start(self, images):
@@ -240,18 +209,8 @@ class LatentGradientDescent(GradientCounterfactual):
 
     name = "LGD"
 
-    def __init__(
-        self,
-        distance: VectorDistance = "cos",
-        lr: float = 1e-3,
-        gamma: float = 0.1,
-        max_iter: int = 100,
-        stopping: Stopping = "per_image",
-        objective: Objective = "score",
-        threshold: float | None = None,
-        progress: bool = False,
-    ) -> None:
-        super().__init__(lr, gamma, max_iter, stopping, objective, threshold, progress)
+    def __init__(self, distance: VectorDistance = "cos", **kwargs) -> None:
+        super().__init__(**kwargs)
         self.distance = distance
 
     def start(self, images):

@@ -84,7 +84,9 @@ class Optimization:
 
     def _score(self, text: str, observations: Sequence[Observation], origin: str) -> Candidate:
         conditions = [o.condition for o in observations]
-        s = score(self.evaluator, text, conditions, [o.diff for o in observations], self.drop_ratio, seed=self.seed)
+        s = score(
+            self.evaluator, text, conditions, [o.diff for o in observations], drop_ratio=self.drop_ratio, seed=self.seed
+        )
         return Candidate(text, s.completeness, s.density, s.token_length, origin)
 
     def _accept(self, proposals: list[dict], tested: set[Condition], iteration: int, result: OptimizationResult):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypedDict, Unpack
 
 import numpy as np
 
@@ -50,6 +51,17 @@ def density_from_answers(diffs: np.ndarray, full: np.ndarray, dropped: np.ndarra
     question c."""
     dropped = np.atleast_2d(dropped)
     return pearson(diffs, full) - float(np.mean([pearson(diffs, row) for row in dropped]))
+
+
+class DensityOptions(TypedDict, total=False):
+    """How :func:`density` perturbs an explanation (defaults in its signature)."""
+
+    #: share of the explanation's tokens removed per perturbed copy
+    drop_ratio: float
+    #: perturbed copies per question
+    repeats: int
+    #: seed of the token removal
+    seed: int
 
 
 def density(
@@ -163,11 +175,9 @@ def score(
     explanation: str,
     conditions: Sequence[Condition],
     diffs: Sequence[float],
-    drop_ratio: float = 0.25,
-    repeats: int = 1,
-    seed: int = 0,
+    **density_options: Unpack[DensityOptions],
 ) -> Scores:
-    """Completeness, Density and Token Length of ``explanation``."""
+    """Completeness, Density (perturbed as ``density_options`` say) and Token Length of ``explanation``."""
     value, answers = completeness(evaluator, explanation, conditions, diffs)
-    dens = density(evaluator, explanation, conditions, diffs, drop_ratio, repeats, seed, full_answers=answers)
+    dens = density(evaluator, explanation, conditions, diffs, full_answers=answers, **density_options)
     return Scores(value, dens.density, token_length(explanation))

@@ -18,6 +18,7 @@ import torch
 
 from nemo_train.errors import UserInputError
 from nemo_train.models import ClassifierModule
+from nemo_train.models.trainer import quiet_trainer
 
 
 class ComparedModel(ABC):
@@ -95,16 +96,7 @@ class LightningClassifier(ComparedModel):
             logging.getLogger(name).setLevel(logging.ERROR)
         L.seed_everything(self.seed, verbose=False)
         module = ClassifierModule(backbone="bias_cnn", num_classes=self.datamodule.num_classes, lr=3e-3)
-        trainer = L.Trainer(
-            max_epochs=self.epochs,
-            accelerator="cpu",
-            devices=1,
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            num_sanity_val_steps=0,
-        )
+        trainer = quiet_trainer(max_epochs=self.epochs)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             trainer.fit(module, self.datamodule)

@@ -176,7 +176,15 @@ def run_differences(
     test_diffs = diff_model(test)
 
     def scored(method: str, text: str, seen: int) -> MethodScore:
-        s = score(evaluator, text, test, test_diffs, protocol.drop_ratio, protocol.density_repeats, sampling.seed)
+        s = score(
+            evaluator,
+            text,
+            test,
+            test_diffs,
+            drop_ratio=protocol.drop_ratio,
+            repeats=protocol.density_repeats,
+            seed=sampling.seed,
+        )
         return MethodScore(method, s.completeness, s.density, s.token_length, seen, text)
 
     rows: list[MethodScore] = []

@@ -18,12 +18,12 @@ import torch.nn.functional as F
 from datamodules.captions import CaptionDataModule, Source
 from nemo_train.errors import UserInputError
 from nemo_train.lbee.training import fit_quietly
-from nemo_train.models.clip import CLIPEncoder, CLIPModule
+from nemo_train.models.clip import BatchedEncoder, CLIPEncoder, CLIPModule
 
 log = logging.getLogger(__name__)
 
 
-class OpenCLIPEncoder:
+class OpenCLIPEncoder(BatchedEncoder):
     """A released Open-CLIP model, e.g. ``ViT-B-32`` / ``laion2b_s34b_b79k`` (LAION-2B), by name and
     pretrained tag, or a local weights file as ``pretrained``. Weights come from the hub (or the file)."""
 
@@ -48,24 +48,14 @@ class OpenCLIPEncoder:
         self.std = torch.tensor(normalize.std).view(1, 3, 1, 1).to(device)
         self.device, self.batch_size = device, batch_size
 
-    @torch.no_grad()
-    def encode_image(self, images: torch.Tensor) -> torch.Tensor:
-        out = []
-        for chunk in images.split(self.batch_size):
-            chunk = F.interpolate(
-                chunk.float().to(self.device), size=self.image_size, mode="bicubic", antialias=True, align_corners=False
-            ).clamp(0, 1)
-            out.append(F.normalize(self.model.encode_image((chunk - self.mean) / self.std).float(), dim=-1))
-        return torch.cat(out).cpu()
+    def _encode_image(self, images: torch.Tensor) -> torch.Tensor:
+        images = F.interpolate(
+            images.float().to(self.device), size=self.image_size, mode="bicubic", antialias=True, align_corners=False
+        ).clamp(0, 1)
+        return F.normalize(self.model.encode_image((images - self.mean) / self.std).float(), dim=-1)
 
-    @torch.no_grad()
-    def encode_text(self, texts: Sequence[str]) -> torch.Tensor:
-        texts = list(texts)
-        out = []
-        for start in range(0, len(texts), self.batch_size):
-            tokens = self.tokenizer(texts[start : start + self.batch_size]).to(self.device)
-            out.append(F.normalize(self.model.encode_text(tokens).float(), dim=-1))
-        return torch.cat(out).cpu()
+    def _encode_text(self, texts: list[str]) -> torch.Tensor:
+        return F.normalize(self.model.encode_text(self.tokenizer(texts).to(self.device)).float(), dim=-1)
 
 
 class SyntheticCLIP:

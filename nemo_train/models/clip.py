@@ -60,6 +60,31 @@ def recall_at_k(similarity: torch.Tensor, k: int) -> float:
     return float((top == torch.arange(len(similarity), device=top.device)[:, None]).any(1).float().mean())
 
 
+class BatchedEncoder:
+    """``encode_image`` / ``encode_text`` of a joint space, computed in chunks of :attr:`batch_size` without
+    gradients; a subclass encodes one chunk in ``_encode_image`` / ``_encode_text`` (L2-normalised)."""
+
+    batch_size: int = 256
+
+    @torch.no_grad()
+    def encode_image(self, images: torch.Tensor) -> torch.Tensor:
+        """L2-normalised image embeddings ``[B, D]`` (on the CPU) of images in ``[0, 1]`` (any size)."""
+        return torch.cat([self._encode_image(chunk).cpu() for chunk in images.split(self.batch_size)])
+
+    @torch.no_grad()
+    def encode_text(self, texts: Sequence[str]) -> torch.Tensor:
+        """L2-normalised text embeddings ``[T, D]`` (on the CPU)."""
+        texts = list(texts)
+        step = self.batch_size
+        return torch.cat([self._encode_text(texts[i : i + step]).cpu() for i in range(0, len(texts), step)])
+
+    def _encode_image(self, images: torch.Tensor) -> torch.Tensor:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def _encode_text(self, texts: list[str]) -> torch.Tensor:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
 class CLIPModule(L.LightningModule):
     """Contrastive image-text training of a small ``CLIPModel`` from scratch.
 
@@ -69,9 +94,18 @@ class CLIPModule(L.LightningModule):
         embed_dim: dimension of the joint space.
         max_length: token budget of a caption.
         lr, weight_decay, warmup_fraction: AdamW with linear warm-up then cosine decay.
+        attribute_head_weight: weight of an auxiliary loss during training: a linear head per
+            (source, attribute) slot of the datamodule classifies the image embedding into the
+            attribute's values. It gives the image tower a direct signal for shape-like attributes
+            (digit, tilt, object, CLEVR shape), which contrastive training from scratch on a few
+            thousand captions otherwise never separates (the text tower collapses their words while the
+            image tower cannot yet tell them apart); the caption loss then aligns the words with them.
+            The heads are not part of the exported model; zero-shot accuracy is measured with text
+            prompts only. 0 trains on captions alone.
         recall_ks: k values of the image<->text recall logged at validation.
-        export_dir: when set, the Hugging Face folder (model + tokenizer + image processor) is written
-            there at the end of ``fit``; any CLIP consumer then loads it by path.
+        export_subdir: when set, the Hugging Face folder (model + tokenizer + image processor) is written
+            to ``<trainer.default_root_dir>/<export_subdir>`` at the end of ``fit``, next to the run's
+            checkpoints; any CLIP consumer then loads it by path.
     """
 
     def __init__(
@@ -88,8 +122,9 @@ class CLIPModule(L.LightningModule):
         lr: float = 2e-3,
         weight_decay: float = 0.05,
         warmup_fraction: float = 0.1,
+        attribute_head_weight: float = 0.0,
         recall_ks: list[int] = [1, 5],  # noqa: B006 (jsonargparse shows the default)
-        export_dir: str | None = None,
+        export_subdir: str | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -122,6 +157,7 @@ class CLIPModule(L.LightningModule):
         self.register_buffer("mean", torch.tensor(CLIP_MEAN).view(1, 3, 1, 1), persistent=False)
         self.register_buffer("std", torch.tensor(CLIP_STD).view(1, 3, 1, 1), persistent=False)
         self.zero_shot: dict[str, list[str]] = {}
+        self.heads = torch.nn.ModuleDict()  # auxiliary attribute heads, built in setup from the datamodule
         self._val: list[dict] = []
 
     # ----------------------------------------------------------------- encoders
@@ -153,12 +189,38 @@ class CLIPModule(L.LightningModule):
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         if datamodule is not None and hasattr(datamodule, "zero_shot_prompts"):
             self.zero_shot = datamodule.zero_shot_prompts()
+        if self.hparams.attribute_head_weight > 0 and not len(self.heads):
+            for slot, prompts in self.zero_shot.items():
+                self.heads[slot.replace("/", "_")] = torch.nn.Linear(self.hparams.embed_dim, len(prompts))
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        n = len(batch["image"])
         out = self.model(**self.tokens(batch["caption"]), pixel_values=self.pixels(batch["image"]), return_loss=True)
-        self.log("train/loss", out.loss, prog_bar=True, batch_size=len(batch["image"]))
-        self.log("train/logit_scale", self.model.logit_scale.exp(), batch_size=len(batch["image"]))
-        return out.loss
+        loss = out.loss
+        if len(self.heads):
+            head_loss = self.attribute_loss(out.image_embeds, batch["attrs"])
+            self.log("train/attribute_loss", head_loss, batch_size=n)
+            loss = loss + self.hparams.attribute_head_weight * head_loss
+        self.log("train/loss", loss, prog_bar=True, batch_size=n)
+        self.log("train/logit_scale", self.model.logit_scale.exp(), batch_size=n)
+        return loss
+
+    def attribute_loss(self, image: torch.Tensor, attrs: torch.Tensor) -> torch.Tensor:
+        """Mean over slots of the auxiliary heads' cross-entropy on the images whose source has the slot,
+        plus on the slot's own prompts (prompt ``v`` is class ``v``): one head shared by both towers pulls
+        an attribute's images and its words to the same directions from the first step."""
+        prompts = [p for slot in self.zero_shot.values() for p in slot]
+        text = F.normalize(self.model.get_text_features(**self.tokens(prompts)).pooler_output, dim=-1)
+        scale, losses, start = self.model.logit_scale.exp(), [], 0
+        for column, head in enumerate(self.heads.values()):
+            count = head.out_features
+            rows = attrs[:, column] >= 0
+            if rows.any():
+                losses.append(F.cross_entropy(head(scale * image[rows]), attrs[rows, column]))
+            words = head(scale * text[start : start + count])
+            losses.append(F.cross_entropy(words, torch.arange(count, device=words.device)))
+            start += count
+        return torch.stack(losses).mean()
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         image, text = self.encode_image(batch["image"]), self.encode_text(batch["caption"])
@@ -216,8 +278,8 @@ class CLIPModule(L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def on_fit_end(self) -> None:
-        if self.hparams.export_dir and self.trainer.is_global_zero:
-            self.export(self.hparams.export_dir)
+        if self.hparams.export_subdir and self.trainer.is_global_zero:
+            self.export(Path(self.trainer.default_root_dir) / self.hparams.export_subdir)
 
     # ----------------------------------------------------------------- export
     def export(self, folder: str | Path) -> Path:
@@ -237,7 +299,7 @@ class CLIPModule(L.LightningModule):
         return folder
 
 
-class CLIPEncoder(torch.nn.Module):
+class CLIPEncoder(BatchedEncoder, torch.nn.Module):
     """Inference wrapper of a trained CLIP: ``encode_image`` / ``encode_text`` (L2-normalised), batched.
 
     ``source`` is a Hugging Face folder or hub id of a CLIP model (e.g. one exported by
@@ -250,7 +312,9 @@ class CLIPEncoder(torch.nn.Module):
         if source.endswith(".ckpt"):
             if not Path(source).is_file():
                 raise UserInputError(f"CLIP checkpoint {source!r} does not exist")
-            module = CLIPModule.load_from_checkpoint(source, map_location="cpu", weights_only=True)
+            module = CLIPModule.load_from_checkpoint(
+                source, map_location="cpu", weights_only=True, strict=False
+            )  # auxiliary heads are not needed
             self.model, self.tokenizer = module.model, module.tokenizer
             self.image_size = module.hparams.image_size
         else:
@@ -266,29 +330,15 @@ class CLIPEncoder(torch.nn.Module):
         self.register_buffer("mean", torch.tensor(CLIP_MEAN).view(1, 3, 1, 1), persistent=False)
         self.register_buffer("std", torch.tensor(CLIP_STD).view(1, 3, 1, 1), persistent=False)
 
-    @torch.no_grad()
-    def encode_image(self, images: torch.Tensor) -> torch.Tensor:
-        out = []
-        for chunk in images.split(self.batch_size):
-            chunk = F.interpolate(
-                chunk.float().to(self.mean.device),
-                size=(self.image_size, self.image_size),
-                mode="bilinear",
-                antialias=True,
-                align_corners=False,
-            )
-            pixels = (chunk - self.mean) / self.std
-            out.append(F.normalize(self.model.get_image_features(pixel_values=pixels).pooler_output, dim=-1))
-        return torch.cat(out).cpu()
+    def _encode_image(self, images: torch.Tensor) -> torch.Tensor:
+        size = (self.image_size, self.image_size)
+        images = F.interpolate(
+            images.float().to(self.mean.device), size=size, mode="bilinear", antialias=True, align_corners=False
+        )
+        pixels = (images - self.mean) / self.std
+        return F.normalize(self.model.get_image_features(pixel_values=pixels).pooler_output, dim=-1)
 
-    @torch.no_grad()
-    def encode_text(self, texts: Sequence[str]) -> torch.Tensor:
-        texts = list(texts)
-        out = []
-        for start in range(0, len(texts), self.batch_size):
-            tok = self.tokenizer(
-                texts[start : start + self.batch_size], padding=True, truncation=True, return_tensors="pt"
-            )
-            tok = {k: tok[k].to(self.mean.device) for k in ("input_ids", "attention_mask")}
-            out.append(F.normalize(self.model.get_text_features(**tok).pooler_output, dim=-1))
-        return torch.cat(out).cpu()
+    def _encode_text(self, texts: list[str]) -> torch.Tensor:
+        tok = self.tokenizer(texts, padding=True, truncation=True, return_tensors="pt")
+        tok = {k: tok[k].to(self.mean.device) for k in ("input_ids", "attention_mask")}
+        return F.normalize(self.model.get_text_features(**tok).pooler_output, dim=-1)

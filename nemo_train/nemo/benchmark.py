@@ -97,6 +97,7 @@ def load_image(path: str | Path, size: int = 224) -> torch.Tensor:
         array = read_image(path, size, "center_crop")
     except UNREADABLE as err:
         raise UserInputError(f"cannot read image {str(path)!r}: {err}") from None
+    array = array.copy()  # the reader may hand out a read-only buffer, which torch warns about
     return torch.from_numpy(array).permute(2, 0, 1).float().div_(255.0)
 
 

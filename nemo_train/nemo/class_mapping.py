@@ -88,3 +88,11 @@ class ClassMapping:
             )
         names = [info.index_to_description(order[w]).split(",")[0] for w in wnids]
         return cls(names, [[order[w]] for w in wnids], folders=wnids)
+
+    @classmethod
+    def for_folder(cls, root: str | Path, mapping_file: str | Path | None = None) -> ClassMapping:
+        """The mapping of an ImageNet target onto an image folder ``root/<class>/``: the JSON ``mapping_file``,
+        or (without one) the class folders read as WordNet ids."""
+        if mapping_file is not None:
+            return cls.from_json(mapping_file)
+        return cls.from_wnids(sorted(p.name for p in Path(root).iterdir() if p.is_dir()))

@@ -26,43 +26,15 @@ class FactorCriterion:
     partial_keywords: tuple[str, ...] = ()
 
 
-_COLOUR_WORDS = (
-    "colour",
-    "color",
-    "colours",
-    "colors",
-    "coloured",
-    "colored",
-    "colouring",
-    "coloring",
-    "hue",
-    "hues",
-    "red",
-    "reddish",
-    "green",
-    "greenish",
-    "blue",
-    "bluish",
-    "yellow",
-    "yellowish",
-    "orange",
-    "purple",
-    "violet",
-    "magenta",
-    "pink",
-    "cyan",
-    "teal",
-    "brown",
-    "grey",
-    "gray",
-    "white",
-    "black",
-    "turquoise",
-    "lime",
-    "olive",
-    "navy",
-    "crimson",
-    "scarlet",
+def _words(text: str) -> tuple[str, ...]:
+    """A keyword vocabulary written as one comma-separated string (keywords may hold spaces)."""
+    return tuple(word.strip() for word in text.split(","))
+
+
+_COLOUR_WORDS = _words(
+    "colour, color, colours, colors, coloured, colored, colouring, coloring, hue, hues, red, reddish, green, "
+    "greenish, blue, bluish, yellow, yellowish, orange, purple, violet, magenta, pink, cyan, teal, brown, grey, "
+    "gray, white, black, turquoise, lime, olive, navy, crimson, scarlet"
 )
 
 CRITERIA: dict[str, FactorCriterion] = {
@@ -73,28 +45,10 @@ CRITERIA: dict[str, FactorCriterion] = {
             "sketch, drawing, cartoon, graffiti, embroidery, origami, sculpture, toy, tattoo, video-game "
             "render or other non-photographic depiction, rather than as a real photograph"
         ),
-        keywords=(
-            "style",
-            "rendition",
-            "painting",
-            "painted",
-            "sketch",
-            "drawing",
-            "drawn",
-            "cartoon",
-            "graffiti",
-            "embroidery",
-            "origami",
-            "sculpture",
-            "toy",
-            "tattoo",
-            "artistic",
-            "illustration",
-            "video game",
-            "plush",
-            "stylized",
-            "stylised",
-            "art",
+        keywords=_words(
+            "style, rendition, painting, painted, sketch, drawing, drawn, cartoon, graffiti, embroidery, "
+            "origami, sculpture, toy, tattoo, artistic, illustration, video game, plush, stylized, stylised, "
+            "art"
         ),
         partial_keywords=("texture", "simplified", "abstract", "unrealistic", "colors", "colours"),
     ),
@@ -104,22 +58,9 @@ CRITERIA: dict[str, FactorCriterion] = {
             "an unusual viewpoint, rotation or pose of the object (upside down, on its side, seen from "
             "above or behind) or an unusual background or setting for it"
         ),
-        keywords=(
-            "viewpoint",
-            "view",
-            "angle",
-            "rotation",
-            "rotated",
-            "upside down",
-            "sideways",
-            "on its side",
-            "pose",
-            "orientation",
-            "oriented",
-            "tilted",
-            "background",
-            "setting",
-            "perspective",
+        keywords=_words(
+            "viewpoint, view, angle, rotation, rotated, upside down, sideways, on its side, pose, orientation, "
+            "oriented, tilted, background, setting, perspective"
         ),
         partial_keywords=("context", "position", "placement", "surroundings", "cluttered", "scene"),
     ),
@@ -129,23 +70,9 @@ CRITERIA: dict[str, FactorCriterion] = {
             "the background the object is placed in, or the texture or material the object is made of "
             "(for example a wooden, plastic, glass or woven version of the object)"
         ),
-        keywords=(
-            "background",
-            "texture",
-            "textured",
-            "material",
-            "made of",
-            "wooden",
-            "wood",
-            "plastic",
-            "glass",
-            "metal",
-            "metallic",
-            "woven",
-            "fabric",
-            "stone",
-            "paper",
-            "surface pattern",
+        keywords=_words(
+            "background, texture, textured, material, made of, wooden, wood, plastic, glass, metal, metallic, "
+            "woven, fabric, stone, paper, surface pattern"
         ),
         partial_keywords=("surface", "appearance", "pattern", "setting", "context", "finish"),
     ),
@@ -164,19 +91,9 @@ CRITERIA: dict[str, FactorCriterion] = {
             "the material of the object: metal versus rubber, i.e. a shiny, reflective metallic surface "
             "versus a matte one"
         ),
-        keywords=(
-            "material",
-            "materials",
-            "metal",
-            "metallic",
-            "rubber",
-            "shiny",
-            "matte",
-            "reflective",
-            "reflection",
-            "reflections",
-            "glossy",
-            "specular",
+        keywords=_words(
+            "material, materials, metal, metallic, rubber, shiny, matte, reflective, reflection, reflections, "
+            "glossy, specular"
         ),
         partial_keywords=("surface", "texture", "finish", "lighting", "appearance"),
     ),

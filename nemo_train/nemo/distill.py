@@ -27,17 +27,17 @@ from nemo_train.backends.base import ChatBackend
 from nemo_train.backends.cache import ResponseCache
 from nemo_train.console import print_table
 from nemo_train.errors import UserInputError
-from nemo_train.nemo.editors import DiffusersEditor
+from nemo_train.nemo.components.editors import DiffusersEdit
+from nemo_train.nemo.components.targets import CheckpointTarget, TargetSpec, TimmModel
 from nemo_train.nemo.evaluation import record_key
 from nemo_train.nemo.interventions import (
     CounterfactualScorer,
     ExactAttributeEditor,
     LLMAttributeDeriver,
-    LLMInstructionDeriver,
 )
 from nemo_train.nemo.methods.scitx import MLLMCaptioner, MLLMHypothesizer, SciTX
 from nemo_train.nemo.mining import mine_folder_errors, mine_synthetic_errors
-from nemo_train.nemo.targets import ClassMapping, TimmTarget, load_checkpoint_target
+from nemo_train.nemo.targets import ClassMapping
 from nemo_train.nemo.teacher import ExhaustiveAttributeTeacher, SciTXTeacher, TeacherLabel, View, view_inputs
 from nemo_train.quiet import progress_bar
 from nemo_train.store import ResultStore
@@ -48,22 +48,34 @@ def _save(image: torch.Tensor, path: Path) -> str:
     return str(path.resolve())
 
 
-def build_target(classifier: str, mapping: ClassMapping | None = None):
-    """The classifier: ``timm:<name>`` (mapped onto the folder's classes) or a ``ClassifierModule`` checkpoint."""
+def target_spec(classifier: str | TargetSpec) -> TargetSpec:
+    """The classifier as a target spec: ``timm:<name>`` is a timm model with hub weights, any other string a
+    ``ClassifierModule`` checkpoint; a :class:`TimmModel` object can name a local ``weights_file``."""
+    if isinstance(classifier, TargetSpec):
+        return classifier
     if classifier.startswith("timm:"):
-        return TimmTarget(classifier[5:], mapping=mapping)
-    return load_checkpoint_target(classifier)
+        return TimmModel(classifier[5:])
+    return CheckpointTarget(classifier)
 
 
-def teacher_scorer(bench, target, backend: ChatBackend, editor: str | None, seed: int) -> CounterfactualScorer:
+def build_target(classifier: str | TargetSpec, mapping: ClassMapping | None = None):
+    """The classifier model (a timm model mapped onto the folder's classes, or a checkpoint's classifier)."""
+    spec = target_spec(classifier)
+    spec.check()
+    return spec.build(None if mapping is None else mapping.class_names, mapping)
+
+
+def teacher_scorer(
+    bench, target, backend: ChatBackend, editor: DiffusersEdit | None, seed: int
+) -> CounterfactualScorer:
     """The MLLM teacher's counterfactual test: exact re-render of the attribute it names on generated data,
     or the editing instruction it writes applied by a diffusers editor."""
     if bench.renderer is not None:
         deriver = LLMAttributeDeriver(backend, bench.vocabulary, editable=bench.cause["editable"])
         return CounterfactualScorer(target, deriver, ExactAttributeEditor(bench.renderer))
     if editor is None:
-        raise UserInputError("an MLLM teacher on folder data needs editor: a diffusers model id or folder")
-    return CounterfactualScorer(target, LLMInstructionDeriver(backend, "image"), DiffusersEditor(editor, seed=seed))
+        raise UserInputError("an MLLM teacher on folder data needs editor: a DiffusersEdit with a model id or folder")
+    return editor.build_scorer(bench, target, backend, seed, batched=True)
 
 
 def pairs_from_labels(
@@ -107,7 +119,7 @@ def pairs_from_labels(
 
 
 def distill_teacher(
-    classifier: str,
+    classifier: str | TargetSpec,
     dataset: Literal["cmnist", "clevr", "folder"] = "cmnist",
     out_dir: str = "checkpoints/distill_cmnist/teacher",
     n: int = 300,
@@ -119,7 +131,7 @@ def distill_teacher(
     evaluation_root: str | None = None,
     mapping_file: str | None = None,
     hypotheses: ChatBackend | None = None,
-    editor: str | None = None,
+    editor: DiffusersEdit | None = None,
     m: int = 4,
     k: int = 8,
     min_cei: float = 20.0,
@@ -129,7 +141,8 @@ def distill_teacher(
     """Label a classifier's errors on a mining split with a teacher and write the student's training pairs.
 
     Args:
-        classifier: the target: a classifier checkpoint, or ``timm:<name>`` / ``clip:<hub id>`` for folder data.
+        classifier: the target: a classifier checkpoint path, ``timm:<name>`` (hub weights) or a target object
+            (``TimmModel`` with a local ``weights_file``, ``CheckpointTarget``) for folder data.
         dataset: ``cmnist`` / ``clevr`` (generated; mined from a split disjoint from the evaluation grid) or
             ``folder`` (``mining_root``, checked disjoint from ``evaluation_root``).
         mining_root, evaluation_root, mapping_file: folder data (``<root>/<class>/<image>``): the mining
@@ -140,7 +153,8 @@ def distill_teacher(
         bias, data_kwargs: generated data: the datamodule's bias preset and extra arguments (CLEVR ``image_size``).
         hypotheses: the teacher's hypothesis source, an MLLM backend (``class_path``); none: the exhaustive
             attribute search (generated data only).
-        editor: with a backend on folder data, a diffusers editor model id / path.
+        editor: with a backend on folder data, the diffusers instruction editor (``DiffusersEdit``: model id or
+            folder, edit size, pipeline arguments).
         m, k: SciTX hypotheses and observations per error (with a backend).
         min_cei: keep only labels whose CEI (percentage points) is at least this.
         views: conversations per kept error: ``error`` (SciTX's question), ``gradcam`` (CamMLLM's), ``change``
@@ -156,19 +170,16 @@ def distill_teacher(
             raise UserInputError(f"mining folder {mining_root!r} does not exist")
         if hypotheses is None:
             raise UserInputError("folder data needs an MLLM backend as the teacher's hypothesis source (hypotheses)")
-    elif classifier.endswith(".ckpt") and not Path(classifier).is_file():
-        raise UserInputError(f"classifier checkpoint {classifier!r} does not exist")
+    spec = target_spec(classifier)
+    spec.check()
     if dataset == "folder":
-        if mapping_file is not None:
-            mapping = ClassMapping.from_json(mapping_file)
-        else:
-            mapping = ClassMapping.from_wnids(sorted(p.name for p in Path(mining_root).iterdir() if p.is_dir()))
-        target = build_target(classifier, mapping)
+        mapping = ClassMapping.for_folder(mining_root, mapping_file)
+        target = build_target(spec, mapping)
         bench = mine_folder_errors(
             "folder", mining_root, evaluation_root, target, "folder", n=n, seed=seed, class_folders=mapping.folders
         )
     else:
-        target = build_target(classifier)
+        target = build_target(spec)
         bench = mine_synthetic_errors(dataset, target, n, seed, styles, bias, datamodule_kwargs=data_kwargs)
     if hypotheses is not None and hypotheses.cache is None:
         hypotheses.cache = ResponseCache(out / "llm_cache")
@@ -179,10 +190,19 @@ def distill_teacher(
         scitx = SciTX(target, MLLMHypothesizer(hypotheses), scorer, k=k, m=m, captioner=MLLMCaptioner(hypotheses))
         teacher = SciTXTeacher(scitx)
     store = ResultStore(out / "teacher.jsonl")
-    settings = {"teacher": teacher.name, "min_cei": min_cei, "m": m, "k": k, "editor": editor}
+    settings = {
+        "teacher": teacher.name,
+        "min_cei": min_cei,
+        "m": m,
+        "k": k,
+        "editor": editor.settings() if editor is not None else None,
+        "target": spec.identity(),
+        "hypotheses": hypotheses.fingerprint() if hypotheses is not None else None,
+    }
+    name = spec.label
     started, computed = time.perf_counter(), 0
     for sample in progress_bar(bench.errors, desc="teacher", unit="error"):
-        key = record_key(classifier, teacher.name, sample.sample_id)
+        key = record_key(name, teacher.name, sample.sample_id)
         if store.lookup(key, settings) is not None:
             continue
         label: TeacherLabel | None = teacher.label(sample, bench)
@@ -191,7 +211,7 @@ def distill_teacher(
             record.update(label.to_json(), kept=label.cei >= min_cei)
         store.append(record, settings)
         computed += 1
-    labels = [store.get(record_key(classifier, teacher.name, s.sample_id)) for s in bench.errors]
+    labels = [store.get(record_key(name, teacher.name, s.sample_id)) for s in bench.errors]
     kept = [r for r in labels if r["kept"]]
     if not kept:
         raise UserInputError(f"no teacher label reaches min_cei={min_cei}; lower it or mine more errors")

@@ -1,7 +1,7 @@
 """``nemo-train distill-eval``: NEMO evaluation of a distilled explainer next to its teacher and KnownCause.
 
-On held-out errors of each target (the test grid of a generated benchmark; the teacher mined a disjoint
-split) it runs the configured rows (``nemo_train.nemo.distill_methods``), with the student as the MLLM everywhere:
+On held-out errors of each target (the test grid of a generated benchmark, or an evaluation image folder; the
+teacher mined a disjoint split) it runs the configured rows (``nemo_train.nemo.distill_methods``), with the student as the MLLM everywhere:
 
 * ``ExhaustiveTeacher`` — the exhaustive single-attribute search (the max-CEI edit; not a language model);
 * ``StudentGreedy`` — one greedy pass of the student on the error image;
@@ -11,8 +11,10 @@ split) it runs the configured rows (``nemo_train.nemo.distill_methods``), with t
 * ``KnownCause`` — names the planted bias (edit derived by the keyword deriver, a rule-based parser).
 
 Each row explains ``error_batch`` errors at a time with one batched request to the student.
-The student's edits are read from its structured answers (:class:`~nemo_train.nemo.structured.StructuredEditDeriver`).
-LLM Match comes from the keyword judge (closed-vocabulary synthetic data only, not a model). Every target
+The student's edits are read from its structured answers (:class:`~nemo_train.nemo.structured.StructuredEditDeriver`):
+an attribute edit re-rendered exactly on generated data, an editing instruction applied by a diffusers editor on
+folder data (where the teacher and KnownCause rows do not exist). LLM Match comes from the configured judges
+(default on generated data: the keyword judge, closed-vocabulary synthetic only, not a model). Every target
 after the first is a classifier whose errors the student never saw in distillation: the generalisation
 report. Results resume from ``<out_dir>/results.jsonl`` like ``nemo-eval``.
 """
@@ -28,14 +30,23 @@ from jsonargparse.typing import PositiveInt
 from nemo_train.backends.student import StudentBackend
 from nemo_train.console import print_table
 from nemo_train.errors import UserInputError
-from nemo_train.nemo.benchmark import build_synthetic_benchmark
-from nemo_train.nemo.components.targets import CheckpointTarget, unique_names
-from nemo_train.nemo.distill_methods import DistillContext, DistillMethod, default_distill_methods
+from nemo_train.nemo.benchmark import NemoBenchmark, build_synthetic_benchmark
+from nemo_train.nemo.class_mapping import ClassMapping
+from nemo_train.nemo.components.editors import DiffusersEdit
+from nemo_train.nemo.components.targets import TargetSpec, as_spec, unique_names
+from nemo_train.nemo.distill_methods import (
+    DistillContext,
+    DistillMethod,
+    ExhaustiveTeacher,
+    KnownCause,
+    default_distill_methods,
+    student_distill_methods,
+)
 from nemo_train.nemo.evaluation import Progress, TargetJob, flatten, run_target
+from nemo_train.nemo.folder_benchmark import build_folder_benchmark
 from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
-from nemo_train.nemo.judges import JudgePanel, KeywordJudge
+from nemo_train.nemo.judges import CriterionName, Judge, JudgePanel, KeywordJudge, LLMJudge
 from nemo_train.nemo.structured import StructuredEditDeriver
-from nemo_train.nemo.targets import load_checkpoint_target
 from nemo_train.store import ResultStore
 
 
@@ -54,16 +65,37 @@ def mean_scores(records) -> dict[tuple[str, str], tuple[float | None, float | No
     return out
 
 
+def edit_scorers(
+    bench: NemoBenchmark, target, editor: DiffusersEdit | None, seed: int
+) -> tuple[CounterfactualScorer, CounterfactualScorer | None]:
+    """``(structured, keyword)`` scorers: the edit a structured answer states (an attribute edit re-rendered
+    exactly on generated data, an instruction applied by the diffusers ``editor`` on folder data), and the
+    keyword parser for KnownCause (generated data only; ``None`` on folder data)."""
+    if bench.renderer is None:
+        if editor is None:
+            raise UserInputError("folder data needs editor: a DiffusersEdit that applies the student's instructions")
+        return CounterfactualScorer(target, StructuredEditDeriver(), editor.editor(seed)), None
+    exact = ExactAttributeEditor(bench.renderer)
+    editable = bench.cause["editable"]
+    structured = CounterfactualScorer(target, StructuredEditDeriver(bench.vocabulary, editable), exact)
+    return structured, CounterfactualScorer(target, KeywordAttributeDeriver(bench.vocabulary, editable), exact)
+
+
 def distill_eval(
     student: str,
-    targets: list[str],
+    targets: list[str | TargetSpec],
     biases: list[str] | None = None,
-    dataset: Literal["cmnist", "clevr"] = "cmnist",
+    dataset: Literal["cmnist", "clevr", "folder"] = "cmnist",
     methods: list[DistillMethod] | None = None,
     n: PositiveInt = 32,
     seed: int = 0,
     test_styles: PositiveInt = 2,
     data_kwargs: dict | None = None,
+    evaluation_root: str | None = None,
+    mapping_file: str | None = None,
+    criterion: CriterionName | None = None,
+    judges: list[Judge] | None = None,
+    editor: DiffusersEdit | None = None,
     error_batch: PositiveInt = 32,
     max_new_tokens: PositiveInt = 128,
     out_dir: str = "checkpoints/distill_cmnist/eval",
@@ -72,16 +104,27 @@ def distill_eval(
 
     Args:
         student: the distilled explainer's adapter folder (``<fit root>/adapter``).
-        targets: classifier checkpoints; the first is the one distilled on, the others are the
-            generalisation report (biases the student never saw).
+        targets: classifier checkpoints, or target objects (``TimmModel`` with hub or local weights) for folder
+            data; the first is the one distilled on, the others are the generalisation report (biases the
+            student never saw).
         biases: the bias preset of each target (which errors are bias-conflicting; default: the dataset's).
-        dataset: ``cmnist`` or ``clevr``.
+        dataset: ``cmnist`` / ``clevr`` (the held-out test grid) or ``folder`` (``evaluation_root``).
         methods: the rows (default: all): ``ExhaustiveTeacher``, ``StudentGreedy``, ``StudentSciTX``,
-            ``StudentCamMLLM``, ``StudentChangeMLLM``, ``KnownCause`` from ``nemo_train.nemo.distill_methods``.
+            ``StudentCamMLLM``, ``StudentChangeMLLM``, ``KnownCause`` from ``nemo_train.nemo.distill_methods``
+            (on folder data the teacher and KnownCause do not exist: default the four student rows).
         n: held-out errors (test grid) per target.
         seed: their sampling seed.
         test_styles: exemplars / views per cell of the test attribute grid.
         data_kwargs: extra datamodule arguments (e.g. ``{image_size: 32}`` for CLEVR).
+        evaluation_root: folder data: the evaluation folder ``<root>/<class>/<image>`` (the one the teacher's
+            mining folder was checked against).
+        mapping_file: folder data: class mapping JSON ``{class: [imagenet ids]}`` (default: the folder names
+            are WordNet ids).
+        criterion: the failure factor the judges grade against (``imagenet_r``, ``objectnet``, ``imagenet_d``;
+            default on generated data: the dataset's).
+        judges: LLM judges (``LLMJudge`` with an OpenAI-compatible backend; needed on folder data); default on
+            generated data: the keyword judge (closed vocabulary, not a model).
+        editor: folder data: the diffusers instruction editor that applies the student's ``Edit:`` instructions.
         error_batch: errors a row explains together: the student answers them in one padded ``generate``
             call (its LoRA weights merged into the base model).
         max_new_tokens: the longest answer the student writes (its structured answers take ~50-90 tokens; the
@@ -90,43 +133,57 @@ def distill_eval(
     """
     if not Path(student).is_dir():
         raise UserInputError(f"student adapter folder {student!r} does not exist; run the distilled explainer's fit")
-    missing = [t for t in targets if not Path(t).is_file()]
-    if missing:
-        raise UserInputError(f"classifier checkpoint(s) {missing} do not exist")
+    specs = [as_spec(t) for t in targets]
+    for spec in specs:
+        spec.check()
     if biases is not None and len(biases) != len(targets):
         raise UserInputError(f"{len(biases)} biases for {len(targets)} targets; give one per target")
-    rows = list(methods) if methods else default_distill_methods()
+    folder = dataset == "folder"
+    rows = list(methods) if methods else (student_distill_methods() if folder else default_distill_methods())
+    if folder:
+        check_folder_settings(evaluation_root, criterion, judges, editor, rows)
     out = Path(out_dir)
     store = ResultStore(out / "results.jsonl")
     backend = StudentBackend(student, cache=out / "llm_cache", batch_size=error_batch, max_new_tokens=max_new_tokens)
-    panel = JudgePanel([KeywordJudge(dataset)])
+    for judge in judges or []:
+        if isinstance(judge, LLMJudge):
+            judge.backend.attach_cache(out / "llm_cache")
+    panel = JudgePanel([j.for_benchmark(criterion or dataset) for j in judges or [KeywordJudge()]])
+    mapping = ClassMapping.for_folder(evaluation_root, mapping_file) if folder else None
     started, progress = time.perf_counter(), Progress()
-    target_specs = [CheckpointTarget(t) for t in targets]
-    for i, (spec, target_spec, target_name) in enumerate(zip(targets, target_specs, unique_names(target_specs))):
-        target = load_checkpoint_target(spec)
+    for i, (spec, target_name) in enumerate(zip(specs, unique_names(specs))):
+        target = spec.build(None if mapping is None else mapping.class_names, mapping)
         bias = biases[i] if biases else None
-        bench = build_synthetic_benchmark(
-            dataset,
-            target=target,
-            n=n,
-            seed=seed,
-            bias=bias,
-            test_styles=test_styles,
-            datamodule_kwargs=data_kwargs,
-        )
-        editor, editable = ExactAttributeEditor(bench.renderer), bench.cause["editable"]
-        ctx = DistillContext(
-            bench,
-            target,
-            backend,
-            structured=CounterfactualScorer(target, StructuredEditDeriver(bench.vocabulary, editable), editor),
-            keyword=CounterfactualScorer(target, KeywordAttributeDeriver(bench.vocabulary, editable), editor),
-        )
+        if folder:
+            bench = build_folder_benchmark(
+                "folder", evaluation_root, target, criterion, n=n, seed=seed, class_folders=mapping.folders
+            )
+            errors = {
+                "folder": str(Path(evaluation_root).resolve()),
+                "mapping_file": mapping_file,
+                "n": n,
+                "seed": seed,
+            }
+        else:
+            bench = build_synthetic_benchmark(
+                dataset,
+                target=target,
+                n=n,
+                seed=seed,
+                bias=bias,
+                test_styles=test_styles,
+                datamodule_kwargs=data_kwargs,
+            )
+            errors = {"dataset": dataset, "bias": bias, "n": n, "seed": seed, "test_styles": test_styles}
+        structured, keyword = edit_scorers(bench, target, editor, seed)
+        ctx = DistillContext(bench, target, backend, structured=structured, keyword=keyword)
         shared = {
-            "target": target_spec.identity(),
+            "target": spec.identity(),
             "student": backend.fingerprint(),
-            "errors": {"dataset": dataset, "bias": bias, "n": n, "seed": seed, "test_styles": test_styles},
+            "errors": errors,
             "data_kwargs": data_kwargs or {},
+            "judges": [j.fingerprint() for j in panel.judges],
+            "editor": editor.settings() if folder else None,
         }
         for row in rows:
             method, scorer = row.build(ctx)
@@ -147,7 +204,7 @@ def distill_eval(
         columns,
         table,
         title=f"Distilled explainer on held-out {dataset} errors (distilled on {target_names[0]}; others: unseen biases)",
-        caption="LLM Match: keyword judge (closed-vocabulary synthetic only, not a model); CEI in percentage points",
+        caption=f"LLM Match: {', '.join(panel.names)}; CEI in percentage points",
         digits=3,
     )
     print(f"{len(progress.keys)} rows in {time.perf_counter() - started:.1f} s; results in {store.path}")
@@ -155,3 +212,24 @@ def distill_eval(
         "summary": {f"{mm}|{t}": {"llm_match": v[0], "cei": v[1]} for (mm, t), v in summary.items()},
         "results": str(store.path),
     }
+
+
+def check_folder_settings(
+    evaluation_root: str | None,
+    criterion: str | None,
+    judges: list[Judge] | None,
+    editor: DiffusersEdit | None,
+    rows: list[DistillMethod],
+) -> None:
+    """Refuse an incomplete folder evaluation before anything is loaded or written."""
+    if evaluation_root is None or not Path(evaluation_root).is_dir():
+        raise UserInputError(
+            f"dataset 'folder' needs evaluation_root, an existing image folder; got {evaluation_root!r}"
+        )
+    if criterion is None or not judges:
+        raise UserInputError("folder data needs judges (LLMJudge) and the criterion they grade (e.g. imagenet_r)")
+    if editor is None:
+        raise UserInputError("folder data needs editor: a DiffusersEdit that applies the student's instructions")
+    generated_only = [type(r).__name__ for r in rows if isinstance(r, (ExhaustiveTeacher, KnownCause))]
+    if generated_only:
+        raise UserInputError(f"methods {generated_only} need generated data (cmnist, clevr)")

@@ -71,8 +71,8 @@ class DistillContext:
     student: ChatBackend
     #: reads the edit a structured answer states (``... Edit: color -> red``)
     structured: CounterfactualScorer
-    #: derives an edit from a free sentence by keywords (a rule-based parser, not a model)
-    keyword: CounterfactualScorer
+    #: derives an edit from a free sentence by keywords (a rule-based parser, not a model); generated data only
+    keyword: CounterfactualScorer | None
 
 
 class DistillMethod(ABC):
@@ -153,6 +153,11 @@ class KnownCause(DistillMethod):
 
     def build(self, ctx: DistillContext) -> tuple[Method, CounterfactualScorer]:
         return KnownCauseExplainer(), ctx.keyword
+
+
+def student_distill_methods() -> list[DistillMethod]:
+    """The rows driven by the student: its greedy pass, SciTX, CamMLLM and ChangeMLLM (any data)."""
+    return [StudentGreedy(), StudentSciTX(), StudentCamMLLM(), StudentChangeMLLM()]
 
 
 def default_distill_methods() -> list[DistillMethod]:

@@ -252,15 +252,18 @@ class JudgePanel:
         return [j.name for j in self.judges]
 
     def judge(self, items: list[JudgeItem]) -> list[PanelJudgement]:
-        """Every judge scores every item."""
-        per_judge = [judge.judge(items) for judge in self.judges]
-        return [
-            PanelJudgement(
-                scores={j.judge: j.score for j in column},
-                reasons={j.judge: j.reason for j in column},
-            )
-            for column in zip(*per_judge)
+        """Every judge scores every item; an empty explanation names no cause: 0 from every judge, unasked."""
+        asked = [i for i, item in enumerate(items) if item.explanation.strip()]
+        per_judge = [judge.judge([items[i] for i in asked]) if asked else [] for judge in self.judges]
+        out = [
+            PanelJudgement({j.name: 0.0 for j in self.judges}, {j.name: "empty explanation" for j in self.judges})
+            for _ in items
         ]
+        for row, column in zip(asked, zip(*per_judge)):
+            out[row] = PanelJudgement(
+                scores={j.judge: j.score for j in column}, reasons={j.judge: j.reason for j in column}
+            )
+        return out
 
     def __repr__(self) -> str:
         return f"JudgePanel({self.names})"

@@ -33,6 +33,7 @@ from timm.data import ImageNetInfo
 from torch import nn
 from transformers import AutoImageProcessor, AutoModel, AutoTokenizer, CLIPConfig, CLIPModel, CLIPTokenizer
 from transformers.convert_slow_tokenizer import bytes_to_unicode
+from transformers.utils import logging as hf_logging
 
 from nemo_train.errors import UserInputError
 from nemo_train.models.classifier import ClassifierModule
@@ -253,6 +254,7 @@ class ZeroShotTarget(Target):
             raise UserInputError(f"prompt template {template!r} must contain '{{}}' where the class name goes")
         if isinstance(model, str):
             name = model
+            hf_logging.disable_progress_bar()  # quiet output: no weight-loading bar
             try:
                 processor = AutoImageProcessor.from_pretrained(name)
                 tokenizer = tokenizer or AutoTokenizer.from_pretrained(name)

@@ -6,7 +6,6 @@ from pathlib import Path
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 
-import lightning as L  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
@@ -20,6 +19,7 @@ from nemo_train.competency.counterfactuals import LatentNearestNeighbor, Reconst
 from nemo_train.competency.gradient_counterfactuals import LatentGradientDescent  # noqa: E402
 from nemo_train.competency.parce import PaRCE  # noqa: E402
 from nemo_train.errors import UserInputError  # noqa: E402
+from nemo_train.models.trainer import quiet_trainer  # noqa: E402
 
 
 def _batches(values, labels, batch_size=8):
@@ -41,16 +41,7 @@ def test_callback_logs_table_metrics_after_validation_only():
         holdout,
         methods=[ReconstructionCounterfactual(), LatentGradientDescent(max_iter=3), LatentNearestNeighbor()],
     )
-    trainer = L.Trainer(
-        max_epochs=1,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=1,
-        callbacks=[callback],
-    )
+    trainer = quiet_trainer(max_epochs=1, num_sanity_val_steps=1, callbacks=[callback])
     trainer.fit(autoencoder, train_dataloaders=train, val_dataloaders=_batches(values, labels))
     assert estimator.fitted and estimator.autoencoder is autoencoder
     assert set(callback.last_results) == {"Orig", "Reco", "LGD", "LNN"}

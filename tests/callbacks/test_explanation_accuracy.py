@@ -87,9 +87,7 @@ def test_sanity_check_is_skipped(scripted):
     assert module.logged == {} and callback.last_result == {}
 
 
-def test_wandb_table_only_with_a_wandb_logger(scripted, monkeypatch, tmp_path):
-    from lightning.pytorch.loggers import WandbLogger
-
+def test_wandb_table_only_with_a_wandb_logger(scripted, monkeypatch, tmp_path, table_loggers):
     from datamodules.explanations import to_pil
 
     for i, record in enumerate(scripted):
@@ -98,15 +96,7 @@ def test_wandb_table_only_with_a_wandb_logger(scripted, monkeypatch, tmp_path):
     texts = {r.image: t for r, (_, t) in zip(scripted, CASES)}
     monkeypatch.setattr(generation, "generate_explanations", lambda m, images, **kw: [[texts[i]] for i in images])
 
-    class FakeWandb(WandbLogger):
-        def __init__(self):  # no run is started
-            self.tables = []
-
-        def log_table(self, key, columns=None, data=None, **kwargs):
-            self.tables.append((key, columns, data))
-
-    other = SimpleNamespace(log_table=lambda *a, **k: pytest.fail("a non-W&B logger got a table"))
-    wandb_logger = FakeWandb()
+    other, wandb_logger = table_loggers
     ExplanationAccuracyCallback().on_validation_epoch_end(_trainer(scripted, loggers=[other, wandb_logger]), _Module())
     ((key, columns, rows),) = wandb_logger.tables
     assert key == "val/explanations" and columns == ["image", "cause", "target", "generated", "correct"]

@@ -13,6 +13,7 @@ import torch
 os.environ.setdefault("WANDB_MODE", "disabled")
 
 from nemo_train.callbacks.nemo_eval import NemoEvalCallback  # noqa: E402
+from nemo_train.models.trainer import quiet_trainer  # noqa: E402
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark  # noqa: E402
 from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver  # noqa: E402
 from nemo_train.nemo.judges import JudgePanel, KeywordJudge  # noqa: E402
@@ -89,16 +90,7 @@ def test_logs_hand_computed_cei_and_llm_match_and_skips_sanity_check():
 
     callback = NemoEvalCallback(benchmark=bench, scorer=scorer, panel=panel, explain_fn=explain_fn)
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 2)), batch_size=4)
-    trainer = L.Trainer(
-        max_epochs=2,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=1,
-        callbacks=[callback],
-    )
+    trainer = quiet_trainer(max_epochs=2, num_sanity_val_steps=1, callbacks=[callback])
     trainer.fit(TinyModule(), data, data)
     assert calls == [2, 2]  # once per validation epoch, never in the sanity check
     cei_colour = 100 * (p_true(1, 0) - p_true(0, 1))  # green -> red
@@ -108,20 +100,10 @@ def test_logs_hand_computed_cei_and_llm_match_and_skips_sanity_check():
     assert trainer.callback_metrics["nemo/cei"].item() == pytest.approx(expected_cei, rel=1e-5)
 
 
-def test_wandb_table_only_with_a_wandb_logger():
-    from lightning.pytorch.loggers import WandbLogger
-
+def test_wandb_table_only_with_a_wandb_logger(table_loggers):
     bench, scorer, panel = toy_setup()
 
-    class FakeWandb(WandbLogger):
-        def __init__(self):  # no run is started
-            self.tables = []
-
-        def log_table(self, key, columns=None, data=None, **kwargs):
-            self.tables.append((key, columns, data))
-
-    other = SimpleNamespace(log_table=lambda *a, **k: pytest.fail("a non-W&B logger got a table"))
-    wandb_logger = FakeWandb()
+    other, wandb_logger = table_loggers
     trainer = SimpleNamespace(
         sanity_checking=False,
         current_epoch=0,
@@ -190,14 +172,8 @@ def test_trained_student_beats_an_untrained_one_on_cei(tmp_path):
         max_length=128,
     )
     module = ExplainerModule(modules_to_save=["visual", "lm_head"], lr=0.01)
-    trainer = L.Trainer(
+    trainer = quiet_trainer(
         max_epochs=12,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
         check_val_every_n_epoch=12,
         callbacks=[callback],
         default_root_dir=str(tmp_path),

@@ -63,3 +63,34 @@ def test_bad_sources_are_user_errors():
         CaptionDataModule(sources=["imagenet"])
     with pytest.raises(UserInputError):
         CaptionDataModule(sources=[])
+
+
+def test_training_images_come_in_minimal_pair_groups_kept_together_in_batches():
+    data = CaptionDataModule(
+        sources=["cmnist", "clevr"], image_size=16, train_per_source=60, val_per_source=8, group_size=4, batch_size=8
+    )
+    data.setup()
+    train = data.train_set
+    assert len(train) == 120
+    for g in train.group.unique():
+        rows = torch.nonzero(train.group == g).flatten()
+        attrs = train.attrs[rows]
+        varied = [j for j in range(attrs.shape[1]) if len(attrs[:, j].unique()) > 1]
+        # one attribute varies, cycling through its values; every other attribute is shared
+        assert len(varied) <= 1 and 1 <= len(rows) <= 4
+        if varied:
+            source, attr = data.slots[varied[0]]
+            assert len(attrs[:, varied[0]].unique()) == min(len(rows), len(VOCABULARIES[source].words[attr]))
+            for i in rows.tolist():  # a one-attribute caption of a group names the varied attribute
+                caption = train.captions[i]
+                assert VOCABULARIES[source].words[attr][int(train.attrs[i, varied[0]])] in caption
+    # the validation split holds independent images; batches keep each group's members together
+    assert len(data.val_set.group.unique()) == len(data.val_set)
+    sampler = data.train_dataloader().batch_sampler
+    batches = list(sampler)
+    assert len(batches) == 120 // 8 and all(len(b) == 8 for b in batches)
+    order = torch.tensor([i for b in batches for i in b])
+    groups = train.group[order]
+    changes = int((groups[1:] != groups[:-1]).sum()) + 1
+    assert changes == len(groups.unique())  # each group is one contiguous run
+    assert list(sampler) != batches  # a new group order every epoch

@@ -258,23 +258,10 @@ def test_missing_or_malformed_folder(tmp_path):
 
 
 @pytest.mark.parametrize("material", MATERIALS)
-def test_config_instantiates(material, tmp_path):
-    from pathlib import Path
-
-    from nemo_train.lightning_cli import NemoLightningCLI
+def test_config_instantiates(material, preset_cli):
     from nemo_train.models import ClassifierModule
 
-    path = Path(__file__).resolve().parents[2] / "configs" / "clevr" / f"{material}.yaml"
-    cli = NemoLightningCLI(
-        args=[
-            "--config",
-            str(path),
-            "--trainer.accelerator=cpu",
-            "--trainer.logger=false",
-            f"--trainer.default_root_dir={tmp_path}",
-        ],
-        run=False,
-    )
+    cli = preset_cli(f"clevr/{material}.yaml")
     assert isinstance(cli.datamodule, CLEVRDataModule) and cli.datamodule.bias.favoured_material == material
     assert isinstance(cli.model, ClassifierModule) and cli.model.hparams.backbone == "bias_cnn"
     assert cli.model.hparams.num_classes == cli.datamodule.num_classes == 3

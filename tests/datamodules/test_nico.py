@@ -185,23 +185,10 @@ def test_real_folder_missing_context(tmp_path):
 
 
 @pytest.mark.parametrize("level", [75, 85, 95])
-def test_config_instantiates(level, tmp_path):
-    from pathlib import Path
-
-    from nemo_train.lightning_cli import NemoLightningCLI
+def test_config_instantiates(level, preset_cli):
     from nemo_train.models import ClassifierModule
 
-    path = Path(__file__).resolve().parents[2] / "configs" / "nico" / f"nico{level}_resnet50.yaml"
-    cli = NemoLightningCLI(
-        args=[
-            "--config",
-            str(path),
-            "--trainer.accelerator=cpu",
-            "--trainer.logger=false",
-            f"--trainer.default_root_dir={tmp_path}",
-        ],
-        run=False,
-    )
+    cli = preset_cli(f"nico/nico{level}_resnet50.yaml")
     assert isinstance(cli.datamodule, NICODataModule) and cli.datamodule.hparams.correlation == level / 100
     assert isinstance(cli.model, ClassifierModule) and cli.model.hparams.backbone == "resnet50"
     assert cli.model.hparams.num_classes == cli.datamodule.num_classes and cli.model.hparams.pretrained is False

@@ -15,17 +15,8 @@ STRATEGIES = sorted((CONFIGS / "strategies").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("path", PRESETS, ids=lambda p: p.name)
-def test_preset_instantiates_without_loading_weights(path, tmp_path, explainer_cache):
-    cli = NemoLightningCLI(
-        args=[
-            "--config",
-            str(path),
-            "--trainer.accelerator=cpu",
-            "--trainer.logger=false",
-            f"--trainer.default_root_dir={tmp_path}",
-        ],
-        run=False,
-    )
+def test_preset_instantiates_without_loading_weights(path, preset_cli, explainer_cache):
+    cli = preset_cli(f"explainer/{path.name}")
     from datamodules.explanations import ExplanationDataModule
     from nemo_train.explainer import ExplainerModule
 

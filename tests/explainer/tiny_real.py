@@ -26,6 +26,7 @@ from transformers import (
 )
 
 from nemo_train import vocabulary
+from nemo_train.models.vlm import SPECIAL_TOKENS
 
 QWEN_TEMPLATE = (
     "{% set image_count = namespace(value=0) %}{% for message in messages %}"
@@ -45,15 +46,6 @@ LLAMA_TEMPLATE = (
     "{% endfor %}{% endif %}<|eot_id|>{% endfor %}"
     "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
 )
-QWEN_SPECIAL = [
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|vision_start|>",
-    "<|vision_end|>",
-    "<|image_pad|>",
-    "<|video_pad|>",
-]
 LLAMA_SPECIAL = [
     "<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
     "<|image|>", "<|finetune_right_pad_id|>", "<|python_tag|>",
@@ -78,7 +70,7 @@ def _tokenizer(special: list[str], **tokens) -> PreTrainedTokenizerFast:
 
 def build_tiny_qwen2_5_vl(folder: Path) -> Path:
     tok = _tokenizer(
-        QWEN_SPECIAL, eos_token="<|im_end|>", pad_token="<|endoftext|>", additional_special_tokens=QWEN_SPECIAL[1:]
+        SPECIAL_TOKENS, eos_token="<|im_end|>", pad_token="<|endoftext|>", additional_special_tokens=SPECIAL_TOKENS[1:]
     )
     pixels = dict(min_pixels=32 * 32, max_pixels=64 * 64, patch_size=4, merge_size=2, temporal_patch_size=2)
     processor = Qwen2_5_VLProcessor(

@@ -56,7 +56,7 @@ def test_clip_preset_parses(tmp_path):
         run=False,
     )
     assert cli.datamodule.sources == ["cmnist", "clevr", "nico"]
-    assert cli.model.hparams.export_dir == "checkpoints/clip_synthetic/hf"
+    assert cli.model.hparams.export_subdir == "hf"  # the folder follows --trainer.default_root_dir
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,8 @@ the exported Hugging Face folder serving the NEMO zero-shot target and ErrorRetr
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import lightning as L
 import open_clip
 import pytest
@@ -37,8 +39,9 @@ def test_recall_at_k_by_hand():
 def trained(tmp_path_factory):
     L.seed_everything(0, verbose=False)
     data = CaptionDataModule(sources=["nico"], image_size=16, train_per_source=64, val_per_source=24, batch_size=16)
-    module = CLIPModule(**TINY, export_dir=str(tmp_path_factory.mktemp("clip") / "hf"))
+    module = CLIPModule(**TINY, export_subdir="hf")
     trainer = L.Trainer(
+        default_root_dir=tmp_path_factory.mktemp("clip"),
         max_epochs=1,
         accelerator="cpu",
         logger=False,
@@ -88,8 +91,8 @@ def test_predict_extracts_the_image_embeddings(trained):
 
 
 def test_exported_folder_serves_zero_shot_target_and_error_retrieval(trained):
-    module, data, _ = trained
-    folder = module.hparams.export_dir
+    module, data, trainer = trained
+    folder = str(Path(trainer.default_root_dir) / "hf")
     images = torch.stack([data.val_set[i]["image"] for i in range(4)])
     encoder = CLIPEncoder(folder)
     target = ZeroShotTarget(folder, ["mammal", "bird", "plant", "plane", "boat", "car"])
@@ -117,3 +120,44 @@ def test_checkpoint_loads_as_encoder(trained, tmp_path):
     module.eval()
     with torch.no_grad():
         assert torch.allclose(encoder.encode_text(["a boat"]), module.encode_text(["a boat"]), atol=1e-5)
+
+
+def test_attribute_heads_train_both_towers_and_stay_out_of_the_export(tmp_path):
+    L.seed_everything(0, verbose=False)
+    data = CaptionDataModule(sources=["cmnist"], image_size=16, train_per_source=32, val_per_source=8, batch_size=16)
+    module = CLIPModule(**TINY, attribute_head_weight=1.0, export_subdir="hf")
+    trainer = L.Trainer(
+        default_root_dir=tmp_path,
+        max_steps=2,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+    )
+    trainer.fit(module, datamodule=data)
+    assert list(module.heads) == ["cmnist_digit", "cmnist_color", "cmnist_tilt"]
+    assert [h.out_features for h in module.heads.values()] == [10, len(data.zero_shot_prompts()["cmnist/color"]), 3]
+    assert "train/attribute_loss" in trainer.callback_metrics
+    # the loss by hand: images of the batch and each slot's prompts, through the shared head
+    module.eval()
+    with torch.no_grad():
+        images = torch.stack([data.train_set[i]["image"] for i in range(4)])
+        attrs = data.train_set.attrs[:4]
+        image, scale = module.encode_image(images), module.model.logit_scale.exp()
+        expected = []
+        for column, (slot, prompts) in enumerate(module.zero_shot.items()):
+            head = module.heads[slot.replace("/", "_")]
+            expected.append(torch.nn.functional.cross_entropy(head(scale * image), attrs[:, column]))
+            words = head(scale * module.encode_text(prompts))
+            expected.append(torch.nn.functional.cross_entropy(words, torch.arange(len(prompts))))
+        assert torch.allclose(module.attribute_loss(image, attrs), torch.stack(expected).mean(), atol=1e-5)
+    exported = CLIPEncoder(str(tmp_path / "hf"))
+    assert not any("head" in name for name, _ in exported.model.named_parameters())
+    path = tmp_path / "clip.ckpt"
+    trainer.save_checkpoint(str(path), weights_only=True)
+    assert torch.allclose(
+        CLIPEncoder(str(path)).encode_text(["a red digit"]), exported.encode_text(["a red digit"]), atol=1e-5
+    )

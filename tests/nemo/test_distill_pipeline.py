@@ -22,6 +22,7 @@ from nemo_train.nemo.distill_methods import (  # noqa: E402
     KnownCause,
     StudentSciTX,
     default_distill_methods,
+    student_distill_methods,
 )
 from nemo_train.nemo.structured import StructuredEditDeriver  # noqa: E402
 
@@ -51,7 +52,8 @@ def test_distill_presets_parse(path):
     assert config.dataset in ("cmnist", "clevr", "folder")
     if function is distill_eval:  # rows are objects: every one of them, the SciTX one with its options
         rows = parser.instantiate_classes(config).methods
-        assert [type(r) for r in rows] == [type(r) for r in default_distill_methods()]
+        expected = student_distill_methods() if config.dataset == "folder" else default_distill_methods()
+        assert [type(r) for r in rows] == [type(r) for r in expected]  # folder data: no teacher / KnownCause row
         assert all(isinstance(r, DistillMethod) for r in rows)
         assert [(r.k, r.m) for r in rows if isinstance(r, StudentSciTX)] == [(8, 4)]
     if config.get("hypotheses") is not None:  # an MLLM teacher: a backend class_path with its init_args

@@ -11,6 +11,7 @@ import torch
 os.environ.setdefault("WANDB_MODE", "disabled")
 
 from nemo_toys import VOCAB, RedGreenTarget, SolidRenderer, solid  # noqa: E402
+from tiny_recipe import tiny_instruct_pix2pix  # noqa: E402
 
 from nemo_train.backends import ScriptedBackend  # noqa: E402
 from nemo_train.errors import UserInputError  # noqa: E402
@@ -193,64 +194,6 @@ def test_prompt_mode_needs_zero_shot_target():
 
 
 # ------------------------------------------------------------------ diffusers editor
-def tiny_instruct_pix2pix():
-    """A randomly initialised InstructPix2Pix pipeline (a few thousand parameters), built offline."""
-    from diffusers import (
-        AutoencoderKL,
-        EulerAncestralDiscreteScheduler,
-        StableDiffusionInstructPix2PixPipeline,
-        UNet2DConditionModel,
-    )
-    from transformers import CLIPTextConfig, CLIPTextModel
-
-    tokenizer = tiny_random_clip(["x"]).tokenizer
-    tokenizer.model_max_length = 77
-    torch.manual_seed(0)
-    unet = UNet2DConditionModel(
-        block_out_channels=(8, 16),
-        layers_per_block=1,
-        sample_size=8,
-        in_channels=8,
-        out_channels=4,
-        down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
-        up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
-        cross_attention_dim=32,
-        norm_num_groups=4,
-        attention_head_dim=4,
-    )
-    vae = AutoencoderKL(
-        block_out_channels=[8, 16],
-        down_block_types=["DownEncoderBlock2D"] * 2,
-        up_block_types=["UpDecoderBlock2D"] * 2,
-        latent_channels=4,
-        norm_num_groups=4,
-        sample_size=32,
-    )
-    text_encoder = CLIPTextModel(
-        CLIPTextConfig(
-            vocab_size=len(tokenizer),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            max_position_embeddings=77,
-            bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.eos_token_id,
-        )
-    )
-    return StableDiffusionInstructPix2PixPipeline(
-        vae=vae,
-        text_encoder=text_encoder,
-        tokenizer=tokenizer,
-        unet=unet,
-        scheduler=EulerAncestralDiscreteScheduler(),
-        safety_checker=None,
-        feature_extractor=None,
-        requires_safety_checker=False,
-    )
-
-
 def test_diffusers_editor_is_batched_seeded_and_keeps_size():
     from nemo_train.nemo.editors import DiffusersEditor
 

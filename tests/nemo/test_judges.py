@@ -138,3 +138,13 @@ def test_panel_keeps_per_judge_scores_and_skips_failures():
         JudgePanel([KeywordJudge("cmnist"), KeywordJudge("clevr")])
     with pytest.raises(UserInputError, match="empty"):
         JudgePanel([])
+
+
+def test_panel_scores_an_empty_explanation_zero_without_asking():
+    backend = ScriptedBackend([json.dumps({"reasoning": "names the colour", "score": 1})])
+    panel = JudgePanel([LLMJudge(backend, "cmnist"), KeywordJudge("cmnist")])
+    empty, named = panel.judge([JudgeItem("  ", "3", "8"), JudgeItem("The green colour.", "3", "8")])
+    assert len(backend.calls) == 1 and "The green colour." in json.dumps(backend.calls[0]["messages"])
+    assert empty.scores == {"llm:scripted": 0.0, KeywordJudge().name: 0.0} and empty.mean == 0.0
+    assert named.scores == {"llm:scripted": 1.0, KeywordJudge().name: 1.0}
+    assert panel.judge([JudgeItem("")])[0].mean == 0.0 and len(backend.calls) == 1

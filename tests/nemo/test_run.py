@@ -36,28 +36,11 @@ ROOT = Path(__file__).resolve().parents[2]
 METHODS = [SciTXMethod(), ChangeMLLMMethod(), KnownCauseMethod(), DistractorMethod()]
 
 
-def save_checkpoint(module, path: Path) -> str:
-    """``module`` as a Lightning checkpoint file at ``path`` (folders created)."""
-    import lightning
-    import torch
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(
-        {
-            "state_dict": module.state_dict(),
-            "hyper_parameters": dict(module.hparams),
-            "pytorch-lightning_version": lightning.__version__,
-        },
-        path,
-    )
-    return str(path)
-
-
 @pytest.fixture(scope="module")
-def checkpoint(trained_cmnist_classifier, tmp_path_factory):
+def checkpoint(trained_cmnist_classifier, tmp_path_factory, lightning_checkpoint):
     """The session's trained CMNIST Model-A classifier at ``<tmp>/model_a/best.ckpt``."""
     module, _ = trained_cmnist_classifier
-    return save_checkpoint(module, tmp_path_factory.mktemp("ckpt") / "model_a" / "best.ckpt")
+    return lightning_checkpoint(module, tmp_path_factory.mktemp("ckpt") / "model_a" / "best.ckpt")
 
 
 def small(n: int = 8) -> BenchmarkArgs:
@@ -80,10 +63,10 @@ def test_embedded_default_separates_true_cause_from_distractor(checkpoint, tmp_p
     assert all(r["settings"]["target.sha256"] and r["settings"]["method.class"] for r in records)
 
 
-def test_two_best_ckpt_targets_get_two_columns(trained_cmnist_classifier, tmp_path, capsys):
+def test_two_best_ckpt_targets_get_two_columns(trained_cmnist_classifier, tmp_path, capsys, lightning_checkpoint):
     module, _ = trained_cmnist_classifier
-    a = save_checkpoint(module, tmp_path / "model_a" / "best.ckpt")
-    b = save_checkpoint(module, tmp_path / "model_b" / "best.ckpt")
+    a = lightning_checkpoint(module, tmp_path / "model_a" / "best.ckpt")
+    b = lightning_checkpoint(module, tmp_path / "model_b" / "best.ckpt")
     result = nemo_eval(small(3), [a, b], [KnownCauseMethod()], run=RunArgs(out_dir=str(tmp_path / "out")))
     assert [c.target for c in result.cells] == ["model_a", "model_b"]
     assert "model_a LLM Match" in capsys.readouterr().out

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import lightning
 import pytest
 import torch
 
@@ -14,22 +13,13 @@ from nemo_train.models import ClassifierModule
 os.environ.setdefault("WANDB_MODE", "disabled")
 
 
-def write_checkpoint(path: Path, seed: int, num_classes: int = 10) -> str:
-    """A randomly initialised CMNIST classifier (``seed``) saved as a Lightning checkpoint at ``path``."""
-    torch.manual_seed(seed)
-    module = ClassifierModule(backbone="bias_cnn", num_classes=num_classes)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(
-        {
-            "state_dict": module.state_dict(),
-            "hyper_parameters": dict(module.hparams),
-            "pytorch-lightning_version": lightning.__version__,
-        },
-        path,
-    )
-    return str(path)
-
-
 @pytest.fixture
-def checkpoint_factory():
+def checkpoint_factory(lightning_checkpoint):
+    """``checkpoint_factory(path, seed, num_classes=10) -> str``: a randomly initialised CMNIST classifier
+    (``seed``) saved as a Lightning checkpoint at ``path``."""
+
+    def write_checkpoint(path: Path, seed: int, num_classes: int = 10) -> str:
+        torch.manual_seed(seed)
+        return lightning_checkpoint(ClassifierModule(backbone="bias_cnn", num_classes=num_classes), path)
+
     return write_checkpoint

@@ -80,10 +80,9 @@ class DiffusersEdit(EditorSpec):
         self.model, self.batch_size, self.size = model, batch_size, size
         self.dtype, self.device, self.call_kwargs = dtype, device, call_kwargs
 
-    def build_scorer(self, benchmark, target, backend, seed, batched):
-        if backend is None:
-            raise UserInputError(f"benchmark {benchmark.name!r} needs an explainer endpoint to write edit instructions")
-        editor = DiffusersEditor(
+    def editor(self, seed: int) -> DiffusersEditor:
+        """The loaded editor (instruction ``i`` of an error seeded with ``seed + i``)."""
+        return DiffusersEditor(
             self.model,
             seed=seed,
             batch_size=self.batch_size,
@@ -92,7 +91,12 @@ class DiffusersEdit(EditorSpec):
             size=self.size,
             call_kwargs=self.call_kwargs,
         )
-        return iv.CounterfactualScorer(target, iv.LLMInstructionDeriver(backend, "image"), editor, batched=batched)
+
+    def build_scorer(self, benchmark, target, backend, seed, batched):
+        if backend is None:
+            raise UserInputError(f"benchmark {benchmark.name!r} needs an explainer endpoint to write edit instructions")
+        deriver = iv.LLMInstructionDeriver(backend, "image")
+        return iv.CounterfactualScorer(target, deriver, self.editor(seed), batched=batched)
 
 
 class PromptEdit(EditorSpec):

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from jsonargparse.typing import PositiveInt
 
+from datamodules.captions import VOCABULARIES
 from nemo_train.backends.base import ChatBackend
 from nemo_train.errors import UserInputError
-from nemo_train.nemo.benchmark import NemoBenchmark
+from nemo_train.nemo.benchmark import SYNTHETIC, NemoBenchmark
 from nemo_train.nemo.interventions import CounterfactualScorer
 from nemo_train.nemo.methods import cam_mllm, change_mllm, error_retrieval, reference, scitx
 from nemo_train.nemo.methods.base import Method
@@ -105,20 +107,53 @@ class ErrorRetrievalMethod(_Baseline):
     """ErrorRetrieval: rank a fixed corpus of failure descriptions by CLIP similarity to the error.
 
     Args:
-        clip_model: CLIP hub id / folder; ``None`` uses a random tiny CLIP (chance-level ranking, named so).
+        clip_model: CLIP hub id or Hugging Face folder, e.g. ``checkpoints/clip_synthetic/hf``, the small
+            CLIP that ``nemo-train fit --config configs/clip/synthetic.yaml`` trains on our generators'
+            captions; ``None`` uses a random tiny CLIP (chance-level ranking, named so in the table).
+        corpus: ``auto``: on a generated benchmark whose captions the space was trained on, pairs of
+            caption phrases ranked by the error's direction away from its class
+            (:class:`~nemo_train.nemo.methods.error_retrieval.ContrastRetrieval`), elsewhere the generic
+            failure sentences; ``generic``: always the generic sentences, ranked by image similarity.
+        k: correctly classified references of the true class that the contrast direction averages.
     """
 
-    def __init__(self, clip_model: str | None = None, validation: bool = False, m: PositiveInt = 3) -> None:
+    def __init__(
+        self,
+        clip_model: str | None = None,
+        corpus: Literal["auto", "generic"] = "auto",
+        k: PositiveInt = 8,
+        validation: bool = False,
+        m: PositiveInt = 3,
+    ) -> None:
         super().__init__(validation, m)
-        self.clip_model = clip_model
+        self.clip_model, self.corpus, self.k = clip_model, corpus, k
 
     def make(self, ctx: BuildContext) -> Method:
-        names = ctx.benchmark.class_names
-        encoder = ZeroShotTarget(self.clip_model, names) if self.clip_model else tiny_random_clip(names)
-        method = error_retrieval.ErrorRetrieval(encoder)
+        bench = ctx.benchmark
         if not self.clip_model:
+            method = error_retrieval.ErrorRetrieval(tiny_random_clip(bench.class_names))
             method.name = "ErrorRetrieval(random CLIP)"
-        return method
+            return method
+        check_clip_folder(self.clip_model)
+        vocabulary = VOCABULARIES.get(bench.name) if bench.vocabulary is not None else None
+        if vocabulary is None or self.corpus == "generic":
+            return error_retrieval.ErrorRetrieval(ZeroShotTarget(self.clip_model, bench.class_names))
+        class_attribute = SYNTHETIC[bench.name]["class_attribute"]
+        # class prompts written as the space's training captions ("the digit three", not "a photo of a 3")
+        encoder = ZeroShotTarget(self.clip_model, vocabulary.zero_shot_prompts(class_attribute), template="{}")
+        return error_retrieval.ContrastRetrieval(
+            encoder, error_retrieval.caption_pairs(vocabulary, skip=[class_attribute]), k=self.k
+        )
+
+
+def check_clip_folder(name: str) -> None:
+    """A one-line error when ``name`` is a local CLIP folder that does not exist yet (a hub id passes)."""
+    hub_id = name.count("/") == 1 and not name.startswith((".", "/", "~"))
+    if not hub_id and not Path(name).exists():
+        raise UserInputError(
+            f"CLIP folder {name!r} does not exist; train and export the small CLIP first: "
+            "nemo-train fit --config configs/clip/synthetic.yaml"
+        )
 
 
 class CamMLLMMethod(_Baseline):

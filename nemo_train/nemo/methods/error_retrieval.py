@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 
+from datamodules.captions import CaptionVocabulary
 from nemo_train.errors import UserInputError
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
 from nemo_train.nemo.methods.base import Explanation
@@ -50,16 +52,93 @@ class ErrorRetrieval:
         self.encoder, self.corpus = encoder, list(corpus)
         self._text: torch.Tensor | None = None
 
-    def ranking(self, sample: ErrorSample) -> list[int]:
+    def ranking(self, sample: ErrorSample, benchmark: NemoBenchmark | None = None) -> list[int]:
         """Corpus indices, most similar first."""
         if self._text is None:
-            self._text = torch.nn.functional.normalize(self.encoder.encode_text(self.corpus).float().cpu(), dim=-1)
-        image = torch.nn.functional.normalize(self.encoder.encode_image(sample.image[None]).float().cpu(), dim=-1)
+            self._text = F.normalize(self.encoder.encode_text(self.corpus).float().cpu(), dim=-1)
+        image = F.normalize(self.encoder.encode_image(sample.image[None]).float().cpu(), dim=-1)
         return (image @ self._text.T)[0].argsort(descending=True).tolist()
 
     def candidates(self, sample: ErrorSample, benchmark: NemoBenchmark, m: int) -> list[str]:
-        return [self.corpus[i] for i in self.ranking(sample)[:m]]
+        return [self.corpus[i] for i in self.ranking(sample, benchmark)[:m]]
 
     def explain(self, sample: ErrorSample, benchmark: NemoBenchmark) -> Explanation:
         top = self.candidates(sample, benchmark, 1)
         return Explanation(top[0], top)
+
+
+#: How a contrast sentence of :class:`ContrastRetrieval` reads (``{error}`` / ``{usual}``: caption phrases).
+CONTRAST_TEMPLATE = "The error looks like {error}, while correctly classified images of its class look like {usual}."
+
+
+class ContrastRetrieval(ErrorRetrieval):
+    """ErrorRetrieval for a space trained on captions: the corpus pairs two caption phrases of one attribute
+    ("a green digit" / "a red digit"), and pairs are ranked by the error's direction away from its class.
+
+    The direction is the error's image embedding minus the mean embedding of the ``k`` nearest correctly
+    classified references of its true class (a per-error form of the failure directions of Jain et al.,
+    2023); a pair ``(a, b)`` scores ``direction . (t(a) - t(b))`` with ``t`` the phrases' text
+    embeddings, so the top pair names what the error shows (``a``) that its correctly classified class
+    mates do not (``b``). Only the fixed corpus can be said, as for every retrieval method.
+
+    Args:
+        encoder: ``encode_image`` / ``encode_text`` of the trained joint space.
+        pairs: ``(error phrase, usual phrase)`` of the corpus, written as the space's training captions.
+        k: references averaged for the direction.
+        template: how a pair is written as a sentence.
+    """
+
+    name = "ErrorRetrieval"
+
+    def __init__(
+        self, encoder, pairs: Sequence[tuple[str, str]], k: int = 8, template: str = CONTRAST_TEMPLATE
+    ) -> None:
+        if not pairs:
+            raise UserInputError("ErrorRetrieval needs a non-empty corpus of phrase pairs")
+        super().__init__(encoder, [template.format(error=a, usual=b) for a, b in pairs])
+        self.pairs, self.k = list(pairs), k
+        self._reference: tuple[int, torch.Tensor] | None = None
+
+    def _pair_vectors(self) -> torch.Tensor:
+        phrases = sorted({p for pair in self.pairs for p in pair})
+        text = F.normalize(self.encoder.encode_text(phrases).float().cpu(), dim=-1)
+        index = {p: i for i, p in enumerate(phrases)}
+        return torch.stack([text[index[a]] - text[index[b]] for a, b in self.pairs])
+
+    def _reference_embeddings(self, benchmark: NemoBenchmark) -> torch.Tensor:
+        """Image embeddings of the reference set (computed once per benchmark)."""
+        if self._reference is None or self._reference[0] != id(benchmark):
+            ref = benchmark.reference
+            images = torch.stack([ref.image(i) for i in range(len(ref))])
+            embeds = torch.cat([self.encoder.encode_image(chunk).float().cpu() for chunk in images.split(512)])
+            self._reference = (id(benchmark), F.normalize(embeds, dim=-1))
+        return self._reference[1]
+
+    def direction(self, sample: ErrorSample, benchmark: NemoBenchmark) -> torch.Tensor:
+        """The error's embedding minus the mean of its ``k`` nearest correctly classified class mates."""
+        image = F.normalize(self.encoder.encode_image(sample.image[None]).float().cpu(), dim=-1)[0]
+        ref = benchmark.reference
+        mates = torch.nonzero(ref.correct & (ref.labels == sample.label)).flatten()
+        if len(mates) == 0:
+            return image
+        embeds = self._reference_embeddings(benchmark)[mates]
+        nearest = (embeds @ image).topk(min(self.k, len(mates))).indices
+        return image - embeds[nearest].mean(0)
+
+    def ranking(self, sample: ErrorSample, benchmark: NemoBenchmark | None = None) -> list[int]:
+        if benchmark is None:
+            raise UserInputError("ErrorRetrieval on phrase pairs needs the benchmark's reference images")
+        if self._text is None:
+            self._text = self._pair_vectors()
+        return (self._text @ self.direction(sample, benchmark)).argsort(descending=True).tolist()
+
+
+def caption_pairs(vocabulary: CaptionVocabulary, skip: Sequence[str] = ()) -> list[tuple[str, str]]:
+    """Every ordered pair of distinct zero-shot phrases of each attribute of a caption vocabulary
+    (``skip``: attributes left out, e.g. the class attribute)."""
+    pairs = []
+    for attr in vocabulary.words:
+        if attr not in skip:
+            phrases = vocabulary.zero_shot_prompts(attr)
+            pairs += [(a, b) for a in phrases for b in phrases if a != b]
+    return pairs

@@ -87,6 +87,8 @@ class Hypothesizer(Protocol):
     class_names, m)`` (one list per error), so SciTX asks about many errors in one batched request.
     One that needs references of both the true and the predicted class sets ``retrieval = "balanced"``;
     SciTX then retrieves that way unless told otherwise (the default is ``"nearest"``, Alg. 1).
+    It may set ``reads_captions = False`` when its question does not show the observations' captions
+    (SciTX then does not caption the references for it).
     """
 
     def hypothesize(
@@ -113,6 +115,11 @@ class MLLMHypothesizer:
 
     def __init__(self, backend, temperature: float = 0.7, template: str = prompts.SCITX_HYPOTHESIS) -> None:
         self.backend, self.temperature, self.template = backend, temperature, template
+
+    @property
+    def reads_captions(self) -> bool:
+        """Whether the question lists the observations' captions (a distilled explainer's question does not)."""
+        return any("{" + group + "}" in self.template for group in ("set_a", "set_b", "set_c"))
 
     def prompt(self, sample: ErrorSample, observations: list[Observation], class_names: Sequence[str]) -> str:
         set_a = [o.caption for o in observations if o.label == sample.label]
@@ -142,6 +149,8 @@ class PlainTextHypothesizer:
     ``nemo_train.explainer``):
     it sees the error image and its own one-sentence question, each of ``m`` sampled replies is a
     hypothesis. It gets no observations (its closed training vocabulary has no place for captions)."""
+
+    reads_captions = False
 
     def __init__(self, backend, question: str | None = None, temperature: float = 0.7, max_tokens: int = 48) -> None:
         self.backend, self.question, self.temperature, self.max_tokens = (
@@ -182,6 +191,7 @@ class AttributeContrastHypothesizer:
     """
 
     retrieval = "balanced"
+    reads_captions = False  # it reads the observations' generator attributes
 
     TEMPLATES = {
         "color": "The {obj} is {value}, while the correctly classified {true}s it resembles are mostly {other}; "
@@ -287,6 +297,8 @@ class SciTX:
             )
             found.append((indices, sims.tolist()))
         captions = ref.captions
+        if captions is None and not getattr(self.hypothesizer, "reads_captions", True):
+            captions = {i: "" for indices, _ in found for i in indices}  # its question shows no captions
         if captions is None:
             needed = list(dict.fromkeys(i for indices, _ in found for i in indices))
             if needed and self.captioner is None:
