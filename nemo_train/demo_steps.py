@@ -225,6 +225,7 @@ STEPS: list[Step] = [
             "--trainer.max_epochs=4",
             "--data.init_args.train_per_source=2000",
             "--data.init_args.val_per_source=200",
+            "--trainer.log_every_n_steps=5",
         ],
         fast=["--trainer.max_epochs=1", "--data.init_args.train_per_source=256", "--data.init_args.val_per_source=64"],
         read=read_clip,
