@@ -156,7 +156,7 @@ def read_clip(ctx: DemoContext, result: FitResult) -> list[tuple[str, Any]]:
 def read_nemo(ctx: DemoContext, result: Any) -> list[tuple[str, Any]]:
     """LLM Match and CEI of each method on each target, and how often the known cause beats a distractor."""
     rows = [
-        (f"{c.method} LLM Match / CEI", f"{c.llm_match:.3f} / {c.cei:.2f}")
+        (f"{c.label} LLM Match / CEI", f"{c.llm_match:.3f} / {c.cei:.2f}")
         for c in result.cells
         if not c.method.endswith("+validation")
     ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 os.environ.setdefault("WANDB_MODE", "disabled")
@@ -63,3 +64,12 @@ def lightning_checkpoint():
     """``lightning_checkpoint(module, path) -> str``: ``module`` saved as a Lightning checkpoint file at ``path``
     (folders created) without a Trainer, as ``load_from_checkpoint`` reads it."""
     return _save_lightning_checkpoint
+
+
+@pytest.fixture(autouse=True)
+def _no_wandb_run_outlives_its_test():
+    """Finish a W&B run a test left open: Lightning's WandbLogger would otherwise adopt it in a later test."""
+    yield
+    wandb = sys.modules.get("wandb")  # only where a test imported it
+    if wandb is not None and getattr(wandb, "run", None) is not None:
+        wandb.finish()

@@ -22,6 +22,8 @@ class CellScore:
     the mean CEI in percentage points over the samples that did not fail, ``n`` the samples scored,
     ``failed`` those whose language-model calls failed for good, ``empty`` the scored samples whose
     explanation came back empty (they count with CEI 0 and the judges' score), ``per_judge`` each judge's mean.
+    ``stand_in`` says what wrote the explanations when the method's language model was replaced by a rule
+    (e.g. ``"attribute template, not a model"``); tables show it after the method's name.
     """
 
     method: str
@@ -32,6 +34,12 @@ class CellScore:
     failed: int = 0
     empty: int = 0
     per_judge: dict[str, float] = field(default_factory=dict)
+    stand_in: str = ""
+
+    @property
+    def label(self) -> str:
+        """The method's name as tables show it (with its stand-in, if any)."""
+        return f"{self.method} ({self.stand_in})" if self.stand_in else self.method
 
 
 @dataclass
@@ -73,8 +81,12 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
-def summarize(records: Iterable[dict]) -> list[CellScore]:
-    """One :class:`CellScore` per (method, target), in the order the records first name them."""
+def summarize(records: Iterable[dict], stand_ins: dict[str, str] | None = None) -> list[CellScore]:
+    """One :class:`CellScore` per (method, target), in the order the records first name them.
+
+    ``stand_ins`` maps a method name to what replaced its language model (see :attr:`CellScore.stand_in`).
+    """
+    stand_ins = stand_ins or {}
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in records:
         groups[(r["method"], r["target"])].append(r)
@@ -96,6 +108,7 @@ def summarize(records: Iterable[dict]) -> list[CellScore]:
                 failed=len(rows) - len(ok),
                 empty=sum(not (r.get("explanation") or "").strip() for r in ok),
                 per_judge={k: _mean(v) for k, v in judges.items()},
+                stand_in=stand_ins.get(method.removesuffix("+validation"), ""),
             )
         )
     return cells
@@ -113,6 +126,7 @@ def failures_per_method(cells: list[CellScore]) -> dict[str, int]:
 def print_report(cells: list[CellScore], benchmark: str) -> str:
     """Print the table (one row per method; LLM Match and CEI per target) and return its text."""
     methods = list(dict.fromkeys(c.method for c in cells))
+    labels = {c.method: c.label for c in cells}
     targets = list(dict.fromkeys(c.target for c in cells))
     by_key = {(c.method, c.target): c for c in cells}
     any_failed = any(c.failed for c in cells)
@@ -126,7 +140,7 @@ def print_report(cells: list[CellScore], benchmark: str) -> str:
         columns.append("failed")
     rows = []
     for m in methods:
-        row: list = [m]
+        row: list = [labels[m]]
         for t in targets:
             c = by_key.get((m, t))
             row += [c.llm_match, round(c.cei, 2)] if c else [None, None]

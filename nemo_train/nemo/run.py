@@ -115,7 +115,7 @@ def nemo_eval(
                     global_texts[name] = text
                     print(f"global explanation ({name}): {text}")
         records = [store.get(key) for key in dict.fromkeys(progress.keys)]
-        cells = summarize(records)
+        cells = summarize(records, OFFLINE_STAND_INS if explainer is None else None)
         print_report(cells, benchmark.name)
         rate, pairs = known_cause_win_rate(records)
         summary = NemoEvalSummary(
@@ -152,6 +152,14 @@ def _build_methods(specs, bench, target, explainer, scorer, base) -> list[tuple]
     if repeated:
         raise UserInputError(f"methods {repeated} appear more than once; configure each method once")
     return built
+
+
+#: What writes the explanations of the language-model methods when no explainer backend is configured.
+OFFLINE_STAND_INS = {
+    "SciTX": "attribute template, not a model",
+    "CamMLLM": "heat-map rule, not a model",
+    "ChangeMLLM": "attribute rule, not a model",
+}
 
 
 def _note_offline_parts(explainer: ChatBackend | None, judges: list[Judge] | None) -> None:

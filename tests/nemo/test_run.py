@@ -51,6 +51,10 @@ def test_embedded_default_separates_true_cause_from_distractor(checkpoint, tmp_p
     result = nemo_eval(small(20), [checkpoint], METHODS, run=RunArgs(out_dir=str(tmp_path)))
     out = capsys.readouterr().out
     assert "NEMO evaluation on cmnist" in out and "SciTX" in out and "keyword judge" in out
+    # offline, the language-model methods run on rules, and the table says so
+    assert result.cell("SciTX", "model_a").label == "SciTX (attribute template, not a model)"
+    assert "attribute template, not a model" in out
+    assert result.cell("KnownCause", "model_a").label == "KnownCause"
     records = list(ResultStore(result.results).records.values())
     rate, count = known_cause_win_rate(records)
     assert count >= 10 and rate >= 0.9  # colour beats rotation on CEI for at least 90 % of the errors

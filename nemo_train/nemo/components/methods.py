@@ -51,8 +51,10 @@ class SciTXMethod(MethodSpec):
             attribute-contrast template), ``json``, ``plain`` (one sentence per reply, e.g. the fine-tuned
             tiny explainer) or ``attributes`` (the offline template).
         class_relevance: keep only references of the true or predicted class.
-        retrieval: ``nearest`` (the ``k`` nearest of the filtered references, as in the NEMO paper's Alg. 1)
-            or ``balanced`` (``ceil(k/2)`` from each of the true and the predicted class).
+        retrieval: ``nearest`` (the ``k`` nearest of the filtered references, as in the NEMO paper's Alg. 1),
+            ``balanced`` (``ceil(k/2)`` from each of the true and the predicted class) or ``auto``: nearest
+            for a language model, balanced for the attribute template (it contrasts the error with
+            references of the true class and has no hypothesis without them).
     """
 
     def __init__(
@@ -61,7 +63,7 @@ class SciTXMethod(MethodSpec):
         m: PositiveInt = 3,
         hypotheses: Literal["auto", "json", "plain", "attributes"] = "auto",
         class_relevance: bool = True,
-        retrieval: Literal["nearest", "balanced"] = "nearest",
+        retrieval: Literal["auto", "nearest", "balanced"] = "auto",
     ) -> None:
         self.k, self.m, self.hypotheses, self.class_relevance = k, m, hypotheses, class_relevance
         self.retrieval = retrieval
@@ -82,7 +84,8 @@ class SciTXMethod(MethodSpec):
         else:
             hyp = scitx.MLLMHypothesizer(backend)
         captioner = scitx.MLLMCaptioner(backend) if backend is not None else None
-        search = {"class_relevance": self.class_relevance, "balanced": self.retrieval == "balanced"}
+        balanced = None if self.retrieval == "auto" else self.retrieval == "balanced"
+        search = {"class_relevance": self.class_relevance, "balanced": balanced}
         return [scitx.SciTX(ctx.target, hyp, ctx.scorer, k=self.k, m=self.m, captioner=captioner, **search)]
 
 

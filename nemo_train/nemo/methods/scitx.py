@@ -85,6 +85,8 @@ class Hypothesizer(Protocol):
 
     A hypothesizer backed by a language model also defines ``hypothesize_batch(samples, observations,
     class_names, m)`` (one list per error), so SciTX asks about many errors in one batched request.
+    One that needs references of both the true and the predicted class sets ``retrieval = "balanced"``;
+    SciTX then retrieves that way unless told otherwise (the default is ``"nearest"``, Alg. 1).
     It may set ``reads_captions = False`` when its question does not show the observations' captions
     (SciTX then does not caption the references for it).
     """
@@ -180,8 +182,15 @@ class AttributeContrastHypothesizer:
     mostly red ..."). It reads the generator attributes of the error and the observations, so it only
     suits synthetic benchmarks with known attributes; it stands in for the fine-tuned explainer when
     none is configured.
+
+    It has nothing to contrast without correctly classified references of the true class, and the ``k``
+    nearest references of an error the classifier confuses are often all of the predicted class (see
+    docs/RESULTS.md, "Offline SciTX and retrieval"). So it asks SciTX for balanced retrieval (``ceil(k/2)``
+    references of each class); with plain nearest retrieval those errors would get no hypothesis and an
+    empty explanation (CEI 0).
     """
 
+    retrieval = "balanced"
     reads_captions = False  # it reads the observations' generator attributes
 
     TEMPLATES = {
@@ -247,7 +256,8 @@ class SciTX:
         k: number of observations; m: number of hypotheses.
         captioner: ``image -> caption`` for references without a stored caption (an MLLM captioner).
         class_relevance: keep only references of class ``y`` or ``y_hat`` (Table 5 ablation when False).
-        balanced: take ``ceil(k/2)`` references from each of ``y`` and ``y_hat`` instead of the ``k`` nearest.
+        balanced: take ``ceil(k/2)`` references from each of ``y`` and ``y_hat`` instead of the ``k`` nearest;
+            ``None``: what the hypothesizer asks for (its ``retrieval`` attribute), else the ``k`` nearest.
     """
 
     name = "SciTX"
@@ -261,13 +271,13 @@ class SciTX:
         m: int = 3,
         captioner=None,
         class_relevance: bool = True,
-        balanced: bool = False,
+        balanced: bool | None = None,
     ) -> None:
         if k < 1 or m < 1:
             raise UserInputError(f"SciTX needs k >= 1 and m >= 1; got k={k}, m={m}")
         self.target, self.hypothesizer, self.scorer = target, hypothesizer, scorer
         self.k, self.m, self.captioner, self.class_relevance = k, m, captioner, class_relevance
-        self.balanced = balanced
+        self.balanced = getattr(hypothesizer, "retrieval", "nearest") == "balanced" if balanced is None else balanced
 
     def observe(self, sample: ErrorSample, benchmark: NemoBenchmark) -> list[Observation]:
         """Stage 1: retrieve and caption the ``k`` observations."""
