@@ -312,6 +312,7 @@ STEPS: list[Step] = [
             "--out_dir={out}/lbee",
             "--classifier.checkpoint={out}/lbee/classifier.ckpt",
             "--encoder.init_args.path={out}/lbee/clip_nico",
+            "--encoder.init_args.max_epochs=8",  # half the preset's CLIP training: the demo's time budget
             "--wandb=false",
         ],
         fast=[

@@ -67,6 +67,8 @@ class SyntheticCLIP:
         path: Hugging Face folder (or ``.ckpt``) of the trained model.
         sources: generators whose captions train a missing model.
         train_per_source, max_epochs, batch_size, seed: training of a missing model.
+        group_size: members of a minimal-pair group of training images (see
+            :class:`~datamodules.captions.CaptionDataModule`); 1 draws every image independently.
         model: :class:`~nemo_train.models.clip.CLIPModule` settings of a missing model.
     """
 
@@ -78,6 +80,7 @@ class SyntheticCLIP:
         max_epochs: int = 8,
         batch_size: int = 128,
         seed: int = 0,
+        group_size: int = 1,
         model: dict | None = None,
     ) -> None:
         self.path, self.sources = path, list(sources)
@@ -87,6 +90,7 @@ class SyntheticCLIP:
             batch_size,
             seed,
         )
+        self.group_size = group_size
         self.model_kwargs = dict(model or {})
         self._encoder: CLIPEncoder | None = None
         self.zero_shot: dict[str, float] = {}
@@ -109,6 +113,7 @@ class SyntheticCLIP:
             image_size=self.model_kwargs.get("image_size", 32),
             train_per_source=self.train_per_source,
             val_per_source=max(self.train_per_source // 10, 50),
+            group_size=self.group_size,
             batch_size=self.batch_size,
             seed=self.seed,
         )

@@ -64,7 +64,14 @@ def tiny_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("lbee")
     result = lbee(
         data=NICODataModule(correlation=0.85, image_size=16, train_size=240, test_per_pair=4, batch_size=32),
-        encoder=SyntheticCLIP(str(out / "clip"), train_per_source=96, max_epochs=1, batch_size=32, model=TINY_CLIP),
+        encoder=SyntheticCLIP(
+            str(out / "clip"),
+            train_per_source=96,
+            max_epochs=1,
+            batch_size=32,
+            group_size=3,  # minimal-pair groups and attribute heads, as the presets' recipe
+            model={**TINY_CLIP, "attribute_head_weight": 1.0},
+        ),
         search=FailureModeSearch(clustering=WardClustering(n_clusters=4), tau=1.0, tau_scale="sentence_z"),
         classifier=ClassifierArgs(max_epochs=1),
         evaluation=EvalArgs(sweep=[0.0, 0.5]),
