@@ -9,6 +9,8 @@ from collections.abc import Iterator
 
 import lightning as L
 
+from nemo_train.models.trainer import quiet_trainer
+
 
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
@@ -29,15 +31,6 @@ def quiet() -> Iterator[None]:
 def fit_quietly(module: L.LightningModule, datamodule: L.LightningDataModule, max_epochs: int, **kwargs) -> L.Trainer:
     """Fit ``module`` on CPU without logger, checkpoints, progress bar or model summary; returns the trainer."""
     with quiet():
-        trainer = L.Trainer(
-            max_epochs=max_epochs,
-            accelerator="cpu",
-            logger=False,
-            enable_checkpointing=False,
-            enable_model_summary=False,
-            enable_progress_bar=False,
-            num_sanity_val_steps=0,
-            **kwargs,
-        )
+        trainer = quiet_trainer(max_epochs=max_epochs, **kwargs)
         trainer.fit(module, datamodule=datamodule)
     return trainer

@@ -12,6 +12,7 @@ import torch
 
 from datamodules.captions import CaptionDataModule
 from nemo_train.models.clip import CLIPEncoder, CLIPModule, clip_tokenizer, recall_at_k
+from nemo_train.models.trainer import quiet_trainer
 from nemo_train.nemo.methods.error_retrieval import ErrorRetrieval
 from nemo_train.nemo.targets import ZeroShotTarget
 
@@ -40,16 +41,7 @@ def trained(tmp_path_factory):
     L.seed_everything(0, verbose=False)
     data = CaptionDataModule(sources=["nico"], image_size=16, train_per_source=64, val_per_source=24, batch_size=16)
     module = CLIPModule(**TINY, export_subdir="hf")
-    trainer = L.Trainer(
-        default_root_dir=tmp_path_factory.mktemp("clip"),
-        max_epochs=1,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-    )
+    trainer = quiet_trainer(default_root_dir=tmp_path_factory.mktemp("clip"))
     trainer.fit(module, datamodule=data)
     return module, data, trainer
 
@@ -126,17 +118,7 @@ def test_attribute_heads_train_both_towers_and_stay_out_of_the_export(tmp_path):
     L.seed_everything(0, verbose=False)
     data = CaptionDataModule(sources=["cmnist"], image_size=16, train_per_source=32, val_per_source=8, batch_size=16)
     module = CLIPModule(**TINY, attribute_head_weight=1.0, export_subdir="hf")
-    trainer = L.Trainer(
-        default_root_dir=tmp_path,
-        max_steps=2,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        limit_val_batches=0,
-    )
+    trainer = quiet_trainer(max_epochs=None, default_root_dir=tmp_path, max_steps=2, limit_val_batches=0)
     trainer.fit(module, datamodule=data)
     assert list(module.heads) == ["cmnist_digit", "cmnist_color", "cmnist_tilt"]
     assert [h.out_features for h in module.heads.values()] == [10, len(data.zero_shot_prompts()["cmnist/color"]), 3]
