@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Sequence
-from typing import Any, TypedDict, Unpack
+from typing import Any, TypedDict
 
 from rich.console import Console
 from rich.table import Table
+from typing_extensions import Unpack  # typing.Unpack needs Python 3.11
 
 #: Width used when output is not a terminal (logs, CI, captured output): wide enough that a table
 #: never wraps, so a log line holds one row.

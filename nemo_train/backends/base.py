@@ -8,7 +8,9 @@ from abc import ABC, abstractmethod
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict, Unpack
+from typing import Any, TypedDict
+
+from typing_extensions import Unpack  # typing.Unpack needs Python 3.11
 
 from nemo_train.backends.cache import ResponseCache, cache_key
 from nemo_train.backends.jsonparse import extract_json

@@ -6,10 +6,11 @@ import json
 import threading
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Unpack
+from typing import Any
 
 import torch
 from transformers import AutoModelForImageTextToText, AutoProcessor
+from typing_extensions import Unpack  # typing.Unpack needs Python 3.11
 
 from nemo_train.backends.base import ChatBackend, Sampling, with_defaults
 from nemo_train.backends.messages import Message, to_local_messages

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypedDict, Unpack
+from typing import TypedDict
 
 import numpy as np
+from typing_extensions import Unpack  # typing.Unpack needs Python 3.11
 
 from nemo_train.differences.conditions import Condition
 from nemo_train.differences.evaluators import Evaluator

@@ -163,4 +163,4 @@ def student_distill_methods() -> list[DistillMethod]:
 def default_distill_methods() -> list[DistillMethod]:
     """Every row: the teacher, the student's greedy pass, SciTX / CamMLLM / ChangeMLLM driven by the student,
     and KnownCause."""
-    return [ExhaustiveTeacher(), StudentGreedy(), StudentSciTX(), StudentCamMLLM(), StudentChangeMLLM(), KnownCause()]
+    return [ExhaustiveTeacher(), *student_distill_methods(), KnownCause()]
