@@ -145,10 +145,17 @@ class KeywordAttributeDeriver:
 class LLMInstructionDeriver:
     """An MLLM turns each explanation into an editing instruction (``kind="image"``) or a rewritten
     zero-shot prompt (``kind="prompt"``), following App. A.3 of the NEMO paper (our wording). It sees only
-    the explanation and the two class names, never the image."""
+    the explanation, the two class names and (prompt kind) the true class's original prompt, never the image.
+    That prompt is ``class_prompts[y]`` when given (a target whose prompts are not a template), else
+    ``prompt_template`` filled with the class name."""
 
     def __init__(
-        self, backend, kind: str = "image", template: str | None = None, prompt_template: str = "a photo of a {}"
+        self,
+        backend,
+        kind: str = "image",
+        template: str | None = None,
+        prompt_template: str = "a photo of a {}",
+        class_prompts: Sequence[str] | None = None,
     ) -> None:
         if kind not in ("image", "prompt"):
             raise UserInputError(f"intervention kind {kind!r}; expected 'image' or 'prompt'")
@@ -156,6 +163,11 @@ class LLMInstructionDeriver:
         self.kind = kind
         self.template = template or (prompts.EDIT_INSTRUCTION if kind == "image" else prompts.PROMPT_REWRITE)
         self.prompt_template = prompt_template
+        self.class_prompts = None if class_prompts is None else list(class_prompts)
+
+    def original_prompt(self, label: int, class_names: Sequence[str]) -> str:
+        """The true class's prompt ``s_o`` that the language model rewrites."""
+        return self.class_prompts[label] if self.class_prompts else self.prompt_template.format(class_names[label])
 
     def derive(self, sample: ErrorSample, hypotheses: Sequence[str], class_names: Sequence[str]) -> list[str | None]:
         true_name, pred_name = class_names[sample.label], class_names[sample.prediction]
@@ -166,7 +178,7 @@ class LLMInstructionDeriver:
                         true_name=true_name,
                         pred_name=pred_name,
                         hypothesis=h,
-                        original_prompt=self.prompt_template.format(true_name),
+                        original_prompt=self.original_prompt(sample.label, class_names),
                     )
                 )
             ]

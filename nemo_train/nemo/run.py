@@ -89,7 +89,7 @@ def nemo_eval(
         store = ResultStore(out / "results.jsonl")
         _attach_caches(explainer, panel_judges, out / "llm_cache")
         panel = JudgePanel([j.for_benchmark(benchmark.name) for j in panel_judges])
-        _note_offline_parts(explainer, judges)
+        _note_offline_parts(explainer, judges, editor)
         mapping, class_names = benchmark.classes()
         shared = {
             "benchmark": benchmark.settings(),
@@ -116,7 +116,7 @@ def nemo_eval(
                     print(f"global explanation ({name}): {text}")
         records = [store.get(key) for key in dict.fromkeys(progress.keys)]
         cells = summarize(records, OFFLINE_STAND_INS if explainer is None else None)
-        print_report(cells, benchmark.name)
+        print_report(cells, benchmark.name, editor.offline_note(explainer))
         rate, pairs = known_cause_win_rate(records)
         summary = NemoEvalSummary(
             benchmark=benchmark.name,
@@ -162,10 +162,12 @@ OFFLINE_STAND_INS = {
 }
 
 
-def _note_offline_parts(explainer: ChatBackend | None, judges: list[Judge] | None) -> None:
+def _note_offline_parts(explainer: ChatBackend | None, judges: list[Judge] | None, editor: EditorSpec) -> None:
     offline = []
     if explainer is None:
-        offline.append("hypotheses from the attribute-contrast template and edits derived by the keyword parser")
+        offline.append("hypotheses from the attribute-contrast template")
+    if editor.offline_note(explainer):
+        offline.append(editor.offline_note(explainer))
     if not judges:
         offline.append("judging by the keyword judge")
     if offline:
