@@ -1,0 +1,94 @@
+"""The shipped CMNIST prompt-intervention preset end to end on a tiny random CLIP folder (tmp_path only),
+the caption-style zero-shot target, and the one-line error when the CLIP folder is missing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from transformers import CLIPImageProcessor
+
+from datamodules.captions import VOCABULARIES
+from nemo_train.cli import main, run_pipeline
+from nemo_train.errors import UserInputError
+from nemo_train.nemo.components import CaptionZeroShotModel
+from nemo_train.nemo.targets import ZeroShotTarget, tiny_random_clip
+
+ROOT = Path(__file__).resolve().parents[2]
+PRESET = ROOT / "configs" / "nemo" / "cmnist_clip_prompt.yaml"
+CLIP_PATH = "checkpoints/clip_synthetic/hf"
+
+
+@pytest.fixture(scope="module")
+def clip_folder(tmp_path_factory) -> Path:
+    """A random two-layer CLIP saved as a Hugging Face folder (model, tokenizer, image processor)."""
+    folder = tmp_path_factory.mktemp("clip") / "hf"
+    clip = tiny_random_clip(["x"], seed=0)
+    clip.model.save_pretrained(folder)
+    clip.tokenizer.save_pretrained(folder)
+    CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(folder)
+    return folder
+
+
+def test_caption_target_uses_the_training_caption_prompts(clip_folder):
+    spec = CaptionZeroShotModel(clip_model=str(clip_folder), captions="cmnist")
+    target = spec.build(None, None)
+    assert isinstance(target, ZeroShotTarget)
+    assert target.prompts == VOCABULARIES["cmnist"].zero_shot_prompts("digit")
+    assert target.prompts[3] == "the digit three" and target.prompt_for(3) == "the digit three"
+    images = torch.rand(2, 3, 28, 28, generator=torch.Generator().manual_seed(0))
+    texts = target.encode_text(target.prompts)
+    expected = (target.model.logit_scale.exp() * target.encode_image(images) @ texts.T).softmax(-1)
+    assert torch.allclose(target.predict_proba(images), expected, atol=1e-6)
+    identity = spec.identity()
+    assert identity["zero_shot"] == str(clip_folder.resolve()) and len(identity["sha256"]) == 64
+    assert spec.label == "zero-shot clip" + clip_folder.parent.name.removeprefix("clip")
+    clevr = CaptionZeroShotModel(clip_model=str(clip_folder), captions="clevr").build(None, None)
+    assert clevr.prompts == ["a render of a cube", "a render of a cylinder", "a render of a sphere"]
+
+
+def test_class_prompts_must_match_the_classes():
+    clip = tiny_random_clip(["a", "b"])
+    with pytest.raises(UserInputError, match="1 class prompts for 2 classes"):
+        ZeroShotTarget(clip.model, ["a", "b"], tokenizer=clip.tokenizer, class_prompts=["only one"])
+
+
+def test_shipped_preset_end_to_end_on_a_tiny_clip(clip_folder, tmp_path, capsys):
+    config = yaml.safe_load(PRESET.read_text())
+    text = json.dumps(config).replace(CLIP_PATH, str(clip_folder))
+    config = json.loads(text)
+    config["benchmark"].update(n=3, test_styles=1)
+    config["run"]["out_dir"] = str(tmp_path / "out")
+    path = tmp_path / "preset.yaml"
+    path.write_text(yaml.safe_dump(config))
+    summary = run_pipeline("nemo-eval", ["--config", str(path)])
+    out = capsys.readouterr().out
+    assert "class prompts rewritten by the caption rule, not a model" in out
+    methods = [c.method for c in summary.cells]
+    assert methods[:3] == ["SciTX", "ErrorRetrieval", "ErrorRetrieval+validation"]
+    assert "Distractor(rotation)" in methods and "KnownCause" not in methods
+    assert all(c.n == 3 and c.failed == 0 for c in summary.cells)
+    records = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    digits = VOCABULARIES["cmnist"].words["digit"]
+    distractor = [r for r in records if r["method"] == "Distractor(rotation)"]
+    for r in distractor:  # the rotation explanation becomes a tilt prompt of the true class
+        assert r["instruction"].startswith(f"a digit {digits[r['label']]} ")
+        assert r["settings"]["editor.deriver"] == "auto"
+    rewritten = [r for r in records if isinstance(r["instruction"], str)]
+    assert len(rewritten) > len(distractor)
+    for r in rewritten:
+        assert r["cei"] == pytest.approx(100 * (r["p_edited"] - r["p_original"]), abs=1e-6)
+
+
+def test_missing_clip_folder_is_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["nemo-eval", "--config", str(PRESET), "--run.out_dir", str(tmp_path / "out")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("nemo-train: error:") and "\n" not in err
+    assert CLIP_PATH in err and "nemo-train fit --config configs/clip/synthetic.yaml" in err
+    assert not any(tmp_path.iterdir())
