@@ -4,6 +4,7 @@ the caption-style zero-shot target, and the one-line error when the CLIP folder 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,10 @@ from nemo_train.nemo.targets import ZeroShotTarget, tiny_random_clip
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESET = ROOT / "configs" / "nemo" / "cmnist_clip_prompt.yaml"
+PRESETS = {"cmnist": PRESET, "clevr": ROOT / "configs" / "nemo" / "clevr_clip_prompt.yaml"}
+#: what the distractor of each preset names, and the class attribute of its caption prompts
+DISTRACTOR = {"cmnist": ("Distractor(rotation)", "digit"), "clevr": ("Distractor(size)", "shape")}
+PATTERNS = {"cmnist": r"a digit {word} (tilted left|upright|tilted right)", "clevr": r"a (small|medium|large) {word}"}
 CLIP_PATH = "checkpoints/clip_synthetic/hf"
 
 
@@ -56,8 +61,9 @@ def test_class_prompts_must_match_the_classes():
         ZeroShotTarget(clip.model, ["a", "b"], tokenizer=clip.tokenizer, class_prompts=["only one"])
 
 
-def test_shipped_preset_end_to_end_on_a_tiny_clip(clip_folder, tmp_path, capsys):
-    config = yaml.safe_load(PRESET.read_text())
+@pytest.mark.parametrize("generator", sorted(PRESETS))
+def test_shipped_preset_end_to_end_on_a_tiny_clip(generator, clip_folder, tmp_path, capsys):
+    config = yaml.safe_load(PRESETS[generator].read_text())
     text = json.dumps(config).replace(CLIP_PATH, str(clip_folder))
     config = json.loads(text)
     config["benchmark"].update(n=3, test_styles=1)
@@ -69,13 +75,15 @@ def test_shipped_preset_end_to_end_on_a_tiny_clip(clip_folder, tmp_path, capsys)
     assert "class prompts rewritten by the caption rule, not a model" in out
     methods = [c.method for c in summary.cells]
     assert methods[:3] == ["SciTX", "ErrorRetrieval", "ErrorRetrieval+validation"]
-    assert "Distractor(rotation)" in methods and "KnownCause" not in methods
+    distractor_name, class_attribute = DISTRACTOR[generator]
+    assert distractor_name in methods and "KnownCause" not in methods
     assert all(c.n == 3 and c.failed == 0 for c in summary.cells)
     records = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
-    digits = VOCABULARIES["cmnist"].words["digit"]
-    distractor = [r for r in records if r["method"] == "Distractor(rotation)"]
-    for r in distractor:  # the rotation explanation becomes a tilt prompt of the true class
-        assert r["instruction"].startswith(f"a digit {digits[r['label']]} ")
+    words = VOCABULARIES[generator].words[class_attribute]
+    distractor = [r for r in records if r["method"] == distractor_name]
+    for r in distractor:  # the distractor (rotation / size) becomes a prompt of the true class in caption words
+        pattern = PATTERNS[generator].format(word=words[r["label"]])
+        assert re.fullmatch(pattern, r["instruction"]), r["instruction"]
         assert r["settings"]["editor.deriver"] == "auto"
     rewritten = [r for r in records if isinstance(r["instruction"], str)]
     assert len(rewritten) > len(distractor)
