@@ -61,7 +61,8 @@ def nemo_eval(
     Args:
         benchmark: which errors (benchmark name, ``n`` errors per target, ``seed``, data folders).
         targets: the classifiers: checkpoint paths (a column named by the checkpoint's experiment folder),
-            or ``CheckpointTarget`` / ``TimmModel`` / ``ZeroShotModel`` objects (each may take a ``name``).
+            or ``CheckpointTarget`` / ``TimmModel`` / ``ZeroShotModel`` / ``CaptionZeroShotModel`` (the small CLIP
+            as a zero-shot classifier of a generated benchmark) objects (each may take a ``name``).
         methods: explanation methods (default: SciTX and the three baselines): ``SciTXMethod``,
             ``ErrorRetrievalMethod``, ``CamMLLMMethod``, ``ChangeMLLMMethod``, ``KnownCauseMethod``,
             ``DistractorMethod`` from ``nemo_train.nemo.components``.
@@ -69,7 +70,8 @@ def nemo_eval(
             none = the offline rule-based parts (generated benchmarks only).
         judges: the judge panel (``LLMJudge`` per model; default: the offline keyword judge, generated
             benchmarks only). A judge without a ``criterion`` takes the benchmark's.
-        editor: ``ExactEdit`` (generated data; default), ``DiffusersEdit`` or ``PromptEdit`` (zero-shot targets).
+        editor: ``ExactEdit`` (generated data; default), ``DiffusersEdit`` or ``PromptEdit`` (zero-shot targets;
+            offline on generated data the class prompts are rewritten by the caption rule, not a model).
         run: ``out_dir`` (results, reply cache, lock), ``wandb``, ``batched``, ``global_explanation``.
 
     Returns:
