@@ -27,6 +27,7 @@ from nemo_train.lbee.encoders import Encoder, SyntheticCLIP
 from nemo_train.lbee.partition import partition_precision
 from nemo_train.lbee.plots import beta_sweep_plot, cluster_grid
 from nemo_train.lbee.relevance import AttributeRelevance, Relevance
+from nemo_train.lbee.report import print_sentence_table
 from nemo_train.lbee.search import FailureModeSearch, MethodScores, beta_sweep, evaluate
 from nemo_train.lbee.sentences import AttributeSentences, SentenceSource
 from nemo_train.lbee.training import fit_quietly
@@ -225,6 +226,7 @@ def lbee(
         + (f"; partition P@{evaluation.partition_k} {precision:.3f}" if precision is not None else "")
     )
     print_table(columns, rows, title="Failure-mode sentences", caption=caption)
+    print_sentence_table(sentence_set.texts, gamma, omega, s_star, scores, beta)
     if wandb:
         _log_wandb(columns, rows, files, out)
     return res
