@@ -4,7 +4,8 @@ Steps: the classifier (a checkpoint, or trained here on the datamodule and saved
 the target split; the joint space embeds its images and the candidate sentences; the failure-mode search
 (split, Ward clusters, prototypes, TopS / SetDiff / PDiff / FPDiff) keeps ``K`` sentences per hard
 cluster; relevance ``Gamma`` (ground-truth attributes or VQA) and per-image correctness ``omega`` give
-``S*_beta`` and the scores ACR / AHR / TPR / JI per method, printed as a table. Figures (hard clusters
+``S*_beta`` and the scores ACR / AHR / TPR / JI per method, printed as a table, followed by the table of
+the sentences of ``S*_beta`` and of each method's ``R_S``. Figures (hard clusters
 with each method's sentences, beta sweep) are saved in ``out_dir`` and logged to W&B when asked.
 """
 
