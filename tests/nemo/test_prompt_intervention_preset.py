@@ -1,5 +1,6 @@
-"""The shipped CMNIST prompt-intervention preset end to end on a tiny random CLIP folder (tmp_path only),
-the caption-style zero-shot target, and the one-line error when the CLIP folder is missing."""
+"""The shipped prompt-intervention presets end to end on a tiny random CLIP folder (tmp_path only), the
+caption-style zero-shot target, the explainer rewriting its prompts when one is configured, and the one-line
+error when the CLIP folder is missing."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from loopback_openai_server import LoopbackOpenAIServer, completion
 from transformers import CLIPImageProcessor
 
 from datamodules.captions import VOCABULARIES
@@ -100,3 +102,36 @@ def test_missing_clip_folder_is_one_line_and_writes_nothing(tmp_path, monkeypatc
     assert err.startswith("nemo-train: error:") and "\n" not in err
     assert CLIP_PATH in err and "nemo-train fit --config configs/clip/synthetic.yaml" in err
     assert not any(tmp_path.iterdir())
+
+
+def test_with_an_explainer_the_prompts_are_rewritten_by_it(clip_folder, tmp_path, capsys):
+    """An explainer on loopback: PromptEdit(auto) asks it to rewrite the caption-style prompt of the true class."""
+    rewrites = []
+
+    def responder(request):
+        text = request["body"]["messages"][-1]["content"]
+        text = text if isinstance(text, str) else " ".join(p.get("text", "") for p in text)
+        if "Rewrite the prompt" in text:
+            rewrites.append(text)
+            return completion('{"reasoning": "names the colour", "solution": "a green handwritten digit"}')
+        n = request["body"].get("n", 1)
+        return completion(*['{"cause_of_error": "The stroke colour is unusual for this digit."}'] * n)
+
+    with LoopbackOpenAIServer(responder) as server:
+        config = tmp_path / "eval.yaml"
+        config.write_text(
+            "benchmark: {n: 2, test_styles: 1}\n"
+            f"targets: [{{class_path: CaptionZeroShotModel, init_args: {{clip_model: {clip_folder}}}}}]\n"
+            "methods: [{class_path: SciTXMethod, init_args: {m: 2}}]\n"
+            f"editor: PromptEdit\nrun: {{out_dir: {tmp_path / 'out'}}}\n"
+            "explainer:\n  class_path: OpenAICompatibleBackend\n"
+            f"  init_args: {{base_url: {server.base_url}, model: tiny, api_key_env: null, max_retries: 0}}\n"
+        )
+        summary = run_pipeline("nemo-eval", ["--config", str(config)])
+    assert summary.computed == 2 and rewrites
+    assert "caption rule" not in capsys.readouterr().out
+    words = VOCABULARIES["cmnist"].words["digit"]
+    records = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert all(r["instruction"] == "a green handwritten digit" for r in records)
+    # the explainer saw the target's own prompt of the true class ("the digit three"), not "a photo of a 3"
+    assert all(any(f'"the digit {words[r["label"]]}"' in text for text in rewrites) for r in records)
