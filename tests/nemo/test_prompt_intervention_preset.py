@@ -93,6 +93,7 @@ def test_shipped_preset_end_to_end_on_a_tiny_clip(generator, clip_folder, tmp_pa
         assert r["cei"] == pytest.approx(100 * (r["p_edited"] - r["p_original"]), abs=1e-6)
 
 
+@pytest.mark.fault
 def test_missing_clip_folder_is_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit_info:
