@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import re
+import runpy
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,9 +17,11 @@ from loopback_openai_server import LoopbackOpenAIServer, completion
 from transformers import CLIPImageProcessor
 
 from datamodules.captions import VOCABULARIES
+from datamodules.cmnist import ANGLES, COLOR_NAMES
 from nemo_train.cli import main, run_pipeline
 from nemo_train.errors import UserInputError
 from nemo_train.nemo.components import CaptionZeroShotModel
+from nemo_train.nemo.prompt_rule import CaptionPromptRule
 from nemo_train.nemo.targets import ZeroShotTarget, tiny_random_clip
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,3 +140,25 @@ def test_with_an_explainer_the_prompts_are_rewritten_by_it(clip_folder, tmp_path
     assert all(r["instruction"] == "a green handwritten digit" for r in records)
     # the explainer saw the target's own prompt of the true class ("the digit three"), not "a photo of a 3"
     assert all(any(f'"the digit {words[r["label"]]}"' in text for text in rewrites) for r in records)
+
+
+def test_control_rewrites_script(clip_folder, monkeypatch, capsys):
+    """``scripts/prompt_cei_controls.py`` rewrites each error's prompt with its own and another value."""
+    script = runpy.run_path(str(ROOT / "scripts" / "prompt_cei_controls.py"))
+    rule = CaptionPromptRule("cmnist", {"digit": list(range(10)), "color": COLOR_NAMES, "angle": ANGLES})
+    attrs = {"digit": 3, "color": COLOR_NAMES.index("green"), "angle": -20}
+    controls = script["statements"](rule, attrs, "digit")
+    prompts = {name: rule.rewrite(text, 3, attrs) for name, text in controls.items()}
+    assert prompts == {
+        "color: the image's value": "a green digit three",
+        "color: another value": f"a {COLOR_NAMES[COLOR_NAMES.index('green') + 1]} digit three",
+        "tilt: the image's value": "a digit three tilted right",
+        "tilt: another value": "a digit three upright",
+        "every attribute: the image's values": "a green digit three tilted right",
+    }
+    argv = ["prompt_cei_controls.py", "--clip_model", str(clip_folder), "--n", "2", "--test_styles", "1"]
+    monkeypatch.setattr(sys, "argv", argv)
+    script["main"]()
+    out = capsys.readouterr().out
+    assert "Prompt CEI of control rewrites (cmnist, 2 errors" in out
+    assert all(name in out for name in controls)
