@@ -313,13 +313,18 @@ class CaptionDataModule(SplitDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         """Render both splits once (idempotent); validation uses other styles and CMNIST exemplars, and
-        independent images (no groups). The test and predict loaders serve the validation split."""
+        independent images (no groups). The test and predict loaders serve the validation split.
+
+        Each split has its own random stream, so the validation images depend on ``seed``, ``sources``
+        and ``val_per_source`` only: runs with other training sizes or groups are compared on the same
+        images (two 400-image validation draws of one model differ by up to 0.06 in CLEVR shape)."""
         if self.train_set is not None:
             return
         gen = torch.Generator().manual_seed(self.hparams.seed)
         self.train_set = self._split(self.train_counts, gen, self.hparams.group_size, "train")
         val_counts = dict.fromkeys(self.sources, self.hparams.val_per_source)
-        self.val_set = self.test_set = self._split(val_counts, gen, 1, "test")
+        val_gen = torch.Generator().manual_seed(self.hparams.seed + 1)
+        self.val_set = self.test_set = self._split(val_counts, val_gen, 1, "test")
 
     def train_dataloader(self) -> DataLoader:
         if self.train_set is None:

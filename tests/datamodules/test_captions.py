@@ -52,6 +52,10 @@ def test_validation_uses_other_styles_and_is_seeded():
     a.setup(), b.setup()
     assert torch.equal(a.train_set.images, b.train_set.images) and a.train_set.captions == b.train_set.captions
     assert not torch.equal(a.train_set.images, a.val_set.images)
+    # the validation images do not depend on the training split's size or groups
+    c = CaptionDataModule(sources=["nico"], image_size=16, train_per_source=40, val_per_source=16, group_size=4)
+    c.setup()
+    assert torch.equal(a.val_set.images, c.val_set.images) and a.val_set.captions == c.val_set.captions
 
 
 def test_training_images_per_source_can_over_weight_one_source():
