@@ -221,6 +221,9 @@ class CaptionDataModule(SplitDataModule):
             missing = [s for s in self.sources if s not in train_per_source]
             if missing:
                 raise UserInputError(f"train_per_source names no image count for source(s) {missing}")
+            unknown = [s for s in train_per_source if s not in SOURCES]
+            if unknown:
+                raise UserInputError(f"train_per_source names unknown source(s) {unknown}; expected {list(SOURCES)}")
             #: training images of each source
             self.train_counts = {s: train_per_source[s] for s in self.sources}
         else:

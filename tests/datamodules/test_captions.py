@@ -76,6 +76,8 @@ def test_training_images_per_source_can_over_weight_one_source():
 def test_per_source_counts_must_name_every_source_and_stay_in_range():
     with pytest.raises(UserInputError, match="clevr"):
         CaptionDataModule(sources=["nico", "clevr"], train_per_source={"nico": 10})
+    with pytest.raises(UserInputError, match="unknown source"):
+        CaptionDataModule(sources=["nico"], train_per_source={"nico": 10, "mnist": 10})
     with pytest.raises(UserInputError, match=r"train_per_source\[nico\]"):
         CaptionDataModule(sources=["nico"], train_per_source={"nico": 0})
 
