@@ -8,8 +8,12 @@
    explanation-record JSONL format (``pairs/train.jsonl``, ``pairs/val.jsonl``; images under ``pairs/images``)
    whose answer is the structured explanation (hypothesis + ``Edit: ...``), with its CEI and provenance.
 
-Every label is appended to ``<out_dir>/teacher.jsonl`` as soon as it is computed (flushed and fsynced);
-a rerun with the same ``out_dir`` skips labelled errors, and language-model replies are cached under
+The teacher labels ``error_batch`` errors at a time: with an MLLM, the reference captions, hypotheses and
+derived edits of the whole batch go out as one batched request per stage (one padded ``generate`` for a
+local model, ``concurrency`` parallel requests to an endpoint); a batch whose request fails for good is
+retried one error at a time, and an error that still fails is left unlabelled for the next run. Every
+label is appended to ``<out_dir>/teacher.jsonl`` as soon as its batch is done (flushed and fsynced); a
+rerun with the same ``out_dir`` skips labelled errors, and language-model replies are cached under
 ``<out_dir>/llm_cache``, as in ``nemo-eval``.
 """
 
@@ -21,9 +25,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
+from jsonargparse.typing import PositiveInt
 
 from datamodules.explanations import ExplanationRecord, to_pil, write_records
-from nemo_train.backends.base import ChatBackend
+from nemo_train.backends.base import BackendError, ChatBackend
 from nemo_train.backends.cache import ResponseCache
 from nemo_train.console import print_table
 from nemo_train.errors import UserInputError
@@ -38,7 +43,14 @@ from nemo_train.nemo.interventions import (
 from nemo_train.nemo.methods.scitx import MLLMCaptioner, MLLMHypothesizer, SciTX
 from nemo_train.nemo.mining import mine_folder_errors, mine_synthetic_errors
 from nemo_train.nemo.targets import ClassMapping
-from nemo_train.nemo.teacher import ExhaustiveAttributeTeacher, SciTXTeacher, TeacherLabel, View, view_inputs
+from nemo_train.nemo.teacher import (
+    ExhaustiveAttributeTeacher,
+    SciTXTeacher,
+    TeacherLabel,
+    View,
+    label_many,
+    view_inputs,
+)
 from nemo_train.quiet import progress_bar
 from nemo_train.store import ResultStore
 
@@ -118,6 +130,19 @@ def pairs_from_labels(
     return {"train": write_records(train, out_dir / "train.jsonl"), "val": write_records(val, out_dir / "val.jsonl")}
 
 
+def _label_chunk(teacher, chunk, bench, failed: list[str]) -> list[tuple[Any, TeacherLabel | None]]:
+    """``(error, label)`` for the errors of ``chunk`` the teacher labelled; when the batched request fails for
+    good each error is retried alone (replies that came back are cached), and the reason of every error
+    that still fails is added to ``failed``."""
+    try:
+        return list(zip(chunk, label_many(teacher, chunk, bench)))
+    except BackendError as err:
+        if len(chunk) == 1:
+            failed.append(str(err))
+            return []
+        return [pair for sample in chunk for pair in _label_chunk(teacher, [sample], bench, failed)]
+
+
 def distill_teacher(
     classifier: str | TargetSpec,
     dataset: Literal["cmnist", "clevr", "folder"] = "cmnist",
@@ -137,6 +162,7 @@ def distill_teacher(
     min_cei: float = 20.0,
     views: list[View] | None = None,
     val_fraction: float = 0.1,
+    error_batch: PositiveInt = 8,
 ) -> dict[str, Any]:
     """Label a classifier's errors on a mining split with a teacher and write the student's training pairs.
 
@@ -160,6 +186,8 @@ def distill_teacher(
         views: conversations per kept error: ``error`` (SciTX's question), ``gradcam`` (CamMLLM's), ``change``
             (ChangeMLLM's, with a correctly classified reference beside the error).
         val_fraction: share of kept errors whose pairs go to ``val.jsonl``.
+        error_batch: errors the teacher labels together (one batched request per stage with an MLLM); the
+            labels do not depend on it.
     """
     views = list(views or ["error", "gradcam", "change"])
     out = Path(out_dir)
@@ -200,18 +228,21 @@ def distill_teacher(
         "hypotheses": hypotheses.fingerprint() if hypotheses is not None else None,
     }
     name = spec.label
-    started, computed = time.perf_counter(), 0
-    for sample in progress_bar(bench.errors, desc="teacher", unit="error"):
-        key = record_key(name, teacher.name, sample.sample_id)
-        if store.lookup(key, settings) is not None:
-            continue
-        label: TeacherLabel | None = teacher.label(sample, bench)
-        record = {"key": key, "kept": False, "cei": 0.0, "sample_id": sample.sample_id}
-        if label is not None:
-            record.update(label.to_json(), kept=label.cei >= min_cei)
-        store.append(record, settings)
-        computed += 1
-    labels = [store.get(record_key(name, teacher.name, s.sample_id)) for s in bench.errors]
+    started, computed, failed = time.perf_counter(), 0, []
+    pending = [s for s in bench.errors if store.lookup(record_key(name, teacher.name, s.sample_id), settings) is None]
+    bar = progress_bar(total=len(bench.errors), initial=len(bench.errors) - len(pending), desc="teacher", unit="error")
+    for start in range(0, len(pending), error_batch):
+        chunk = pending[start : start + error_batch]
+        for sample, label in _label_chunk(teacher, chunk, bench, failed):
+            record = {"key": record_key(name, teacher.name, sample.sample_id), "kept": False, "cei": 0.0}
+            record["sample_id"] = sample.sample_id
+            if label is not None:
+                record.update(label.to_json(), kept=label.cei >= min_cei)
+            store.append(record, settings)
+            computed += 1
+        bar.update(len(chunk))
+    bar.close()
+    labels = [r for r in (store.get(record_key(name, teacher.name, s.sample_id)) for s in bench.errors) if r]
     kept = [r for r in labels if r["kept"]]
     if not kept:
         raise UserInputError(f"no teacher label reaches min_cei={min_cei}; lower it or mine more errors")
@@ -224,4 +255,6 @@ def distill_teacher(
         digits=1,
     )
     print(f"{computed} errors labelled in {time.perf_counter() - started:.1f} s; pairs: {paths['train']}")
+    if failed:
+        print(f"{len(failed)} error(s) left unlabelled (the backend failed: {failed[0]}); rerun to retry them")
     return {"labels": len(labels), "kept": len(kept), "mean_cei": mean, **{k: str(v) for k, v in paths.items()}}
