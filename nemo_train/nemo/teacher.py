@@ -179,10 +179,10 @@ def label_many(teacher, samples: Sequence[ErrorSample], benchmark: NemoBenchmark
 
 
 def view_inputs(
-    view: View, sample: ErrorSample, benchmark: NemoBenchmark, target
+    view: View, sample: ErrorSample, benchmark: NemoBenchmark, target, reference_class: str = "either"
 ) -> tuple[torch.Tensor, torch.Tensor | None, str] | None:
     """``(image, second image or None, question)`` the student sees in one view of an error; ``None`` when the
-    view cannot be built (no correctly classified reference for ``change``)."""
+    view cannot be built (no correctly classified reference of ``reference_class`` for ``change``)."""
     names = benchmark.class_names
     true_name, pred_name = names[sample.label], names[sample.prediction]
     if view == "error":
@@ -191,7 +191,7 @@ def view_inputs(
         reshape = target.gradcam_reshape() if hasattr(target, "gradcam_reshape") else None
         _, overlay = gradcam_overlay(target, sample.image, sample.prediction, None, reshape)
         return overlay, None, DISTILL_CAM_PROMPT.format(true_name=true_name, pred_name=pred_name)
-    index = ChangeMLLM(target).reference(sample, benchmark)
+    index = ChangeMLLM(target, reference_class=reference_class).reference(sample, benchmark)
     if index is None:
         return None
     ref_name = names[int(benchmark.reference.labels[index])]
