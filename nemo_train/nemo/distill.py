@@ -176,9 +176,10 @@ def distill_teacher(
         min_cei: keep only labels whose CEI (percentage points) is at least this.
         views: conversations per kept error: ``error`` (SciTX's question), ``gradcam`` (CamMLLM's), ``change``
             (ChangeMLLM's, with a correctly classified reference beside the error).
-        reference_class: the class of the ``change`` view's reference: the nearest correctly classified image
-            of the true or the predicted class (``either``, as ChangeMLLM), or of one of them (``true``: it
-            shows what the classifier expects of the true class).
+        reference_class: the ``change`` view's reference: the nearest correctly classified image of the true or
+            the predicted class (``either``, as ChangeMLLM), of one of them (``true`` / ``predicted``), or the
+            ``prototype`` of the true class (the correctly classified one with the largest ``P(y)``: it shows
+            what the classifier expects of that class).
         val_fraction: share of kept errors whose pairs go to ``val.jsonl``.
         error_batch: errors the teacher labels together (one batched request per stage with an MLLM); the
             labels do not depend on it.

@@ -17,7 +17,7 @@ from datamodules.explanations import ExplanationRecord, to_pil, write_records
 from nemo_train.nemo.benchmark import NemoBenchmark
 from nemo_train.nemo.teacher import View, view_inputs
 
-ReferenceClass = Literal["either", "true", "predicted"]
+ReferenceClass = Literal["either", "true", "predicted", "prototype"]
 
 
 @dataclass
@@ -45,8 +45,8 @@ def pairs_from_labels(
 ) -> dict[str, Path]:
     """Write the kept labels as explanation-record pairs, one per view, split by error into train / val.
 
-    ``reference_class``: the class of the correctly classified reference beside the error in the ``change``
-    view (the nearest of the true or predicted class, or only of one of them).
+    ``reference_class``: the correctly classified reference beside the error in the ``change`` view: the
+    nearest of the true or predicted class, of only one of them, or the true class's ``prototype``.
     """
     images_dir = out_dir / "images"
     images_dir.mkdir(parents=True, exist_ok=True)

@@ -30,6 +30,7 @@ from nemo_train.nemo.methods.base import select_by_cei
 from nemo_train.nemo.methods.cam_mllm import gradcam_overlay
 from nemo_train.nemo.methods.change_mllm import ChangeMLLM
 from nemo_train.nemo.methods.scitx import hypothesize_many
+from nemo_train.nemo.prototypes import PrototypeChangeMLLM
 from nemo_train.nemo.structured import (
     DISTILL_CAM_PROMPT,
     DISTILL_CHANGE_PROMPT,
@@ -182,7 +183,11 @@ def view_inputs(
     view: View, sample: ErrorSample, benchmark: NemoBenchmark, target, reference_class: str = "either"
 ) -> tuple[torch.Tensor, torch.Tensor | None, str] | None:
     """``(image, second image or None, question)`` the student sees in one view of an error; ``None`` when the
-    view cannot be built (no correctly classified reference of ``reference_class`` for ``change``)."""
+    view cannot be built (no correctly classified reference of ``reference_class`` for ``change``).
+
+    ``reference_class``: ChangeMLLM's nearest reference of the true or predicted class (``either``), of one
+    of them (``true`` / ``predicted``), or the true class's ``prototype`` (:mod:`nemo_train.nemo.prototypes`).
+    """
     names = benchmark.class_names
     true_name, pred_name = names[sample.label], names[sample.prediction]
     if view == "error":
@@ -191,7 +196,9 @@ def view_inputs(
         reshape = target.gradcam_reshape() if hasattr(target, "gradcam_reshape") else None
         _, overlay = gradcam_overlay(target, sample.image, sample.prediction, None, reshape)
         return overlay, None, DISTILL_CAM_PROMPT.format(true_name=true_name, pred_name=pred_name)
-    index = ChangeMLLM(target, reference_class=reference_class).reference(sample, benchmark)
+    method = PrototypeChangeMLLM(target) if reference_class == "prototype" else ChangeMLLM(target)
+    method.reference_class = reference_class
+    index = method.reference(sample, benchmark)
     if index is None:
         return None
     ref_name = names[int(benchmark.reference.labels[index])]
