@@ -9,8 +9,9 @@ each error as the scorer does. The trials are the same as :meth:`CounterfactualS
 A deriver that defines ``derive_batch(samples, hypotheses, class_names)`` is used as is. A language-model
 deriver that asks its ``backend`` through ``chat_json_batch`` (the attribute and instruction derivers) is
 run twice over a copy of itself whose backend is a :class:`_RequestCollector`: the first pass collects the
-conversations it would send, one ``chat_json_batch`` call on the real backend answers them all, the second
-pass reads the answers back in order. Any other deriver (structured answers, keywords: no backend) is
+conversations it would send, one ``chat_json_batch`` call on the real backend answers them all (each
+distinct conversation once: errors with the same classes often share a hypothesis), the second pass reads
+the answers back in order. Any other deriver (structured answers, keywords: no backend) is
 called per error.
 """
 
@@ -21,6 +22,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from nemo_train.backends.messages import to_openai_messages
 from nemo_train.nemo.benchmark import ErrorSample
 from nemo_train.nemo.interventions import CounterfactualScorer, Trial
 
@@ -61,12 +63,21 @@ def derive_many(
     recording.backend = collector
     for sample, found in asked:
         recording.derive(sample, found, class_names)
-    replies: list[list[dict | None]] = [[] for _ in collector.conversations]
-    for options in dict.fromkeys(collector.options):  # one call per distinct sampling (derivers use one)
-        rows = [i for i, o in enumerate(collector.options) if o == options]
+    # identical requests (the same hypothesis of errors with the same classes) are asked once
+    keys = [
+        json.dumps([to_openai_messages(c), o], sort_keys=True)
+        for c, o in zip(collector.conversations, collector.options)
+    ]
+    first: dict[str, int] = {}
+    for i, key in enumerate(keys):
+        first.setdefault(key, i)
+    unique = sorted(set(first.values()))
+    answers: dict[int, list[dict | None]] = {}
+    for options in dict.fromkeys(collector.options[i] for i in unique):  # one call per sampling (derivers use one)
+        rows = [i for i in unique if collector.options[i] == options]
         answered = deriver.backend.chat_json_batch([collector.conversations[i] for i in rows], **json.loads(options))
-        for i, reply in zip(rows, answered):
-            replies[i] = reply
+        answers.update(zip(rows, answered))
+    replies = [answers[first[key]] for key in keys]
     replaying = copy.copy(deriver)
     replaying.backend = _RequestCollector(replies)
     return [replaying.derive(s, list(h), class_names) if h else [] for s, h in zip(samples, hypotheses)]
