@@ -148,3 +148,37 @@ def test_a_failing_error_is_retried_alone_and_labelled_by_the_next_run(checkpoin
     with LoopbackOpenAIServer(scripted) as server:
         _run(checkpoint, server, tmp_path / "fresh", error_batch=N)
     assert _labels(tmp_path / "fresh") == labels  # the same labels as a run that never failed
+
+
+def test_derive_many_asks_once_for_all_errors_and_matches_one_at_a_time():
+    """The instruction deriver of folder data: one request round for every error, each distinct request once."""
+    from nemo_toys import solid
+
+    from nemo_train.backends.scripted import ScriptedBackend
+    from nemo_train.nemo.batched_scoring import derive_many
+    from nemo_train.nemo.benchmark import ErrorSample
+    from nemo_train.nemo.interventions import LLMInstructionDeriver
+
+    def instruction(messages):
+        text = messages[-1]["content"] if isinstance(messages[-1]["content"], str) else str(messages[-1]["content"])
+        hypothesis = re.search(r"(Too \w+)", text)[1]
+        return json.dumps({"reasoning": "-", "solution": f"Undo: {hypothesis.lower()}"})
+
+    samples = [ErrorSample(f"s{i}", solid(i % 3), i % 2, 1 - i % 2) for i in range(4)]
+    hypotheses = [["Too dark", "Too small"], ["Too dark"], [], ["Too dark", "Too bright"]]
+    names = ["cat", "dog"]
+    alone = ScriptedBackend(instruction)
+    expected = [LLMInstructionDeriver(alone).derive(s, h, names) if h else [] for s, h in zip(samples, hypotheses)]
+
+    class Counting(ScriptedBackend):
+        rounds: list[int] = []
+
+        def chat_batch(self, conversations, **sampling):
+            self.rounds.append(len(conversations))
+            return super().chat_batch(conversations, **sampling)
+
+    batched = Counting(instruction)
+    found = derive_many(LLMInstructionDeriver(batched), samples, hypotheses, names)
+    assert found == expected and found[0] == ["Undo: too dark", "Undo: too small"] and found[2] == []
+    # errors 1 and 3 share classes (a dog called a cat) and "Too dark": that request is asked once
+    assert batched.rounds == [4] and len(batched.calls) == 4 and len(alone.calls) == 5
