@@ -44,7 +44,7 @@ from nemo_train.nemo.mining import mine_folder_errors, mine_synthetic_errors
 from nemo_train.nemo.targets import ClassMapping
 from nemo_train.nemo.teacher import ExhaustiveAttributeTeacher, SciTXTeacher, TeacherLabel, View, label_many
 from nemo_train.quiet import progress_bar
-from nemo_train.store import ResultStore
+from nemo_train.store import ResultStore, fingerprint
 
 
 def target_spec(classifier: str | TargetSpec) -> TargetSpec:
@@ -123,7 +123,8 @@ def _label_errors(teacher, bench, store: ResultStore, name: str, settings: dict,
             computed += 1
         bar.update(len(chunk))
     bar.close()
-    labels = [r for r in (store.get(record_key(name, teacher.name, s.sample_id)) for s in bench.errors) if r]
+    keys = [record_key(name, teacher.name, s.sample_id) for s in bench.errors]
+    labels = [r for r in (store.records.get(k) for k in keys) if r and r.get("fingerprint") == fingerprint(settings)]
     return labels, computed, failed
 
 
