@@ -4,7 +4,8 @@ Steps: the classifier (a checkpoint, or trained here on the datamodule and saved
 the target split; the joint space embeds its images and the candidate sentences; the failure-mode search
 (split, Ward clusters, prototypes, TopS / SetDiff / PDiff / FPDiff) keeps ``K`` sentences per hard
 cluster; relevance ``Gamma`` (ground-truth attributes or VQA) and per-image correctness ``omega`` give
-``S*_beta`` and the scores ACR / AHR / TPR / JI per method, printed as a table. Figures (hard clusters
+``S*_beta`` and the scores ACR / AHR / TPR / JI per method, printed as a table, followed by the table of
+the sentences of ``S*_beta`` and of each method's ``R_S``. Figures (hard clusters
 with each method's sentences, beta sweep) are saved in ``out_dir`` and logged to W&B when asked.
 """
 
@@ -27,6 +28,7 @@ from nemo_train.lbee.encoders import Encoder, SyntheticCLIP
 from nemo_train.lbee.partition import partition_precision
 from nemo_train.lbee.plots import beta_sweep_plot, cluster_grid
 from nemo_train.lbee.relevance import AttributeRelevance, Relevance
+from nemo_train.lbee.report import print_sentence_table
 from nemo_train.lbee.search import FailureModeSearch, MethodScores, beta_sweep, evaluate
 from nemo_train.lbee.sentences import AttributeSentences, SentenceSource
 from nemo_train.lbee.training import fit_quietly
@@ -225,6 +227,7 @@ def lbee(
         + (f"; partition P@{evaluation.partition_k} {precision:.3f}" if precision is not None else "")
     )
     print_table(columns, rows, title="Failure-mode sentences", caption=caption)
+    print_sentence_table(sentence_set.texts, gamma, omega, s_star, scores, beta)
     if wandb:
         _log_wandb(columns, rows, files, out)
     return res

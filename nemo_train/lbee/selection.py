@@ -4,8 +4,14 @@
 contrasted with its closest easy prototype (cosine). The four selection rules:
 
 * ``TopS`` — the ``K`` sentences most similar to the hard prototype (no contrast);
-* ``SetDiff`` — the ``K`` most similar sentences to the hard prototype that are not in the easy
-  prototype's set ``S^e`` (its top ``K`` sentences filled with every sentence above ``tau``);
+* ``SetDiff`` — ``S^h \\ S^e``: the sentences of the hard prototype's set ``S^h`` that are not in the easy
+  prototype's set ``S^e`` (each set: the prototype's top ``K`` sentences filled with every sentence
+  above ``tau``), most similar to the hard prototype first; when fewer than ``K`` remain, the next most
+  similar sentences outside ``S^e`` complete them (and the top hard sentences if every one is in ``S^e``).
+  With the raw cosine fill ``S^h`` is a prefix of the hard ranking, so this is simply the ``K`` most
+  similar sentences outside ``S^e``, as the reference study states it; with the standardised fill
+  ``S^h`` is not a prefix, and a sentence that describes neither cluster (high raw similarity to every
+  image) no longer comes before the hard cluster's own sentences;
 * ``PDiff`` — the ``K`` largest entries of ``d = v^h - v^e``;
 * ``FPDiff`` — the ``K`` largest entries of ``d`` among the hard prototype's set ``S^h`` (its top ``K``
   filled with every sentence above ``tau``, so it always holds ``K`` or more).
@@ -110,8 +116,9 @@ def select(
     if method == "TopS":
         return order_h[:k].tolist()
     if method == "SetDiff":
-        easy = relevant_set(v_easy, k, tau, fill_easy)
-        chosen = _first_k(order_h, lambda i: i not in easy, k)
+        hard, easy = relevant_set(v_hard, k, tau, fill_hard), relevant_set(v_easy, k, tau, fill_easy)
+        chosen = _first_k(order_h, lambda i: i in hard and i not in easy, k)  # S^h minus S^e, hard-ranked
+        chosen += _first_k(order_h, lambda i: i not in easy and i not in chosen, k - len(chosen))
         return chosen + _first_k(order_h, lambda i: i not in chosen, k - len(chosen))  # all in S^e: top hard
     diff = v_hard - v_easy
     order_d = diff.argsort(descending=True, stable=True)

@@ -86,6 +86,20 @@ def test_search_fills_with_standardised_scores_of_the_analysed_images():
             assert cluster.selections[method] == expected
 
 
+def test_setdiff_takes_the_hard_set_minus_the_easy_set_first():
+    """v_h = [.5, .4, .3, .2], v_e = [.5, .3, .1, .0], K = 2, tau = 1 on given fill scores:
+    z_h = [2, 0, 2, 0] -> S^h = top-2 {0, 1} + {0, 2} = {0, 1, 2}; z_e = [2, 0, 0, 0] -> S^e = top-2
+    {0, 1} + {0} = {0, 1}; S^h minus S^e = {2} -> [2], completed by the next hard-ranked sentence outside
+    S^e: 3 -> [2, 3]. With K = 1 and z_h = [2, 0, 2, 0]: S^h = {0, 2}, S^e = {0}: sentence 1 (raw .4, but
+    z 0: it fits every image alike) is outside both sets and comes after 2 -> [2]."""
+    v_h, v_e = torch.tensor([0.5, 0.4, 0.3, 0.2]), torch.tensor([0.5, 0.3, 0.1, 0.0])
+    z_h, z_e = torch.tensor([2.0, 0.0, 2.0, 0.0]), torch.tensor([2.0, 0.0, 0.0, 0.0])
+    assert select("SetDiff", v_h, v_e, k=2, tau=1.0, fill_hard=z_h, fill_easy=z_e) == [2, 3]
+    assert select("SetDiff", v_h, v_e, k=1, tau=1.0, fill_hard=z_h, fill_easy=z_e) == [2]
+    # with the raw similarities as fill S^h is a prefix of the hard ranking: the K best outside S^e
+    assert select("SetDiff", v_h, v_e, k=1, tau=0.35) == [1]
+
+
 def test_relevant_set_fills_above_tau():
     assert relevant_set(V_H, 2, 0.25) == {0, 1, 4}
     assert relevant_set(V_H, 2, 0.5) == {0, 1}
