@@ -183,7 +183,7 @@ def distill_teacher(
             what the classifier expects of that class).
         val_fraction: share of kept errors whose pairs go to ``val.jsonl``.
         error_batch: errors the teacher labels together (one batched request per stage with an MLLM); the
-            labels do not depend on it.
+            labels do not depend on it unless a local model samples the hypotheses.
     """
     views = list(views or ["error", "gradcam", "change"])
     out = Path(out_dir)
