@@ -35,14 +35,8 @@ PRESETS = sorted((ROOT / "configs" / "distill").glob("*.yaml"))
 
 
 @pytest.fixture(scope="module")
-def checkpoint(trained_cmnist_classifier, tmp_path_factory):
-    import lightning
-
-    module, _ = trained_cmnist_classifier
-    path = tmp_path_factory.mktemp("ckpt") / "model_a.ckpt"
-    state = {"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams)}
-    torch.save({**state, "pytorch-lightning_version": lightning.__version__}, path)
-    return str(path)
+def checkpoint(model_a_checkpoint):
+    return model_a_checkpoint
 
 
 @pytest.mark.parametrize("path", PRESETS, ids=lambda p: p.name)

@@ -12,7 +12,6 @@ import os
 import re
 
 import pytest
-import torch
 from loopback_openai_server import LoopbackOpenAIServer, completion, error
 
 from nemo_train.backends import OpenAICompatibleBackend
@@ -74,14 +73,8 @@ def _fake_key():
 
 
 @pytest.fixture(scope="module")
-def checkpoint(trained_cmnist_classifier, tmp_path_factory):
-    import lightning
-
-    module, _ = trained_cmnist_classifier
-    path = tmp_path_factory.mktemp("ckpt") / "model_a.ckpt"
-    state = {"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams)}
-    torch.save({**state, "pytorch-lightning_version": lightning.__version__}, path)
-    return str(path)
+def checkpoint(model_a_checkpoint):
+    return model_a_checkpoint
 
 
 def _run(checkpoint, server, out, error_batch: int) -> tuple[dict, CountingBackend, int]:
