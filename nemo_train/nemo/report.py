@@ -123,8 +123,11 @@ def failures_per_method(cells: list[CellScore]) -> dict[str, int]:
     return dict(out)
 
 
-def print_report(cells: list[CellScore], benchmark: str) -> str:
-    """Print the table (one row per method; LLM Match and CEI per target) and return its text."""
+def print_report(cells: list[CellScore], benchmark: str, cei_note: str | None = None) -> str:
+    """Print the table (one row per method; LLM Match and CEI per target) and return its text.
+
+    ``cei_note`` says what derived the counterfactuals when a rule stood in for the language model.
+    """
     methods = list(dict.fromkeys(c.method for c in cells))
     labels = {c.method: c.label for c in cells}
     targets = list(dict.fromkeys(c.target for c in cells))
@@ -151,6 +154,8 @@ def print_report(cells: list[CellScore], benchmark: str) -> str:
         rows.append(row)
     sizes = sorted({c.n for c in cells})
     caption = f"errors per cell: {', '.join(map(str, sizes))}; CEI in percentage points"
+    if cei_note:
+        caption += f" ({cei_note})"
     if any_empty:
         caption += "; empty = explanations that came back empty (scored as CEI 0)"
     if any_failed:

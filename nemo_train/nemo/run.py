@@ -61,7 +61,8 @@ def nemo_eval(
     Args:
         benchmark: which errors (benchmark name, ``n`` errors per target, ``seed``, data folders).
         targets: the classifiers: checkpoint paths (a column named by the checkpoint's experiment folder),
-            or ``CheckpointTarget`` / ``TimmModel`` / ``ZeroShotModel`` objects (each may take a ``name``).
+            or ``CheckpointTarget`` / ``TimmModel`` / ``ZeroShotModel`` / ``CaptionZeroShotModel`` (the small CLIP
+            as a zero-shot classifier of a generated benchmark) objects (each may take a ``name``).
         methods: explanation methods (default: SciTX and the three baselines): ``SciTXMethod``,
             ``ErrorRetrievalMethod``, ``CamMLLMMethod``, ``ChangeMLLMMethod``, ``KnownCauseMethod``,
             ``DistractorMethod`` from ``nemo_train.nemo.components``.
@@ -69,7 +70,8 @@ def nemo_eval(
             none = the offline rule-based parts (generated benchmarks only).
         judges: the judge panel (``LLMJudge`` per model; default: the offline keyword judge, generated
             benchmarks only). A judge without a ``criterion`` takes the benchmark's.
-        editor: ``ExactEdit`` (generated data; default), ``DiffusersEdit`` or ``PromptEdit`` (zero-shot targets).
+        editor: ``ExactEdit`` (generated data; default), ``DiffusersEdit`` or ``PromptEdit`` (zero-shot targets;
+            offline on generated data the class prompts are rewritten by the caption rule, not a model).
         run: ``out_dir`` (results, reply cache, lock), ``wandb``, ``batched``, ``global_explanation``.
 
     Returns:
@@ -89,7 +91,7 @@ def nemo_eval(
         store = ResultStore(out / "results.jsonl")
         _attach_caches(explainer, panel_judges, out / "llm_cache")
         panel = JudgePanel([j.for_benchmark(benchmark.name) for j in panel_judges])
-        _note_offline_parts(explainer, judges)
+        _note_offline_parts(explainer, judges, editor)
         mapping, class_names = benchmark.classes()
         shared = {
             "benchmark": benchmark.settings(),
@@ -116,7 +118,7 @@ def nemo_eval(
                     print(f"global explanation ({name}): {text}")
         records = [store.get(key) for key in dict.fromkeys(progress.keys)]
         cells = summarize(records, OFFLINE_STAND_INS if explainer is None else None)
-        print_report(cells, benchmark.name)
+        print_report(cells, benchmark.name, editor.offline_note(explainer))
         rate, pairs = known_cause_win_rate(records)
         summary = NemoEvalSummary(
             benchmark=benchmark.name,
@@ -162,10 +164,12 @@ OFFLINE_STAND_INS = {
 }
 
 
-def _note_offline_parts(explainer: ChatBackend | None, judges: list[Judge] | None) -> None:
+def _note_offline_parts(explainer: ChatBackend | None, judges: list[Judge] | None, editor: EditorSpec) -> None:
     offline = []
     if explainer is None:
-        offline.append("hypotheses from the attribute-contrast template and edits derived by the keyword parser")
+        offline.append("hypotheses from the attribute-contrast template")
+    if editor.offline_note(explainer):
+        offline.append(editor.offline_note(explainer))
     if not judges:
         offline.append("judging by the keyword judge")
     if offline:

@@ -236,6 +236,8 @@ class ZeroShotTarget(Target):
         model: a transformers ``CLIPModel`` / ``SiglipModel`` (or a hub id / local path to load one).
         tokenizer: its tokenizer (loaded with ``AutoTokenizer`` when ``model`` is a string and this is None).
         class_names: benchmark classes; ``template`` is filled with each (``"a photo of a {}"``).
+        class_prompts: one prompt per class instead of the template (e.g. written like a CLIP's training
+            captions, ``"the digit three"``).
         image_size, mean, std: pixel preprocessing (read from the hub image processor when loading by id).
     """
 
@@ -246,6 +248,7 @@ class ZeroShotTarget(Target):
         tokenizer=None,
         template: str = "a photo of a {}",
         image_size: int | None = None,
+        class_prompts: Sequence[str] | None = None,
         mean: Sequence[float] = (0.48145466, 0.4578275, 0.40821073),
         std: Sequence[float] = (0.26862954, 0.26130258, 0.27577711),
     ) -> None:
@@ -273,6 +276,9 @@ class ZeroShotTarget(Target):
         self.tokenizer = tokenizer
         self.template = template
         self.class_names = list(class_names)
+        if class_prompts is not None and len(class_prompts) != len(self.class_names):
+            raise UserInputError(f"{len(class_prompts)} class prompts for {len(self.class_names)} classes")
+        self.class_prompts = None if class_prompts is None else list(class_prompts)
         self.image_size = image_size or self.model.config.vision_config.image_size
         self.is_siglip = "siglip" in type(self.model).__name__.lower()
         self.register_buffer("mean", torch.tensor(mean).view(1, 3, 1, 1), persistent=False)
@@ -282,10 +288,10 @@ class ZeroShotTarget(Target):
     @property
     def prompts(self) -> list[str]:
         """The original prompt ``s_o`` of each class."""
-        return [self.template.format(name) for name in self.class_names]
+        return self.class_prompts or [self.template.format(name) for name in self.class_names]
 
     def prompt_for(self, class_index: int) -> str:
-        return self.template.format(self.class_names[class_index])
+        return self.prompts[class_index]
 
     @staticmethod
     def _pooled(out) -> torch.Tensor:

@@ -17,7 +17,13 @@ from nemo_train.nemo.components.methods import (
     default_methods,
 )
 from nemo_train.nemo.components.settings import SYNTHETIC_BENCHMARKS, BenchmarkArgs, BenchmarkName, RunArgs
-from nemo_train.nemo.components.targets import CheckpointTarget, TargetSpec, TimmModel, ZeroShotModel
+from nemo_train.nemo.components.targets import (
+    CaptionZeroShotModel,
+    CheckpointTarget,
+    TargetSpec,
+    TimmModel,
+    ZeroShotModel,
+)
 
 __all__ = [
     "SYNTHETIC_BENCHMARKS",
@@ -25,6 +31,7 @@ __all__ = [
     "BenchmarkName",
     "BuildContext",
     "CamMLLMMethod",
+    "CaptionZeroShotModel",
     "ChangeMLLMMethod",
     "CheckpointTarget",
     "DiffusersEdit",

@@ -16,6 +16,7 @@ from nemo_train.errors import UserInputError
 from nemo_train.nemo import interventions as iv
 from nemo_train.nemo.benchmark import NemoBenchmark
 from nemo_train.nemo.editors import DiffusersEditor
+from nemo_train.nemo.prompt_rule import CaptionPromptRule
 
 
 class EditorSpec(ABC):
@@ -30,6 +31,10 @@ class EditorSpec(ABC):
         """What changes the edits (part of every result's settings)."""
         return {"class": type(self).__name__, **vars(self)}
 
+    def offline_note(self, backend: ChatBackend | None) -> str | None:
+        """What derives the interventions in place of a language model with this backend (``None``: a model)."""
+        return None
+
 
 class ExactEdit(EditorSpec):
     """Exact re-rendering of generated data (the benchmark's renderer).
@@ -41,6 +46,11 @@ class ExactEdit(EditorSpec):
 
     def __init__(self, deriver: Literal["auto", "keyword", "llm"] = "auto") -> None:
         self.deriver = deriver
+
+    def offline_note(self, backend: ChatBackend | None) -> str | None:
+        if backend is None or self.deriver == "keyword":
+            return "edits derived by the keyword parser, not a model"
+        return None
 
     def build_scorer(self, benchmark, target, backend, seed, batched):
         if benchmark.renderer is None:
@@ -100,10 +110,41 @@ class DiffusersEdit(EditorSpec):
 
 
 class PromptEdit(EditorSpec):
-    """Counterfactual prompt intervention for zero-shot targets: the explainer rewrites the class prompt."""
+    """Counterfactual prompt intervention for zero-shot targets (NEMO Eq. 8): the true class's prompt is
+    rewritten to name the cue the explanation identifies, and ``P(y)`` is read off the new softmax.
+
+    Args:
+        deriver: who rewrites the prompt: ``llm`` (the explainer), ``caption_rule`` (offline, generated
+            benchmarks only: :class:`~nemo_train.nemo.prompt_rule.CaptionPromptRule` writes the values the
+            explanation names in the word order of the small CLIP's training captions; a rule, not a model)
+            or ``auto`` (``llm`` when an explainer is configured, else ``caption_rule``).
+    """
+
+    def __init__(self, deriver: Literal["auto", "caption_rule", "llm"] = "auto") -> None:
+        self.deriver = deriver
+
+    def uses_rule(self, backend: ChatBackend | None) -> bool:
+        """Whether the prompts are rewritten by the caption rule (not a model) for this backend."""
+        return self.deriver == "caption_rule" or (self.deriver == "auto" and backend is None)
+
+    def offline_note(self, backend: ChatBackend | None) -> str | None:
+        return "class prompts rewritten by the caption rule, not a model" if self.uses_rule(backend) else None
 
     def build_scorer(self, benchmark, target, backend, seed, batched):
-        if backend is None:
-            raise UserInputError("PromptEdit needs an explainer endpoint to rewrite the class prompt")
-        deriver = iv.LLMInstructionDeriver(backend, "prompt", prompt_template=target.template)
+        if self.uses_rule(backend):
+            if benchmark.vocabulary is None:
+                raise UserInputError(
+                    f"benchmark {benchmark.name!r} has no generator vocabulary for the caption prompt rule; "
+                    "configure an explainer endpoint to rewrite the class prompts"
+                )
+            deriver = CaptionPromptRule(benchmark.name, benchmark.vocabulary)
+        elif backend is None:
+            raise UserInputError("PromptEdit(deriver='llm') needs an explainer endpoint to rewrite the class prompt")
+        else:
+            deriver = iv.LLMInstructionDeriver(
+                backend,
+                "prompt",
+                prompt_template=getattr(target, "template", "a photo of a {}"),
+                class_prompts=getattr(target, "prompts", None),
+            )
         return iv.CounterfactualScorer(target, deriver, mode="prompt", batched=batched)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 from jsonargparse.typing import PositiveInt
@@ -13,6 +12,7 @@ from datamodules.captions import VOCABULARIES
 from nemo_train.backends.base import ChatBackend
 from nemo_train.errors import UserInputError
 from nemo_train.nemo.benchmark import SYNTHETIC, NemoBenchmark
+from nemo_train.nemo.components.targets import check_clip_folder
 from nemo_train.nemo.interventions import CounterfactualScorer
 from nemo_train.nemo.methods import cam_mllm, change_mllm, error_retrieval, reference, scitx
 from nemo_train.nemo.methods.base import Method
@@ -143,16 +143,6 @@ class ErrorRetrievalMethod(_Baseline):
         encoder = ZeroShotTarget(self.clip_model, vocabulary.zero_shot_prompts(class_attribute), template="{}")
         return error_retrieval.ContrastRetrieval(
             encoder, error_retrieval.caption_pairs(vocabulary, skip=[class_attribute]), k=self.k
-        )
-
-
-def check_clip_folder(name: str) -> None:
-    """A one-line error when ``name`` is a local CLIP folder that does not exist yet (a hub id passes)."""
-    hub_id = name.count("/") == 1 and not name.startswith((".", "/", "~"))
-    if not hub_id and not Path(name).exists():
-        raise UserInputError(
-            f"CLIP folder {name!r} does not exist; train and export the small CLIP first: "
-            "nemo-train fit --config configs/clip/synthetic.yaml"
         )
 
 

@@ -12,9 +12,11 @@ import zipfile
 from abc import ABC, abstractmethod
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from datamodules.captions import VOCABULARIES
 from nemo_train.errors import UserInputError
+from nemo_train.nemo.benchmark import SYNTHETIC
 from nemo_train.nemo.targets import ClassMapping, Target, TimmTarget, ZeroShotTarget, load_checkpoint_target
 from nemo_train.store import file_digest
 
@@ -144,6 +146,63 @@ class ZeroShotModel(TargetSpec):
         if class_names is None:
             raise UserInputError(f"zero-shot target {self.model!r} needs an image-folder benchmark's class names")
         return ZeroShotTarget(self.model, class_names, template=self.template)
+
+
+class CaptionZeroShotModel(TargetSpec):
+    """The small CLIP trained on our generators' captions as a zero-shot classifier of a generated benchmark.
+
+    Its class prompts are the one-attribute captions of the class attribute it was trained on ("the digit
+    three", "a render of a cube"), not "a photo of a 3". With ``PromptEdit`` as the editor, CEI is measured
+    by counterfactual prompt intervention.
+
+    Args:
+        clip_model: the Hugging Face folder ``nemo-train fit --config configs/clip/synthetic.yaml`` exports
+            (``checkpoints/clip_synthetic/hf``), or a hub id.
+        captions: the generator whose captions the class prompts follow; it must be the benchmark's.
+    """
+
+    def __init__(
+        self,
+        clip_model: str = "checkpoints/clip_synthetic/hf",
+        captions: Literal["cmnist", "clevr"] = "cmnist",
+        name: str | None = None,
+    ) -> None:
+        super().__init__(name)
+        self.clip_model, self.captions = clip_model, captions
+
+    def default_name(self) -> str:
+        return f"zero-shot {Path(self.clip_model).parent.name or self.clip_model}"
+
+    @property
+    def class_prompts(self) -> list[str]:
+        return VOCABULARIES[self.captions].zero_shot_prompts(SYNTHETIC[self.captions]["class_attribute"])
+
+    def check(self) -> None:
+        check_clip_folder(self.clip_model)
+
+    def identity(self) -> dict[str, Any]:
+        self.check()
+        weights = Path(self.clip_model) / "model.safetensors"
+        if weights.is_file():
+            found = {"zero_shot": str(Path(self.clip_model).resolve()), "sha256": file_digest(weights)}
+        else:
+            found = {"zero_shot": self.clip_model}
+        return {**found, "class_prompts": self.class_prompts}
+
+    def build(self, class_names: list[str] | None, mapping: ClassMapping | None) -> Target:
+        self.check()
+        words = VOCABULARIES[self.captions].words[SYNTHETIC[self.captions]["class_attribute"]]
+        return ZeroShotTarget(self.clip_model, words, template="{}", class_prompts=self.class_prompts)
+
+
+def check_clip_folder(name: str) -> None:
+    """A one-line error when ``name`` is a local CLIP folder that does not exist yet (a hub id passes)."""
+    hub_id = name.count("/") == 1 and not name.startswith((".", "/", "~"))
+    if not hub_id and not Path(name).exists():
+        raise UserInputError(
+            f"CLIP folder {name!r} does not exist; train and export the small CLIP first: "
+            "nemo-train fit --config configs/clip/synthetic.yaml"
+        )
 
 
 def as_spec(target: str | TargetSpec) -> TargetSpec:
