@@ -180,8 +180,11 @@ class CaptionDataModule(SplitDataModule):
     Args:
         sources: generators to draw from (``cmnist``, ``clevr``, ``nico``).
         image_size: side of every image (sources are rendered or resized to it).
-        train_per_source, val_per_source: images per source in each split (validation styles and CMNIST
-            exemplars are disjoint from training).
+        train_per_source: training images of every source, or a mapping ``{source: images}`` naming each
+            source of ``sources`` (to over-weight a source that is learned more slowly, e.g. the NICO-like
+            objects: its images then fill a larger share of every batch).
+        val_per_source: validation images per source (validation styles and CMNIST exemplars are disjoint
+            from training).
         partial_caption_prob: fraction of captions naming one attribute only (in a minimal-pair group,
             the attribute that varies).
         group_size: members of a training minimal-pair group (at most the number of values of the
@@ -194,7 +197,7 @@ class CaptionDataModule(SplitDataModule):
         self,
         sources: list[Source] = ["cmnist", "clevr", "nico"],  # noqa: B006 (jsonargparse shows the default)
         image_size: int = 32,
-        train_per_source: int = 4000,
+        train_per_source: int | dict[Source, int] = 4000,
         val_per_source: int = 400,
         partial_caption_prob: float = 0.3,
         group_size: int = 1,
@@ -210,11 +213,23 @@ class CaptionDataModule(SplitDataModule):
         if unknown:
             raise UserInputError(f"unknown caption source(s) {unknown}; expected some of {list(SOURCES)}")
         check_range("partial_caption_prob", partial_caption_prob, 0.0, 1.0)
-        check_range("train_per_source", train_per_source, 1, 200_000, "images")
         check_range("val_per_source", val_per_source, 1, 200_000, "images")
         check_range("group_size", group_size, 1, 64, "images per minimal-pair group")
         check_loader(batch_size, num_workers)
         self.sources = list(dict.fromkeys(sources))
+        if isinstance(train_per_source, dict):
+            missing = [s for s in self.sources if s not in train_per_source]
+            if missing:
+                raise UserInputError(f"train_per_source names no image count for source(s) {missing}")
+            unknown = [s for s in train_per_source if s not in SOURCES]
+            if unknown:
+                raise UserInputError(f"train_per_source names unknown source(s) {unknown}; expected {list(SOURCES)}")
+            #: training images of each source
+            self.train_counts = {s: train_per_source[s] for s in self.sources}
+        else:
+            self.train_counts = dict.fromkeys(self.sources, train_per_source)
+        for source, count in self.train_counts.items():
+            check_range(f"train_per_source[{source}]", count, 1, 200_000, "images")
         #: (source, attribute) of every column of ``attrs``
         self.slots: list[tuple[str, str]] = [(s, a) for s in self.sources for a in VOCABULARIES[s].words]
 
@@ -266,9 +281,10 @@ class CaptionDataModule(SplitDataModule):
             images = F.interpolate(images, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
         return to_uint8(images)
 
-    def _split(self, n: int, gen: torch.Generator, group_size: int, pool: str) -> CaptionDataset:
+    def _split(self, counts: dict[str, int], gen: torch.Generator, group_size: int, pool: str) -> CaptionDataset:
         images, captions, sources, attrs, groups = [], [], [], [], []
         for si, source in enumerate(self.sources):
+            n = counts[source]
             vocab = VOCABULARIES[source]
             names = list(vocab.words)
             values, group, repeat, varies = self._values(source, n, group_size, gen)
@@ -300,12 +316,18 @@ class CaptionDataModule(SplitDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         """Render both splits once (idempotent); validation uses other styles and CMNIST exemplars, and
-        independent images (no groups). The test and predict loaders serve the validation split."""
+        independent images (no groups). The test and predict loaders serve the validation split.
+
+        Each split has its own random stream, so the validation images depend on ``seed``, ``sources``
+        and ``val_per_source`` only: runs with other training sizes or groups are compared on the same
+        images (two 400-image validation draws of one model differ by up to 0.06 in CLEVR shape)."""
         if self.train_set is not None:
             return
         gen = torch.Generator().manual_seed(self.hparams.seed)
-        self.train_set = self._split(self.hparams.train_per_source, gen, self.hparams.group_size, "train")
-        self.val_set = self.test_set = self._split(self.hparams.val_per_source, gen, 1, "test")
+        self.train_set = self._split(self.train_counts, gen, self.hparams.group_size, "train")
+        val_counts = dict.fromkeys(self.sources, self.hparams.val_per_source)
+        val_gen = torch.Generator().manual_seed(self.hparams.seed + 1)
+        self.val_set = self.test_set = self._split(val_counts, val_gen, 1, "test")
 
     def train_dataloader(self) -> DataLoader:
         if self.train_set is None:

@@ -66,6 +66,13 @@ def lightning_checkpoint():
     return _save_lightning_checkpoint
 
 
+@pytest.fixture(scope="session")
+def model_a_checkpoint(trained_cmnist_classifier, tmp_path_factory) -> str:
+    """The session's trained CMNIST Model-A classifier saved at ``<tmp>/model_a/best.ckpt``."""
+    module, _ = trained_cmnist_classifier
+    return _save_lightning_checkpoint(module, tmp_path_factory.mktemp("ckpt") / "model_a" / "best.ckpt")
+
+
 @pytest.fixture(autouse=True)
 def _no_wandb_run_outlives_its_test():
     """Finish a W&B run a test left open: Lightning's WandbLogger would otherwise adopt it in a later test."""

@@ -1,34 +1,38 @@
 """``nemo-train distill-teacher``: mine errors, label them with a teacher, write the student's training pairs.
 
-1. Mine up to ``n`` errors of the classifier on a split disjoint from every evaluation error
-   (:mod:`nemo_train.nemo.mining`).
+1. Mine up to ``n`` errors of the classifier (and of each classifier of a ``pool``) on a split disjoint
+   from every evaluation error (:mod:`nemo_train.nemo.mining`).
 2. Label each with the teacher: the exhaustive attribute search on generated data (no ``hypotheses``
    backend), or SciTX with the configured MLLM backend as hypothesis source.
 3. Keep labels whose CEI is at least ``min_cei`` and write, per kept error and per view, one pair in the
    explanation-record JSONL format (``pairs/train.jsonl``, ``pairs/val.jsonl``; images under ``pairs/images``)
    whose answer is the structured explanation (hypothesis + ``Edit: ...``), with its CEI and provenance.
 
-Every label is appended to ``<out_dir>/teacher.jsonl`` as soon as it is computed (flushed and fsynced);
-a rerun with the same ``out_dir`` skips labelled errors, and language-model replies are cached under
+The teacher labels ``error_batch`` errors at a time: with an MLLM, the reference captions, hypotheses and
+derived edits of the whole batch go out as one batched request per stage (one padded ``generate`` for a
+local model, ``concurrency`` parallel requests to an endpoint); a batch whose request fails for good is
+retried one error at a time, and an error that still fails is left unlabelled for the next run. Every
+label is appended to ``<out_dir>/teacher.jsonl`` as soon as its batch is done (flushed and fsynced); a
+rerun with the same ``out_dir`` skips labelled errors, and language-model replies are cached under
 ``<out_dir>/llm_cache``, as in ``nemo-eval``.
 """
 
 from __future__ import annotations
 
-import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import torch
+from jsonargparse.typing import PositiveInt
 
-from datamodules.explanations import ExplanationRecord, to_pil, write_records
-from nemo_train.backends.base import ChatBackend
+from nemo_train.backends.base import BackendError, ChatBackend
 from nemo_train.backends.cache import ResponseCache
 from nemo_train.console import print_table
 from nemo_train.errors import UserInputError
 from nemo_train.nemo.components.editors import DiffusersEdit
 from nemo_train.nemo.components.targets import CheckpointTarget, TargetSpec, TimmModel
+from nemo_train.nemo.distill_pairs import LabelledErrors, ReferenceClass, pairs_from_labels
 from nemo_train.nemo.evaluation import record_key
 from nemo_train.nemo.interventions import (
     CounterfactualScorer,
@@ -38,14 +42,9 @@ from nemo_train.nemo.interventions import (
 from nemo_train.nemo.methods.scitx import MLLMCaptioner, MLLMHypothesizer, SciTX
 from nemo_train.nemo.mining import mine_folder_errors, mine_synthetic_errors
 from nemo_train.nemo.targets import ClassMapping
-from nemo_train.nemo.teacher import ExhaustiveAttributeTeacher, SciTXTeacher, TeacherLabel, View, view_inputs
+from nemo_train.nemo.teacher import ExhaustiveAttributeTeacher, SciTXTeacher, TeacherLabel, View, label_many
 from nemo_train.quiet import progress_bar
-from nemo_train.store import ResultStore
-
-
-def _save(image: torch.Tensor, path: Path) -> str:
-    to_pil(image).save(path)
-    return str(path.resolve())
+from nemo_train.store import ResultStore, fingerprint
 
 
 def target_spec(classifier: str | TargetSpec) -> TargetSpec:
@@ -78,44 +77,55 @@ def teacher_scorer(
     return editor.build_scorer(bench, target, backend, seed, batched=True)
 
 
-def pairs_from_labels(
-    labels: list[dict],
-    benchmark,
-    target,
-    out_dir: Path,
-    views: list[View],
-    val_fraction: float,
-    seed: int,
-) -> dict[str, Path]:
-    """Write the kept labels as explanation-record pairs, one per view, split by error into train / val."""
-    images_dir = out_dir / "images"
-    images_dir.mkdir(parents=True, exist_ok=True)
-    samples = {s.sample_id: s for s in benchmark.errors}
-    order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed)).tolist()
-    n_val = math.ceil(val_fraction * len(labels)) if val_fraction > 0 else 0
-    val_ids = {labels[i]["sample_id"] for i in order[:n_val]}
-    train, val = [], []
-    for label in labels:
-        sample = samples[label["sample_id"]]
-        for view in views:
-            built = view_inputs(view, sample, benchmark, target)
-            if built is None:
-                continue
-            image, second, question = built
-            stem = f"{sample.sample_id}_{view}"
-            record = ExplanationRecord(
-                image=_save(image, images_dir / f"{stem}.png"),
-                counterfactual=_save(second, images_dir / f"{stem}_ref.png") if second is not None else None,
-                explanation=label["answer"],
-                prompt=question,
-                cause=(benchmark.cause or {}).get("attribute"),
-                label=label["label"],
-                prediction=label["prediction"],
-                cei=round(label["cei"], 4),
-                provenance={"teacher": label["teacher"], "sample_id": sample.sample_id, "view": view},
-            )
-            (val if sample.sample_id in val_ids else train).append(record)
-    return {"train": write_records(train, out_dir / "train.jsonl"), "val": write_records(val, out_dir / "val.jsonl")}
+def _label_chunk(teacher, chunk, bench, failed: list[str]) -> list[tuple[Any, TeacherLabel | None]]:
+    """``(error, label)`` for the errors of ``chunk`` the teacher labelled; when the batched request fails for
+    good each error is retried alone (replies that came back are cached), and the reason of every error
+    that still fails is added to ``failed``."""
+    try:
+        return list(zip(chunk, label_many(teacher, chunk, bench)))
+    except BackendError as err:
+        if len(chunk) == 1:
+            failed.append(str(err))
+            return []
+        return [pair for sample in chunk for pair in _label_chunk(teacher, [sample], bench, failed)]
+
+
+@dataclass
+class PoolClassifier:
+    """One more classifier of a pool (generated data): the teacher labels its mined errors too.
+
+    Args:
+        classifier: its checkpoint (its experiment folder names it, as for ``classifier``).
+        bias: the bias of its training data: a preset (``model_a``) or ``{digit: [colour, ...]}``; the mined
+            errors are its bias-conflicting ones.
+    """
+
+    classifier: str
+    bias: str | dict[int, list[str]] | None = None
+
+
+def _label_errors(teacher, bench, store: ResultStore, name: str, settings: dict, min_cei: float, error_batch: int):
+    """Label the errors of ``bench`` not in ``store`` yet, ``error_batch`` at a time, appending each label;
+    returns ``(records of every labelled error, errors labelled now, reasons of the errors that failed)``."""
+    failed: list[str] = []
+    pending = [s for s in bench.errors if store.lookup(record_key(name, teacher.name, s.sample_id), settings) is None]
+    total = len(bench.errors)
+    bar = progress_bar(total=total, initial=total - len(pending), desc=f"teacher {name}", unit="error")
+    computed = 0
+    for start in range(0, len(pending), error_batch):
+        chunk = pending[start : start + error_batch]
+        for sample, label in _label_chunk(teacher, chunk, bench, failed):
+            record = {"key": record_key(name, teacher.name, sample.sample_id), "kept": False, "cei": 0.0}
+            record["sample_id"] = sample.sample_id
+            if label is not None:
+                record.update(label.to_json(), kept=label.cei >= min_cei)
+            store.append(record, settings)
+            computed += 1
+        bar.update(len(chunk))
+    bar.close()
+    keys = [record_key(name, teacher.name, s.sample_id) for s in bench.errors]
+    labels = [r for r in (store.records.get(k) for k in keys) if r and r.get("fingerprint") == fingerprint(settings)]
+    return labels, computed, failed
 
 
 def distill_teacher(
@@ -125,7 +135,8 @@ def distill_teacher(
     n: int = 300,
     seed: int = 1,
     styles: int = 2,
-    bias: str | None = None,
+    bias: str | dict[int, list[str]] | None = None,
+    pool: list[PoolClassifier] | None = None,
     data_kwargs: dict[str, Any] | None = None,
     mining_root: str | None = None,
     evaluation_root: str | None = None,
@@ -136,7 +147,9 @@ def distill_teacher(
     k: int = 8,
     min_cei: float = 20.0,
     views: list[View] | None = None,
+    reference_class: ReferenceClass = "either",
     val_fraction: float = 0.1,
+    error_batch: PositiveInt = 8,
 ) -> dict[str, Any]:
     """Label a classifier's errors on a mining split with a teacher and write the student's training pairs.
 
@@ -150,7 +163,12 @@ def distill_teacher(
             target (``{class: [imagenet ids]}``; default: the folder names are WordNet ids).
         out_dir: labels (``teacher.jsonl``), LLM cache and the pairs (``pairs/``); reruns resume here.
         n, seed, styles: errors to mine, sampling seed, exemplars / views per cell of the mining grid.
-        bias, data_kwargs: generated data: the datamodule's bias preset and extra arguments (CLEVR ``image_size``).
+        bias, data_kwargs: generated data: the classifier's training bias (a preset of the datamodule or, for
+            CMNIST, ``{digit: [colour, ...]}``; its conflicting errors are mined) and extra datamodule
+            arguments (CLEVR ``image_size``).
+        pool: generated data: more classifiers (each with its bias) whose errors the same teacher labels into
+            the same pairs, e.g. classifiers with different colour biases, so that a student has to read the
+            expected colour from the reference image instead of learning one classifier's answer.
         hypotheses: the teacher's hypothesis source, an MLLM backend (``class_path``); none: the exhaustive
             attribute search (generated data only).
         editor: with a backend on folder data, the diffusers instruction editor (``DiffusersEdit``: model id or
@@ -159,7 +177,13 @@ def distill_teacher(
         min_cei: keep only labels whose CEI (percentage points) is at least this.
         views: conversations per kept error: ``error`` (SciTX's question), ``gradcam`` (CamMLLM's), ``change``
             (ChangeMLLM's, with a correctly classified reference beside the error).
+        reference_class: the ``change`` view's reference: the nearest correctly classified image of the true or
+            the predicted class (``either``, as ChangeMLLM), of one of them (``true`` / ``predicted``), or the
+            ``prototype`` of the true class (the correctly classified one with the largest ``P(y)``: it shows
+            what the classifier expects of that class).
         val_fraction: share of kept errors whose pairs go to ``val.jsonl``.
+        error_batch: errors the teacher labels together (one batched request per stage with an MLLM); the
+            labels do not depend on it unless a local model samples the hypotheses.
     """
     views = list(views or ["error", "gradcam", "change"])
     out = Path(out_dir)
@@ -170,58 +194,62 @@ def distill_teacher(
             raise UserInputError(f"mining folder {mining_root!r} does not exist")
         if hypotheses is None:
             raise UserInputError("folder data needs an MLLM backend as the teacher's hypothesis source (hypotheses)")
-    spec = target_spec(classifier)
-    spec.check()
-    if dataset == "folder":
-        mapping = ClassMapping.for_folder(mining_root, mapping_file)
-        target = build_target(spec, mapping)
-        bench = mine_folder_errors(
-            "folder", mining_root, evaluation_root, target, "folder", n=n, seed=seed, class_folders=mapping.folders
-        )
-    else:
-        target = build_target(spec)
-        bench = mine_synthetic_errors(dataset, target, n, seed, styles, bias, datamodule_kwargs=data_kwargs)
+    if pool and dataset == "folder":
+        raise UserInputError("a classifier pool needs generated data (dataset cmnist or clevr)")
+    members = [(target_spec(classifier), bias)] + [(target_spec(p.classifier), p.bias) for p in pool or []]
+    for spec, _ in members:
+        spec.check()
+    if len({spec.label for spec, _ in members}) < len(members):
+        raise UserInputError(f"pool classifiers need distinct names; got {[spec.label for spec, _ in members]}")
     if hypotheses is not None and hypotheses.cache is None:
         hypotheses.cache = ResponseCache(out / "llm_cache")
-    if hypotheses is None:
-        teacher = ExhaustiveAttributeTeacher(target)
-    else:
-        scorer = teacher_scorer(bench, target, hypotheses, editor, seed)
-        scitx = SciTX(target, MLLMHypothesizer(hypotheses), scorer, k=k, m=m, captioner=MLLMCaptioner(hypotheses))
-        teacher = SciTXTeacher(scitx)
     store = ResultStore(out / "teacher.jsonl")
-    settings = {
-        "teacher": teacher.name,
-        "min_cei": min_cei,
-        "m": m,
-        "k": k,
-        "editor": editor.settings() if editor is not None else None,
-        "target": spec.identity(),
-        "hypotheses": hypotheses.fingerprint() if hypotheses is not None else None,
-    }
-    name = spec.label
-    started, computed = time.perf_counter(), 0
-    for sample in progress_bar(bench.errors, desc="teacher", unit="error"):
-        key = record_key(name, teacher.name, sample.sample_id)
-        if store.lookup(key, settings) is not None:
-            continue
-        label: TeacherLabel | None = teacher.label(sample, bench)
-        record = {"key": key, "kept": False, "cei": 0.0, "sample_id": sample.sample_id}
-        if label is not None:
-            record.update(label.to_json(), kept=label.cei >= min_cei)
-        store.append(record, settings)
-        computed += 1
-    labels = [store.get(record_key(name, teacher.name, s.sample_id)) for s in bench.errors]
-    kept = [r for r in labels if r["kept"]]
-    if not kept:
+    started, computed, failed, groups, rows = time.perf_counter(), 0, [], [], []
+    for spec, member_bias in members:
+        if dataset == "folder":
+            mapping = ClassMapping.for_folder(mining_root, mapping_file)
+            target = build_target(spec, mapping)
+            bench = mine_folder_errors(
+                "folder", mining_root, evaluation_root, target, "folder", n=n, seed=seed, class_folders=mapping.folders
+            )
+        else:
+            target = build_target(spec)
+            bench = mine_synthetic_errors(dataset, target, n, seed, styles, member_bias, datamodule_kwargs=data_kwargs)
+        if hypotheses is None:
+            teacher = ExhaustiveAttributeTeacher(target)
+        else:
+            scorer = teacher_scorer(bench, target, hypotheses, editor, seed)
+            scitx = SciTX(target, MLLMHypothesizer(hypotheses), scorer, k=k, m=m, captioner=MLLMCaptioner(hypotheses))
+            teacher = SciTXTeacher(scitx)
+        settings = {
+            "teacher": teacher.name,
+            "min_cei": min_cei,
+            "m": m,
+            "k": k,
+            "editor": editor.settings() if editor is not None else None,
+            "target": spec.identity(),
+            "hypotheses": hypotheses.fingerprint() if hypotheses is not None else None,
+        }
+        labels, done, lost = _label_errors(teacher, bench, store, spec.label, settings, min_cei, error_batch)
+        computed, failed = computed + done, failed + lost
+        kept = [r for r in labels if r["kept"]]
+        groups.append(LabelledErrors(spec.label, kept, bench, target))
+        mean_kept = sum(r["cei"] for r in kept) / len(kept) if kept else float("nan")
+        mean = sum(r["cei"] for r in labels) / len(labels) if labels else float("nan")
+        rows.append([spec.label, teacher.name, len(labels), len(kept), mean, mean_kept])
+    labelled = sum(row[2] for row in rows)
+    if not any(group.labels for group in groups):
         raise UserInputError(f"no teacher label reaches min_cei={min_cei}; lower it or mine more errors")
-    paths = pairs_from_labels(kept, bench, target, out / "pairs", views, val_fraction, seed)
-    mean = sum(r["cei"] for r in labels) / len(labels)
+    paths = pairs_from_labels(groups, out / "pairs", views, val_fraction, seed, reference_class)
     print_table(
-        ["teacher", "errors", f"kept (CEI >= {min_cei:g})", "mean CEI", "mean CEI kept"],
-        [[teacher.name, len(labels), len(kept), mean, sum(r["cei"] for r in kept) / len(kept)]],
+        ["classifier", "teacher", "errors", f"kept (CEI >= {min_cei:g})", "mean CEI", "mean CEI kept"],
+        rows,
         title="Distillation teacher",
         digits=1,
     )
     print(f"{computed} errors labelled in {time.perf_counter() - started:.1f} s; pairs: {paths['train']}")
-    return {"labels": len(labels), "kept": len(kept), "mean_cei": mean, **{k: str(v) for k, v in paths.items()}}
+    if failed:
+        print(f"{len(failed)} error(s) left unlabelled (the backend failed: {failed[0]}); rerun to retry them")
+    mean = sum(row[4] * row[2] for row in rows if row[2]) / max(labelled, 1)
+    kept_total = sum(len(group.labels) for group in groups)
+    return {"labels": labelled, "kept": kept_total, "mean_cei": mean, **{k: str(v) for k, v in paths.items()}}

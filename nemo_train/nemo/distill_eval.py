@@ -98,6 +98,7 @@ def distill_eval(
     editor: DiffusersEdit | None = None,
     error_batch: PositiveInt = 32,
     max_new_tokens: PositiveInt = 128,
+    distilled_on: str | None = None,
     out_dir: str = "checkpoints/distill_cmnist/eval",
 ) -> dict:
     """Evaluate a distilled explainer with NEMO (CEI, LLM Match) on held-out errors, next to its teacher and KnownCause.
@@ -129,6 +130,8 @@ def distill_eval(
             call (its LoRA weights merged into the base model).
         max_new_tokens: the longest answer the student writes (its structured answers take ~50-90 tokens; the
             cap keeps one sampled answer that never ends from holding its whole batch).
+        distilled_on: what the student was distilled on, for the table's title (default: the first target;
+            e.g. a pool of classifiers that includes it).
         out_dir: ``results.jsonl`` and the reply cache; reruns resume (a row whose options changed recomputes).
     """
     if not Path(student).is_dir():
@@ -203,7 +206,8 @@ def distill_eval(
     print_table(
         columns,
         table,
-        title=f"Distilled explainer on held-out {dataset} errors (distilled on {target_names[0]}; others: unseen biases)",
+        title=f"Distilled explainer on held-out {dataset} errors (distilled on {distilled_on or target_names[0]}; "
+        "others: unseen biases)",
         caption=f"LLM Match: {', '.join(panel.names)}; CEI in percentage points",
         digits=3,
     )

@@ -24,6 +24,7 @@ from nemo_train.nemo.methods.cam_mllm import CamMLLM
 from nemo_train.nemo.methods.change_mllm import ChangeMLLM
 from nemo_train.nemo.methods.reference import KnownCauseExplainer
 from nemo_train.nemo.methods.scitx import MLLMHypothesizer, SciTX
+from nemo_train.nemo.prototypes import PrototypeChangeMLLM
 from nemo_train.nemo.structured import DISTILL_CAM_PROMPT, DISTILL_CHANGE_PROMPT, DISTILL_PROMPT
 from nemo_train.nemo.teacher import ExhaustiveAttributeTeacher
 
@@ -134,16 +135,16 @@ class StudentChangeMLLM(DistillMethod):
 
     Args:
         reference_class: the nearest correctly classified reference of the true or the predicted class
-            (``either``), or only of the ``true`` / ``predicted`` class.
+            (``either``), or only of the ``true`` / ``predicted`` class, or the true class's ``prototype`` (the
+            correctly classified reference with the largest ``P(y)``; for a student trained on that view).
     """
 
-    def __init__(self, reference_class: Literal["either", "true", "predicted"] = "either") -> None:
+    def __init__(self, reference_class: Literal["either", "true", "predicted", "prototype"] = "either") -> None:
         self.reference_class = reference_class
 
     def build(self, ctx: DistillContext) -> tuple[Method, CounterfactualScorer]:
-        method = ChangeMLLM(
-            ctx.target, ctx.student, template=DISTILL_CHANGE_PROMPT, reference_class=self.reference_class
-        )
+        kind = PrototypeChangeMLLM if self.reference_class == "prototype" else ChangeMLLM
+        method = kind(ctx.target, ctx.student, template=DISTILL_CHANGE_PROMPT, reference_class=self.reference_class)
         method.name = "ChangeMLLM (student)"
         return method, ctx.structured
 

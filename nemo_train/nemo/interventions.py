@@ -18,6 +18,7 @@ from ``e`` alone. Three steps, each behind a small interface:
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -142,7 +143,38 @@ class KeywordAttributeDeriver:
         return [self.derive_one(h, sample.attrs) for h in hypotheses]
 
 
-class LLMInstructionDeriver:
+class _LanguageModelDeriver:
+    """A deriver that asks a language model once per explanation: :meth:`conversation` writes the
+    request, :meth:`parse` reads the reply. :meth:`derive_batch` sends the requests of many errors in one
+    ``chat_json_batch`` call, each distinct request once (errors with the same two classes often share a
+    hypothesis); :meth:`derive` is the batch of one error."""
+
+    backend: Any
+
+    def conversation(self, sample: ErrorSample, hypothesis: str, class_names: Sequence[str]) -> list[dict]:
+        raise NotImplementedError
+
+    def parse(self, reply: dict | None) -> Instruction | None:
+        raise NotImplementedError
+
+    def derive(self, sample: ErrorSample, hypotheses: Sequence[str], class_names: Sequence[str]) -> list:
+        return self.derive_batch([sample], [hypotheses], class_names)[0]
+
+    def derive_batch(
+        self, samples: Sequence[ErrorSample], hypotheses: Sequence[Sequence[str]], class_names: Sequence[str]
+    ) -> list[list]:
+        """One list of instructions (``None`` where underivable) per error, from one batched request."""
+        asked = [[self.conversation(s, h, class_names) for h in found] for s, found in zip(samples, hypotheses)]
+        keys = [[json.dumps(c, sort_keys=True, default=str) for c in convs] for convs in asked]
+        unique: dict[str, list[dict]] = {}
+        for convs, row in zip(asked, keys):
+            for conv, key in zip(convs, row):
+                unique.setdefault(key, conv)
+        replies = dict(zip(unique, self.backend.chat_json_batch(list(unique.values())))) if unique else {}
+        return [[self.parse(replies[k][0] if replies[k] else None) for k in row] for row in keys]
+
+
+class LLMInstructionDeriver(_LanguageModelDeriver):
     """An MLLM turns each explanation into an editing instruction (``kind="image"``) or a rewritten
     zero-shot prompt (``kind="prompt"``), following App. A.3 of the NEMO paper (our wording). It sees only
     the explanation, the two class names and (prompt kind) the true class's original prompt, never the image.
@@ -169,30 +201,21 @@ class LLMInstructionDeriver:
         """The true class's prompt ``s_o`` that the language model rewrites."""
         return self.class_prompts[label] if self.class_prompts else self.prompt_template.format(class_names[label])
 
-    def derive(self, sample: ErrorSample, hypotheses: Sequence[str], class_names: Sequence[str]) -> list[str | None]:
-        true_name, pred_name = class_names[sample.label], class_names[sample.prediction]
-        conversations = [
-            [
-                user_message(
-                    self.template.format(
-                        true_name=true_name,
-                        pred_name=pred_name,
-                        hypothesis=h,
-                        original_prompt=self.original_prompt(sample.label, class_names),
-                    )
-                )
-            ]
-            for h in hypotheses
-        ]
-        replies = self.backend.chat_json_batch(conversations)
-        out = []
-        for reply in replies:
-            solution = (reply[0] or {}).get("solution") if reply else None
-            out.append(str(solution).strip() if isinstance(solution, str) and solution.strip() else None)
-        return out
+    def conversation(self, sample: ErrorSample, hypothesis: str, class_names: Sequence[str]) -> list[dict]:
+        text = self.template.format(
+            true_name=class_names[sample.label],
+            pred_name=class_names[sample.prediction],
+            hypothesis=hypothesis,
+            original_prompt=self.original_prompt(sample.label, class_names),
+        )
+        return [user_message(text)]
+
+    def parse(self, reply: dict | None) -> str | None:
+        solution = (reply or {}).get("solution")
+        return solution.strip() if isinstance(solution, str) and solution.strip() else None
 
 
-class LLMAttributeDeriver:
+class LLMAttributeDeriver(_LanguageModelDeriver):
     """An MLLM picks the attribute and value an explanation is about, from a generator's vocabulary
     (the language-model counterpart of :class:`KeywordAttributeDeriver`); invalid replies give ``None``."""
 
@@ -203,7 +226,7 @@ class LLMAttributeDeriver:
         self.vocabulary = {k: list(v) for k, v in vocabulary.items()}
         self.editable = list(editable)
 
-    def _parse(self, reply: dict | None) -> dict | None:
+    def parse(self, reply: dict | None) -> dict | None:
         if not reply or reply.get("attribute") not in self.editable:
             return None
         values, value = self.vocabulary[reply["attribute"]], reply.get("value")
@@ -215,20 +238,15 @@ class LLMAttributeDeriver:
             return None
         return {"attribute": reply["attribute"], "value": min(values, key=lambda v: abs(v - number))}
 
-    def derive(self, sample: ErrorSample, hypotheses: Sequence[str], class_names: Sequence[str]) -> list[dict | None]:
+    def conversation(self, sample: ErrorSample, hypothesis: str, class_names: Sequence[str]) -> list[dict]:
         vocab = "\n".join(f"- {a}: {', '.join(map(str, self.vocabulary[a]))}" for a in self.editable)
-        true_name, pred_name = class_names[sample.label], class_names[sample.prediction]
-        conversations = [
-            [
-                user_message(
-                    prompts.ATTRIBUTE_INSTRUCTION.format(
-                        true_name=true_name, pred_name=pred_name, hypothesis=h, vocabulary=vocab
-                    )
-                )
-            ]
-            for h in hypotheses
-        ]
-        return [self._parse(reply[0] if reply else None) for reply in self.backend.chat_json_batch(conversations)]
+        text = prompts.ATTRIBUTE_INSTRUCTION.format(
+            true_name=class_names[sample.label],
+            pred_name=class_names[sample.prediction],
+            hypothesis=hypothesis,
+            vocabulary=vocab,
+        )
+        return [user_message(text)]
 
 
 # --------------------------------------------------------------------------- editors

@@ -65,7 +65,7 @@ def mine_synthetic_errors(
     n: int = 200,
     seed: int = 0,
     styles: int = 2,
-    bias: str | None = None,
+    bias: str | dict[int, list[str]] | None = None,
     only_conflicting: bool = True,
     datamodule_kwargs: dict | None = None,
 ) -> NemoBenchmark:

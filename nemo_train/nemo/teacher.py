@@ -23,10 +23,14 @@ from typing import Any, Literal
 import torch
 
 from nemo_train.errors import UserInputError
+from nemo_train.nemo.batched_scoring import with_derived_edits
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
 from nemo_train.nemo.interventions import ExactAttributeEditor
+from nemo_train.nemo.methods.base import select_by_cei
 from nemo_train.nemo.methods.cam_mllm import gradcam_overlay
 from nemo_train.nemo.methods.change_mllm import ChangeMLLM
+from nemo_train.nemo.methods.scitx import hypothesize_many
+from nemo_train.nemo.prototypes import PrototypeChangeMLLM
 from nemo_train.nemo.structured import (
     DISTILL_CAM_PROMPT,
     DISTILL_CHANGE_PROMPT,
@@ -123,6 +127,10 @@ class ExhaustiveAttributeTeacher:
 class SciTXTeacher:
     """SciTX as a teacher: its argmax-CEI hypothesis and the instruction derived from it.
 
+    :meth:`label_batch` labels several errors with one request per stage for all of them: the reference
+    captions, the hypotheses and the edits they imply (:mod:`nemo_train.nemo.batched_scoring`); each
+    error's label is the one :meth:`label` gives it alone.
+
     Args:
         scitx: a configured :class:`~nemo_train.nemo.methods.scitx.SciTX` (any hypothesizer, deriver, editor).
     """
@@ -132,30 +140,54 @@ class SciTXTeacher:
         self.name = f"SciTX(m={scitx.m}, {type(scitx.hypothesizer).__name__})"
 
     def label(self, sample: ErrorSample, benchmark: NemoBenchmark) -> TeacherLabel | None:
-        explanation = self.scitx.explain(sample, benchmark)
-        trial = explanation.trial
-        if trial is None or trial.instruction is None:
-            return None
-        return TeacherLabel(
-            sample.sample_id,
-            sample.label,
-            sample.prediction,
-            trial.hypothesis,
-            trial.instruction,
-            trial.cei,
-            trial.p_original,
-            trial.p_edited,
-            self.name,
-            len(explanation.candidates),
-            answer=format_answer(trial.hypothesis, trial.instruction, benchmark.vocabulary),
-        )
+        return self.label_batch([sample], benchmark)[0]
+
+    def label_batch(self, samples: Sequence[ErrorSample], benchmark: NemoBenchmark) -> list[TeacherLabel | None]:
+        scitx, names = self.scitx, benchmark.class_names
+        observations = scitx.observe_batch(samples, benchmark)
+        hypotheses = hypothesize_many(scitx.hypothesizer, samples, observations, names, scitx.m)
+        scorer = with_derived_edits(scitx.scorer, samples, hypotheses, names)
+        out: list[TeacherLabel | None] = []
+        for sample, found in zip(samples, hypotheses):
+            trial, _ = select_by_cei(scorer, sample, found, names)
+            if trial is None or trial.instruction is None:
+                out.append(None)
+                continue
+            out.append(
+                TeacherLabel(
+                    sample.sample_id,
+                    sample.label,
+                    sample.prediction,
+                    trial.hypothesis,
+                    trial.instruction,
+                    trial.cei,
+                    trial.p_original,
+                    trial.p_edited,
+                    self.name,
+                    len(found),
+                    answer=format_answer(trial.hypothesis, trial.instruction, benchmark.vocabulary),
+                )
+            )
+        return out
+
+
+def label_many(teacher, samples: Sequence[ErrorSample], benchmark: NemoBenchmark) -> list[TeacherLabel | None]:
+    """``teacher``'s labels of ``samples``, in order: one ``label_batch`` call where the teacher has one."""
+    batch = getattr(teacher, "label_batch", None)
+    if batch is not None:
+        return list(batch(list(samples), benchmark))
+    return [teacher.label(sample, benchmark) for sample in samples]
 
 
 def view_inputs(
-    view: View, sample: ErrorSample, benchmark: NemoBenchmark, target
+    view: View, sample: ErrorSample, benchmark: NemoBenchmark, target, reference_class: str = "either"
 ) -> tuple[torch.Tensor, torch.Tensor | None, str] | None:
     """``(image, second image or None, question)`` the student sees in one view of an error; ``None`` when the
-    view cannot be built (no correctly classified reference for ``change``)."""
+    view cannot be built (no correctly classified reference of ``reference_class`` for ``change``).
+
+    ``reference_class``: ChangeMLLM's nearest reference of the true or predicted class (``either``), of one
+    of them (``true`` / ``predicted``), or the true class's ``prototype`` (:mod:`nemo_train.nemo.prototypes`).
+    """
     names = benchmark.class_names
     true_name, pred_name = names[sample.label], names[sample.prediction]
     if view == "error":
@@ -164,7 +196,9 @@ def view_inputs(
         reshape = target.gradcam_reshape() if hasattr(target, "gradcam_reshape") else None
         _, overlay = gradcam_overlay(target, sample.image, sample.prediction, None, reshape)
         return overlay, None, DISTILL_CAM_PROMPT.format(true_name=true_name, pred_name=pred_name)
-    index = ChangeMLLM(target).reference(sample, benchmark)
+    method = PrototypeChangeMLLM(target) if reference_class == "prototype" else ChangeMLLM(target)
+    method.reference_class = reference_class
+    index = method.reference(sample, benchmark)
     if index is None:
         return None
     ref_name = names[int(benchmark.reference.labels[index])]

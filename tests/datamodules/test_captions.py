@@ -52,6 +52,34 @@ def test_validation_uses_other_styles_and_is_seeded():
     a.setup(), b.setup()
     assert torch.equal(a.train_set.images, b.train_set.images) and a.train_set.captions == b.train_set.captions
     assert not torch.equal(a.train_set.images, a.val_set.images)
+    # the validation images do not depend on the training split's size or groups
+    c = CaptionDataModule(sources=["nico"], image_size=16, train_per_source=40, val_per_source=16, group_size=4)
+    c.setup()
+    assert torch.equal(a.val_set.images, c.val_set.images) and a.val_set.captions == c.val_set.captions
+
+
+def test_training_images_per_source_can_over_weight_one_source():
+    data = CaptionDataModule(
+        sources=["cmnist", "nico"], image_size=16, train_per_source={"nico": 30, "cmnist": 10}, val_per_source=8
+    )
+    data.setup()
+    sources = data.train_set.source.tolist()
+    assert sources.count(data.sources.index("nico")) == 30 and sources.count(data.sources.index("cmnist")) == 10
+    assert data.val_set.source.bincount().tolist() == [8, 8]  # validation stays balanced
+    # an int gives every source the same count, and the mapping with equal counts draws the same images
+    same = CaptionDataModule(sources=["nico"], image_size=16, train_per_source=12, val_per_source=4)
+    mapped = CaptionDataModule(sources=["nico"], image_size=16, train_per_source={"nico": 12}, val_per_source=4)
+    same.setup(), mapped.setup()
+    assert torch.equal(same.train_set.images, mapped.train_set.images)
+
+
+def test_per_source_counts_must_name_every_source_and_stay_in_range():
+    with pytest.raises(UserInputError, match="clevr"):
+        CaptionDataModule(sources=["nico", "clevr"], train_per_source={"nico": 10})
+    with pytest.raises(UserInputError, match="unknown source"):
+        CaptionDataModule(sources=["nico"], train_per_source={"nico": 10, "mnist": 10})
+    with pytest.raises(UserInputError, match=r"train_per_source\[nico\]"):
+        CaptionDataModule(sources=["nico"], train_per_source={"nico": 0})
 
 
 def test_tilt_bins():

@@ -10,16 +10,20 @@ import pytest
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 
+import torch  # noqa: E402
 from jsonargparse import ArgumentParser  # noqa: E402
+from PIL import Image  # noqa: E402
+from torchvision.transforms.functional import to_tensor  # noqa: E402
 
 from datamodules.explanations import read_records  # noqa: E402
 from nemo_train.errors import UserInputError  # noqa: E402
-from nemo_train.nemo.distill import distill_teacher  # noqa: E402
+from nemo_train.nemo.distill import PoolClassifier, build_target, distill_teacher  # noqa: E402
 from nemo_train.nemo.distill_eval import distill_eval  # noqa: E402
 from nemo_train.nemo.distill_methods import (  # noqa: E402
     DistillMethod,
     ExhaustiveTeacher,
     KnownCause,
+    StudentChangeMLLM,
     StudentSciTX,
     default_distill_methods,
     student_distill_methods,
@@ -31,15 +35,8 @@ PRESETS = sorted((ROOT / "configs" / "distill").glob("*.yaml"))
 
 
 @pytest.fixture(scope="module")
-def checkpoint(trained_cmnist_classifier, tmp_path_factory):
-    import lightning
-    import torch
-
-    module, _ = trained_cmnist_classifier
-    path = tmp_path_factory.mktemp("ckpt") / "model_a.ckpt"
-    state = {"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams)}
-    torch.save({**state, "pytorch-lightning_version": lightning.__version__}, path)
-    return str(path)
+def checkpoint(model_a_checkpoint):
+    return model_a_checkpoint
 
 
 @pytest.mark.parametrize("path", PRESETS, ids=lambda p: p.name)
@@ -50,12 +47,22 @@ def test_distill_presets_parse(path):
     parser.add_argument("--config", action="config")
     config = parser.parse_args(["--config", str(path)])
     assert config.dataset in ("cmnist", "clevr", "folder")
-    if function is distill_eval:  # rows are objects: every one of them, the SciTX one with its options
+    if function is distill_eval and "pool" in path.stem:  # the pool student is scored in its comparison view
+        rows = parser.instantiate_classes(config).methods
+        assert [type(r) for r in rows] == [ExhaustiveTeacher, StudentChangeMLLM, KnownCause]
+        assert rows[1].reference_class == "prototype"
+    elif function is distill_eval:  # rows are objects: every one of them, the SciTX one with its options
         rows = parser.instantiate_classes(config).methods
         expected = student_distill_methods() if config.dataset == "folder" else default_distill_methods()
         assert [type(r) for r in rows] == [type(r) for r in expected]  # folder data: no teacher / KnownCause row
         assert all(isinstance(r, DistillMethod) for r in rows)
         assert [(r.k, r.m) for r in rows if isinstance(r, StudentSciTX)] == [(8, 4)]
+    if function is distill_teacher and config.get("pool"):  # each pool classifier with its colour bias
+        halves = {(min(p.bias), c) for p in config.pool for c in sum(p.bias.values(), [])}
+        assert len(halves) == len(config.pool) and all(
+            sorted(p.bias) in ([0, 1, 2, 3, 4], [5, 6, 7, 8, 9]) for p in config.pool
+        )
+        assert (5, "blue") not in halves  # Model B's bias stays out of the pool: it is the unseen one
     if config.get("hypotheses") is not None:  # an MLLM teacher: a backend class_path with its init_args
         assert config.hypotheses.class_path.endswith("OpenAICompatibleBackend")
 
@@ -81,6 +88,45 @@ def test_teacher_writes_filtered_pairs_and_resumes(checkpoint, tmp_path, capsys)
     again = distill_teacher(checkpoint, out_dir=str(out), n=6, styles=1, min_cei=20.0, val_fraction=0.34)
     assert "0 errors labelled" in capsys.readouterr().out
     assert again["kept"] == first["kept"]
+
+
+def test_teacher_labels_a_pool_of_classifiers_into_one_pair_file(checkpoint, tmp_path, capsys):
+    import shutil
+
+    from nemo_train.nemo.mining import mine_synthetic_errors
+    from nemo_train.nemo.prototypes import prototype_reference
+
+    other = tmp_path / "blue_model" / "checkpoints" / "best.ckpt"
+    other.parent.mkdir(parents=True)
+    shutil.copy(checkpoint, other)  # the same weights under another name and another declared bias
+    blue = {d: ["blue"] for d in range(5)}
+    out = tmp_path / "pool"
+    kwargs = dict(n=4, styles=1, min_cei=-100.0, views=["change"], reference_class="prototype", val_fraction=0.25)
+    result = distill_teacher(
+        checkpoint, bias="model_a", pool=[PoolClassifier(str(other), blue)], out_dir=str(out), **kwargs
+    )
+    labels = [json.loads(line) for line in (out / "teacher.jsonl").read_text().splitlines()]
+    name = Path(checkpoint).parent.name  # a checkpoint outside a fit folder is named by its folder
+    assert result["labels"] == len(labels) == 8 and len({r["key"] for r in labels}) == 8
+    records = read_records(result["train"]) + read_records(result["val"])
+    assert len(records) == 8 and {r.provenance["classifier"] for r in records} == {name, "blue_model"}
+    # the pool member's errors are its bias-conflicting ones: digits 0-4 in a colour other than blue
+    pool_errors = mine_synthetic_errors("cmnist", build_target(str(other)), 4, 1, 1, blue).errors
+    assert all(s.attrs["digit"] < 5 and s.attrs["color"] != 2 for s in pool_errors)
+    assert {r.provenance["sample_id"] for r in records if r.provenance["classifier"] == "blue_model"} == {
+        s.sample_id for s in pool_errors
+    }
+    # the comparison image is the true class's prototype: the correct reference with the largest P(y)
+    target = build_target(checkpoint)
+    bench = mine_synthetic_errors("cmnist", target, 4, 1, 1, "model_a")
+    for record in records:
+        if record.provenance["classifier"] == name:
+            index = prototype_reference(target, bench, record.label)
+            saved = to_tensor(Image.open(record.counterfactual).convert("RGB"))
+            assert torch.allclose(saved, bench.reference.image(index), atol=1 / 255)
+    with pytest.raises(UserInputError, match="distinct names"):
+        distill_teacher(checkpoint, pool=[PoolClassifier(checkpoint, blue)], out_dir=str(tmp_path / "x"), **kwargs)
+    capsys.readouterr()
 
 
 def test_teacher_refuses_bad_input(tmp_path):

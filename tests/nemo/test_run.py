@@ -37,10 +37,8 @@ METHODS = [SciTXMethod(), ChangeMLLMMethod(), KnownCauseMethod(), DistractorMeth
 
 
 @pytest.fixture(scope="module")
-def checkpoint(trained_cmnist_classifier, tmp_path_factory, lightning_checkpoint):
-    """The session's trained CMNIST Model-A classifier at ``<tmp>/model_a/best.ckpt``."""
-    module, _ = trained_cmnist_classifier
-    return lightning_checkpoint(module, tmp_path_factory.mktemp("ckpt") / "model_a" / "best.ckpt")
+def checkpoint(model_a_checkpoint):
+    return model_a_checkpoint
 
 
 def small(n: int = 8) -> BenchmarkArgs:

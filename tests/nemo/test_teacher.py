@@ -106,3 +106,27 @@ def test_student_backend_shows_several_images_side_by_side_as_in_training():
     assert torch.equal(picture[:, :8], left.permute(1, 2, 0)) and torch.equal(picture[:, 8:], right.permute(1, 2, 0))
     single = user_message("One.", images=[left])
     assert merge_images([single]) == [single]  # one image: unchanged
+
+
+def test_prototype_reference_is_the_most_confident_correct_one_of_the_true_class():
+    from nemo_train.nemo.methods.change_mllm import ChangeMLLM
+    from nemo_train.nemo.prototypes import PrototypeChangeMLLM, prototype_reference
+    from nemo_train.nemo.teacher import view_inputs
+
+    mix = 0.6 * solid(0) + 0.4 * solid(1)  # reddish, but less sure: P = sigmoid(3 * 0.2)
+    images = torch.stack([mix, solid(0), solid(1), solid(1)])
+    labels = torch.tensor([0, 0, 0, 1])  # index 2 is a "reddish" the classifier gets wrong
+    target = RedGreenTarget()
+    predictions = target.predict_proba(images).argmax(1)
+    reference = ReferenceSet(images, labels, predictions, target.features(images))
+    sample = ErrorSample("s", 0.55 * solid(0) + 0.45 * solid(1), 0, 1, {"digit": 0, "color": 0, "angle": 0})
+    bench = NemoBenchmark("toy", ["reddish", "greenish"], "cmnist", [sample], reference, SolidRenderer(), VOCAB)
+    # by hand: correct references of class 0 are 0 (P = sigmoid(0.6) = 0.646) and 1 (P = sigmoid(3) = 0.953)
+    assert prototype_reference(target, bench, 0) == 1 and prototype_reference(target, bench, 1) == 3
+    assert ChangeMLLM(target, reference_class="true").reference(sample, bench) == 0  # nearest: the less typical mix
+    assert PrototypeChangeMLLM(target).reference(sample, bench) == 1
+    image, second, question = view_inputs("change", sample, bench, target, "prototype")
+    assert torch.equal(second, solid(0)) and '"reddish" it got right' in question
+    wrong_only = ReferenceSet(images[2:3], labels[2:3], predictions[2:3], target.features(images[2:3]))
+    bench.reference = wrong_only
+    assert prototype_reference(target, bench, 0) is None  # no correct reference of the class

@@ -1,0 +1,84 @@
+"""The student's training pairs from kept teacher labels: one explanation record per error and view.
+
+Labels of several classifiers (a pool with different biases) go into the same pair files; each record's
+provenance names the classifier, and the train / val split is by error (all views of an error on one side).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from datamodules.explanations import ExplanationRecord, to_pil, write_records
+from nemo_train.nemo.benchmark import NemoBenchmark
+from nemo_train.nemo.teacher import View, view_inputs
+
+ReferenceClass = Literal["either", "true", "predicted", "prototype"]
+
+
+@dataclass
+class LabelledErrors:
+    """One classifier's kept teacher labels (``teacher.jsonl`` records), its mined errors and the model."""
+
+    name: str
+    labels: list[dict[str, Any]]
+    benchmark: NemoBenchmark
+    target: Any
+
+
+def _save(image: torch.Tensor, path: Path) -> str:
+    to_pil(image).save(path)
+    return str(path.resolve())
+
+
+def pairs_from_labels(
+    groups: list[LabelledErrors],
+    out_dir: Path,
+    views: list[View],
+    val_fraction: float,
+    seed: int,
+    reference_class: ReferenceClass = "either",
+) -> dict[str, Path]:
+    """Write the kept labels as explanation-record pairs, one per view, split by error into train / val.
+
+    ``reference_class``: the correctly classified reference beside the error in the ``change`` view: the
+    nearest of the true or predicted class, of only one of them, or the true class's ``prototype``.
+    """
+    images_dir = out_dir / "images"
+    images_dir.mkdir(parents=True, exist_ok=True)
+    errors = [(group, label) for group in groups for label in group.labels]
+    order = torch.randperm(len(errors), generator=torch.Generator().manual_seed(seed)).tolist()
+    n_val = math.ceil(val_fraction * len(errors)) if val_fraction > 0 else 0
+    val_errors = set(order[:n_val])
+    train, val = [], []
+    for i, (group, label) in enumerate(errors):
+        bench = group.benchmark
+        sample = next(s for s in bench.errors if s.sample_id == label["sample_id"])
+        for view in views:
+            built = view_inputs(view, sample, bench, group.target, reference_class)
+            if built is None:
+                continue
+            image, second, question = built
+            stem = f"{group.name}-{sample.sample_id}_{view}"
+            record = ExplanationRecord(
+                image=_save(image, images_dir / f"{stem}.png"),
+                counterfactual=_save(second, images_dir / f"{stem}_ref.png") if second is not None else None,
+                explanation=label["answer"],
+                prompt=question,
+                cause=(bench.cause or {}).get("attribute"),
+                label=label["label"],
+                prediction=label["prediction"],
+                cei=round(label["cei"], 4),
+                provenance={
+                    "teacher": label["teacher"],
+                    "classifier": group.name,
+                    "sample_id": sample.sample_id,
+                    "view": view,
+                },
+            )
+            (val if i in val_errors else train).append(record)
+    return {"train": write_records(train, out_dir / "train.jsonl"), "val": write_records(val, out_dir / "val.jsonl")}
