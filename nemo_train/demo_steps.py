@@ -312,7 +312,9 @@ STEPS: list[Step] = [
             "--out_dir={out}/lbee",
             "--classifier.checkpoint={out}/lbee/classifier.ckpt",
             "--encoder.init_args.path={out}/lbee/clip_nico",
-            "--encoder.init_args.max_epochs=8",  # half the preset's CLIP training: the demo's time budget
+            # an eighth of the preset's CLIP training (6,000 captions x 8 epochs): the demo's time budget
+            "--encoder.init_args.train_per_source=6000",
+            "--encoder.init_args.max_epochs=8",
             "--wandb=false",
         ],
         fast=[
