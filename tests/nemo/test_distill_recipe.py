@@ -17,7 +17,6 @@ A fake ``OPENAI_API_KEY`` is set; it must reach the server and appear in no file
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -56,15 +55,12 @@ EDITOR_SIZE = ["--editor.init_args.size=32", "--editor.init_args.call_kwargs={nu
 
 @pytest.fixture(autouse=True, scope="module")
 def _one_thread_and_a_fake_key():
-    threads, key = torch.get_num_threads(), os.environ.get("OPENAI_API_KEY")
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)  # several OpenMP threads on a shared 2-core machine are much slower
-    os.environ["OPENAI_API_KEY"] = SECRET
-    yield
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OPENAI_API_KEY", SECRET)
+        yield
     torch.set_num_threads(threads)
-    if key is None:
-        os.environ.pop("OPENAI_API_KEY", None)
-    else:
-        os.environ["OPENAI_API_KEY"] = key
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ class, so the labels differ between errors and a mixed-up batch would show.
 from __future__ import annotations
 
 import json
-import os
 import re
 
 import pytest
@@ -63,13 +62,9 @@ class CountingBackend(OpenAICompatibleBackend):
 
 @pytest.fixture(autouse=True, scope="module")
 def _fake_key():
-    previous = os.environ.get("OPENAI_API_KEY")
-    os.environ["OPENAI_API_KEY"] = SECRET
-    yield
-    if previous is None:
-        os.environ.pop("OPENAI_API_KEY", None)
-    else:
-        os.environ["OPENAI_API_KEY"] = previous
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OPENAI_API_KEY", SECRET)
+        yield
 
 
 @pytest.fixture(scope="module")
