@@ -1,12 +1,12 @@
 """Counterfactual tests of many errors' hypotheses, with one derivation request for all of them.
 
 :class:`~nemo_train.nemo.interventions.CounterfactualScorer` derives the edits of one error's hypotheses
-with one batched request, so a batch of ``B`` errors costs ``B`` derivation rounds. :func:`score_many`
+with one batched request, so a batch of ``B`` errors costs ``B`` derivation rounds. :func:`with_derived_edits`
 asks for the edits of every hypothesis of every error in one round through the deriver's
 ``derive_batch`` (the language-model derivers: one ``chat_json_batch`` call, each distinct request once;
 a local model generates them in batched ``generate`` calls, an endpoint gets them ``concurrency`` at a
-time), then edits and classifies each error as the scorer does. The trials are the same as
-:meth:`CounterfactualScorer.score` per error. A deriver without ``derive_batch`` (keywords, structured
+time); the scorer it returns then edits and classifies each error as before. The trials are the same as
+:meth:`CounterfactualScorer.score` gives per error. A deriver without ``derive_batch`` (keywords, structured
 answers: no language model) is called per error.
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from nemo_train.nemo.benchmark import ErrorSample
-from nemo_train.nemo.interventions import CounterfactualScorer, Trial
+from nemo_train.nemo.interventions import CounterfactualScorer
 
 
 def derive_many(
@@ -52,14 +52,3 @@ def with_derived_edits(
     fixed = copy.copy(scorer)
     fixed.deriver = _Derived({s.sample_id: d for s, d in zip(samples, derived)})
     return fixed
-
-
-def score_many(
-    scorer: CounterfactualScorer,
-    samples: Sequence[ErrorSample],
-    hypotheses: Sequence[Sequence[str]],
-    class_names: Sequence[str],
-) -> list[list[Trial]]:
-    """:meth:`CounterfactualScorer.score` of each error's hypotheses, their edits derived in one round."""
-    fixed = with_derived_edits(scorer, samples, hypotheses, class_names)
-    return [fixed.score(s, list(h), class_names) for s, h in zip(samples, hypotheses)]

@@ -17,6 +17,7 @@ the exact editor re-renders with. Builders:
 from __future__ import annotations
 
 import importlib
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,9 +58,24 @@ class ReferenceSet:
     captions: list[str] | None = None
     attrs: list[dict[str, Any]] | None = None
     image_size: int = 224
+    _confidence: weakref.WeakKeyDictionary = field(
+        default_factory=weakref.WeakKeyDictionary, init=False, repr=False, compare=False
+    )
 
     def __len__(self) -> int:
         return len(self.labels)
+
+    @torch.no_grad()
+    def confidence(self, target, chunk: int = 256) -> torch.Tensor:
+        """``float[N]``: ``P(label | image)`` of every reference image under ``target`` (computed once per target)."""
+        if target not in self._confidence:
+            probs = []
+            for start in range(0, len(self), chunk):
+                stop = min(start + chunk, len(self))
+                p = target.predict_proba(torch.stack([self.image(i) for i in range(start, stop)])).float().cpu()
+                probs.append(p.gather(1, self.labels[start:stop, None].long())[:, 0])
+            self._confidence[target] = torch.cat(probs) if probs else torch.empty(0)
+        return self._confidence[target]
 
     @property
     def correct(self) -> torch.Tensor:

@@ -42,7 +42,7 @@ from nemo_train.nemo.interventions import (
 from nemo_train.nemo.methods.scitx import MLLMCaptioner, MLLMHypothesizer, SciTX
 from nemo_train.nemo.mining import mine_folder_errors, mine_synthetic_errors
 from nemo_train.nemo.targets import ClassMapping
-from nemo_train.nemo.teacher import ExhaustiveAttributeTeacher, SciTXTeacher, TeacherLabel, View, label_many
+from nemo_train.nemo.teacher import ExhaustiveAttributeTeacher, SciTXTeacher, TeacherLabel, View
 from nemo_train.quiet import progress_bar
 from nemo_train.store import ResultStore, fingerprint
 
@@ -82,7 +82,7 @@ def _label_chunk(teacher, chunk, bench, failed: list[str]) -> list[tuple[Any, Te
     good each error is retried alone (replies that came back are cached), and the reason of every error
     that still fails is added to ``failed``."""
     try:
-        return list(zip(chunk, label_many(teacher, chunk, bench)))
+        return list(zip(chunk, teacher.label_batch(chunk, bench)))
     except BackendError as err:
         if len(chunk) == 1:
             failed.append(str(err))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from jsonargparse.typing import PositiveInt
 
@@ -21,10 +21,9 @@ from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
 from nemo_train.nemo.interventions import CounterfactualScorer
 from nemo_train.nemo.methods.base import Explanation, Method, ask_causes_batch
 from nemo_train.nemo.methods.cam_mllm import CamMLLM
-from nemo_train.nemo.methods.change_mllm import ChangeMLLM
+from nemo_train.nemo.methods.change_mllm import ChangeMLLM, ReferenceClass
 from nemo_train.nemo.methods.reference import KnownCauseExplainer
 from nemo_train.nemo.methods.scitx import MLLMHypothesizer, SciTX
-from nemo_train.nemo.prototypes import PrototypeChangeMLLM
 from nemo_train.nemo.structured import DISTILL_CAM_PROMPT, DISTILL_CHANGE_PROMPT, DISTILL_PROMPT
 from nemo_train.nemo.teacher import ExhaustiveAttributeTeacher
 
@@ -139,12 +138,13 @@ class StudentChangeMLLM(DistillMethod):
             correctly classified reference with the largest ``P(y)``; for a student trained on that view).
     """
 
-    def __init__(self, reference_class: Literal["either", "true", "predicted", "prototype"] = "either") -> None:
+    def __init__(self, reference_class: ReferenceClass = "either") -> None:
         self.reference_class = reference_class
 
     def build(self, ctx: DistillContext) -> tuple[Method, CounterfactualScorer]:
-        kind = PrototypeChangeMLLM if self.reference_class == "prototype" else ChangeMLLM
-        method = kind(ctx.target, ctx.student, template=DISTILL_CHANGE_PROMPT, reference_class=self.reference_class)
+        method = ChangeMLLM(
+            ctx.target, ctx.student, template=DISTILL_CHANGE_PROMPT, reference_class=self.reference_class
+        )
         method.name = "ChangeMLLM (student)"
         return method, ctx.structured
 

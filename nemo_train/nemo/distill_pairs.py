@@ -9,15 +9,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
 from datamodules.explanations import ExplanationRecord, to_pil, write_records
 from nemo_train.nemo.benchmark import NemoBenchmark
+from nemo_train.nemo.methods.change_mllm import ReferenceClass
 from nemo_train.nemo.teacher import View, view_inputs
-
-ReferenceClass = Literal["either", "true", "predicted", "prototype"]
 
 
 @dataclass
@@ -51,13 +50,14 @@ def pairs_from_labels(
     images_dir = out_dir / "images"
     images_dir.mkdir(parents=True, exist_ok=True)
     errors = [(group, label) for group in groups for label in group.labels]
+    mined = {group.name: {s.sample_id: s for s in group.benchmark.errors} for group in groups}
     order = torch.randperm(len(errors), generator=torch.Generator().manual_seed(seed)).tolist()
     n_val = math.ceil(val_fraction * len(errors)) if val_fraction > 0 else 0
     val_errors = set(order[:n_val])
     train, val = [], []
     for i, (group, label) in enumerate(errors):
         bench = group.benchmark
-        sample = next(s for s in bench.errors if s.sample_id == label["sample_id"])
+        sample = mined[group.name][label["sample_id"]]
         for view in views:
             built = view_inputs(view, sample, bench, group.target, reference_class)
             if built is None:

@@ -28,9 +28,8 @@ from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
 from nemo_train.nemo.interventions import ExactAttributeEditor
 from nemo_train.nemo.methods.base import select_by_cei
 from nemo_train.nemo.methods.cam_mllm import gradcam_overlay
-from nemo_train.nemo.methods.change_mllm import ChangeMLLM
+from nemo_train.nemo.methods.change_mllm import ChangeMLLM, ReferenceClass
 from nemo_train.nemo.methods.scitx import hypothesize_many
-from nemo_train.nemo.prototypes import PrototypeChangeMLLM
 from nemo_train.nemo.structured import (
     DISTILL_CAM_PROMPT,
     DISTILL_CHANGE_PROMPT,
@@ -123,6 +122,10 @@ class ExhaustiveAttributeTeacher:
             answer=format_answer(text, edit, benchmark.vocabulary),
         )
 
+    def label_batch(self, samples: Sequence[ErrorSample], benchmark: NemoBenchmark) -> list[TeacherLabel | None]:
+        """:meth:`label` of each error (the search asks no language model, so there is nothing to batch)."""
+        return [self.label(sample, benchmark) for sample in samples]
+
 
 class SciTXTeacher:
     """SciTX as a teacher: its argmax-CEI hypothesis and the instruction derived from it.
@@ -171,22 +174,14 @@ class SciTXTeacher:
         return out
 
 
-def label_many(teacher, samples: Sequence[ErrorSample], benchmark: NemoBenchmark) -> list[TeacherLabel | None]:
-    """``teacher``'s labels of ``samples``, in order: one ``label_batch`` call where the teacher has one."""
-    batch = getattr(teacher, "label_batch", None)
-    if batch is not None:
-        return list(batch(list(samples), benchmark))
-    return [teacher.label(sample, benchmark) for sample in samples]
-
-
 def view_inputs(
-    view: View, sample: ErrorSample, benchmark: NemoBenchmark, target, reference_class: str = "either"
+    view: View, sample: ErrorSample, benchmark: NemoBenchmark, target, reference_class: ReferenceClass = "either"
 ) -> tuple[torch.Tensor, torch.Tensor | None, str] | None:
     """``(image, second image or None, question)`` the student sees in one view of an error; ``None`` when the
     view cannot be built (no correctly classified reference of ``reference_class`` for ``change``).
 
     ``reference_class``: ChangeMLLM's nearest reference of the true or predicted class (``either``), of one
-    of them (``true`` / ``predicted``), or the true class's ``prototype`` (:mod:`nemo_train.nemo.prototypes`).
+    of them (``true`` / ``predicted``), or the true class's ``prototype`` (the most confident correct one).
     """
     names = benchmark.class_names
     true_name, pred_name = names[sample.label], names[sample.prediction]
@@ -196,9 +191,7 @@ def view_inputs(
         reshape = target.gradcam_reshape() if hasattr(target, "gradcam_reshape") else None
         _, overlay = gradcam_overlay(target, sample.image, sample.prediction, None, reshape)
         return overlay, None, DISTILL_CAM_PROMPT.format(true_name=true_name, pred_name=pred_name)
-    method = PrototypeChangeMLLM(target) if reference_class == "prototype" else ChangeMLLM(target)
-    method.reference_class = reference_class
-    index = method.reference(sample, benchmark)
+    index = ChangeMLLM(target, reference_class=reference_class).reference(sample, benchmark)
     if index is None:
         return None
     ref_name = names[int(benchmark.reference.labels[index])]

@@ -93,8 +93,8 @@ def test_teacher_writes_filtered_pairs_and_resumes(checkpoint, tmp_path, capsys)
 def test_teacher_labels_a_pool_of_classifiers_into_one_pair_file(checkpoint, tmp_path, capsys):
     import shutil
 
+    from nemo_train.nemo.methods.change_mllm import prototype_reference
     from nemo_train.nemo.mining import mine_synthetic_errors
-    from nemo_train.nemo.prototypes import prototype_reference
 
     other = tmp_path / "blue_model" / "checkpoints" / "best.ckpt"
     other.parent.mkdir(parents=True)

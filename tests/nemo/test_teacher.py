@@ -109,8 +109,7 @@ def test_student_backend_shows_several_images_side_by_side_as_in_training():
 
 
 def test_prototype_reference_is_the_most_confident_correct_one_of_the_true_class():
-    from nemo_train.nemo.methods.change_mllm import ChangeMLLM
-    from nemo_train.nemo.prototypes import PrototypeChangeMLLM, prototype_reference
+    from nemo_train.nemo.methods.change_mllm import ChangeMLLM, prototype_reference
     from nemo_train.nemo.teacher import view_inputs
 
     mix = 0.6 * solid(0) + 0.4 * solid(1)  # reddish, but less sure: P = sigmoid(3 * 0.2)
@@ -124,7 +123,7 @@ def test_prototype_reference_is_the_most_confident_correct_one_of_the_true_class
     # by hand: correct references of class 0 are 0 (P = sigmoid(0.6) = 0.646) and 1 (P = sigmoid(3) = 0.953)
     assert prototype_reference(target, bench, 0) == 1 and prototype_reference(target, bench, 1) == 3
     assert ChangeMLLM(target, reference_class="true").reference(sample, bench) == 0  # nearest: the less typical mix
-    assert PrototypeChangeMLLM(target).reference(sample, bench) == 1
+    assert ChangeMLLM(target, reference_class="prototype").reference(sample, bench) == 1
     image, second, question = view_inputs("change", sample, bench, target, "prototype")
     assert torch.equal(second, solid(0)) and '"reddish" it got right' in question
     wrong_only = ReferenceSet(images[2:3], labels[2:3], predictions[2:3], target.features(images[2:3]))

@@ -4,6 +4,7 @@ difference and infers the cause (NEMO paper, Sec. 4.1.3, App. A.2, after change 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 import torch
 
@@ -13,9 +14,29 @@ from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
 from nemo_train.nemo.methods.base import Explanation, ask_causes_batch
 from nemo_train.nemo.methods.scitx import reference_index
 
+#: The correctly classified reference an error is compared with: the nearest one of the true or the
+#: predicted class (``either``, as in the NEMO paper), of only one of them (``true`` / ``predicted``), or the
+#: true class's ``prototype`` (:func:`prototype_reference`).
+ReferenceClass = Literal["either", "true", "predicted", "prototype"]
+
+
+def prototype_reference(target, benchmark: NemoBenchmark, label: int) -> int | None:
+    """Index of the correctly classified reference of class ``label`` with the largest ``P(label)``; ``None``
+    when the classifier gets no reference of that class right.
+
+    ChangeMLLM's nearest reference is often an atypical image for a biased classifier (a magenta 3 that a
+    "3s are red" classifier still gets right); the prototype shows what the classifier expects of the class
+    (a red 3), so a distilled explainer can read the expected colour from it."""
+    reference = benchmark.reference
+    mask = reference.correct & (reference.labels == label)
+    if not bool(mask.any()):
+        return None
+    return int(reference.confidence(target).masked_fill(~mask, float("-inf")).argmax())
+
 
 class ChangeMLLM:
-    """Compare the error with its nearest correctly classified reference of the true class.
+    """Compare the error with a correctly classified reference (by default the nearest of its true or
+    predicted class).
 
     With ``backend=None`` (offline, generated data only) the comparison is rule-based: it lists the
     generator attributes in which the two images differ ("its colour is green where the reference is
@@ -29,7 +50,7 @@ class ChangeMLLM:
         target,
         backend=None,
         temperature: float = 0.7,
-        reference_class: str = "either",
+        reference_class: ReferenceClass = "either",
         template: str = prompts.CHANGE_MLLM,
     ) -> None:
         self.target, self.backend, self.temperature, self.template = target, backend, temperature, template
@@ -37,7 +58,10 @@ class ChangeMLLM:
 
     def reference(self, sample: ErrorSample, benchmark: NemoBenchmark) -> int | None:
         """Index of the nearest correctly classified reference of class ``y`` or ``y_hat`` (``either``, as in
-        the NEMO paper), or of only one of them (``true`` / ``predicted``); ``None`` when there is none."""
+        the NEMO paper), or of only one of them (``true`` / ``predicted``), or the true class's ``prototype``;
+        ``None`` when there is none."""
+        if self.reference_class == "prototype":
+            return prototype_reference(self.target, benchmark, sample.label)
         query = self.target.features(sample.image[None]).cpu()
         classes = {"true": [sample.label], "predicted": [sample.prediction]}.get(
             self.reference_class, [sample.label, sample.prediction]
