@@ -1,0 +1,112 @@
+"""The failure-mode presets over seeds: how often each contrastive method beats TopS on AHR.
+
+One run of a NICO-like preset is one classifier (one data seed) in one joint space (one CLIP seed), and a
+difference of 0.044 in AHR is two sentences of 45. This script repeats a preset over CLIP seeds and data
+seeds (the classifier is trained on the data seed's images with that seed) and prints every run's AHR,
+then per method the mean and standard deviation of ACR / AHR / TPR / JI and the number of runs in which
+its AHR is above TopS's. Nothing else of the preset changes.
+
+    python scripts/lbee_seeds.py --config configs/lbee/nico85.yaml configs/lbee/nico95.yaml \
+        --clip-seeds 0 1 2 --data-seeds 0 1 2 --out_dir checkpoints/lbee/seeds
+
+Seed 0 reuses the preset's own CLIP and classifier paths; other seeds train theirs once (a CLIP takes about
+7 min on 2 cores) next to the preset's CLIP (``<path>_seed<s>``) and under ``--out_dir``, so a rerun only
+analyses. Results are also written to ``<out_dir>/seeds.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import statistics
+from pathlib import Path
+
+from jsonargparse import ArgumentParser
+
+from nemo_train.console import print_table
+from nemo_train.lbee.pipeline import lbee
+
+
+def run_config(config: str, clip_seed: int, data_seed: int, out_dir: Path) -> list[str]:
+    """Command-line overrides of one preset run at ``clip_seed`` / ``data_seed``."""
+    parser = ArgumentParser()
+    parser.add_function_arguments(lbee)
+    parser.add_argument("--config", action="config")
+    cfg = parser.parse_args(["--config", config])
+    stem = Path(config).stem
+    args = [
+        "--config",
+        config,
+        "--wandb",
+        "false",
+        "--out_dir",
+        str(out_dir / stem / f"clip{clip_seed}_data{data_seed}"),
+    ]
+    if clip_seed:
+        path = cfg.encoder.init_args.path
+        args += ["--encoder.init_args.seed", str(clip_seed), "--encoder.init_args.path", f"{path}_seed{clip_seed}"]
+    if data_seed:
+        checkpoint = out_dir / stem / f"data{data_seed}" / "classifier.ckpt"
+        args += ["--data.init_args.seed", str(data_seed), "--seed", str(data_seed)]
+        args += ["--classifier.checkpoint", str(checkpoint)]
+    return args
+
+
+def run(args: list[str], verbose: bool) -> dict[str, dict[str, float]]:
+    """One preset run; ``{method: {"acr", "ahr", "tpr", "ji"}}``."""
+    parser = ArgumentParser()
+    parser.add_function_arguments(lbee)
+    parser.add_argument("--config", action="config")
+    init = parser.instantiate_classes(parser.parse_args(args))
+    kwargs = {k: v for k, v in vars(init).items() if k != "config"}
+    with contextlib.nullcontext() if verbose else contextlib.redirect_stdout(io.StringIO()):
+        result = lbee(**kwargs)
+    return {s.method: {"acr": s.acr, "ahr": s.ahr, "tpr": s.tpr, "ji": s.ji} for s in result.scores}
+
+
+def summary(runs: list[dict[str, dict[str, float]]]) -> list[list[str]]:
+    """Per method: mean +- sd of each score over the runs and the number of runs with AHR above TopS."""
+    rows = []
+    for method in runs[0]:
+        cells = []
+        for name in ("acr", "ahr", "tpr", "ji"):
+            values = [r[method][name] for r in runs]
+            sd = statistics.stdev(values) if len(values) > 1 else 0.0
+            cells.append(f"{statistics.fmean(values):.3f} ± {sd:.3f}")
+        wins = sum(r[method]["ahr"] > r["TopS"]["ahr"] for r in runs)
+        rows.append([method, *cells, "" if method == "TopS" else f"{wins}/{len(runs)}"])
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", nargs="+", required=True, help="failure-mode presets (configs/lbee/*.yaml)")
+    parser.add_argument("--clip-seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--data-seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--out_dir", default="checkpoints/lbee/seeds")
+    parser.add_argument("--verbose", action="store_true", help="print every run's tables")
+    args = parser.parse_args()
+    out_dir = Path(args.out_dir)
+    record: dict[str, list[dict]] = {}
+    for config in args.config:
+        runs, rows = [], []
+        for clip_seed in args.clip_seeds:
+            for data_seed in args.data_seeds:
+                scores = run(run_config(config, clip_seed, data_seed, out_dir), args.verbose)
+                runs.append(scores)
+                rows.append([f"clip {clip_seed} data {data_seed}", *(f"{s['ahr']:.3f}" for s in scores.values())])
+                record.setdefault(config, []).append({"clip_seed": clip_seed, "data_seed": data_seed, "scores": scores})
+                out_dir.mkdir(parents=True, exist_ok=True)
+                (out_dir / "seeds.json").write_text(json.dumps(record, indent=1))
+        print_table(["run", *(f"{m} AHR" for m in runs[0])], rows, title=f"{Path(config).name}: AHR per run")
+        print_table(
+            ["method", "ACR", "AHR", "TPR", "JI", "AHR > TopS"],
+            summary(runs),
+            title=f"{Path(config).name}: mean ± sd over {len(runs)} runs",
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""``scripts/lbee_seeds.py``: a preset repeated over CLIP and data seeds, and its summary."""
+
+from __future__ import annotations
+
+import json
+import runpy
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = runpy.run_path(str(ROOT / "scripts" / "lbee_seeds.py"))
+TINY_CLIP = dict(
+    image_size=16, patch_size=8, vision_width=32, vision_layers=1, text_width=32, text_layers=1, heads=2, embed_dim=16
+)
+
+
+def _scores(**ahr: float) -> dict[str, dict[str, float]]:
+    return {m: {"acr": 0.5, "ahr": a, "tpr": 0.25, "ji": 0.125} for m, a in ahr.items()}
+
+
+def test_summary_by_hand():
+    runs = [_scores(TopS=0.4, SetDiff=0.5, PDiff=0.3), _scores(TopS=0.4, SetDiff=0.3, PDiff=0.2)]
+    rows = {r[0]: r[1:] for r in SCRIPT["summary"](runs)}
+    # SetDiff AHR 0.5 and 0.3: mean 0.4, sample sd sqrt(((0.1)^2 + (0.1)^2) / 1) = 0.141; above TopS once.
+    assert rows["SetDiff"] == ["0.500 ± 0.000", "0.400 ± 0.141", "0.250 ± 0.000", "0.125 ± 0.000", "1/2"]
+    assert rows["PDiff"][1] == "0.250 ± 0.071" and rows["PDiff"][-1] == "0/2"
+    assert rows["TopS"][-1] == ""  # no comparison with itself
+
+
+def test_seed_zero_keeps_the_preset_paths():
+    config = str(ROOT / "configs" / "lbee" / "nico95.yaml")
+    args = SCRIPT["run_config"](config, 0, 0, Path("/x"))
+    assert "--encoder.init_args.path" not in args and "--classifier.checkpoint" not in args
+    args = SCRIPT["run_config"](config, 2, 1, Path("/x"))
+    options = dict(zip(args[::2], args[1::2], strict=True))
+    assert options["--encoder.init_args.path"] == "checkpoints/lbee/clip_nico_12k_seed2"
+    assert options["--encoder.init_args.seed"] == "2"
+    assert options["--data.init_args.seed"] == options["--seed"] == "1"
+    assert options["--classifier.checkpoint"] == "/x/nico95/data1/classifier.ckpt"
+    assert options["--out_dir"] == "/x/nico95/clip2_data1"
+
+
+@pytest.fixture
+def tiny_preset(tmp_path):
+    preset = {
+        "data": {
+            "class_path": "datamodules.nico.NICODataModule",
+            "init_args": {
+                "correlation": 0.85,
+                "image_size": 16,
+                "train_size": 240,
+                "test_per_pair": 4,
+                "batch_size": 32,
+            },
+        },
+        "classifier": {"checkpoint": str(tmp_path / "preset" / "classifier.ckpt"), "max_epochs": 1},
+        "encoder": {
+            "class_path": "nemo_train.lbee.encoders.SyntheticCLIP",
+            "init_args": {
+                "path": str(tmp_path / "clip"),
+                "train_per_source": 96,
+                "max_epochs": 1,
+                "batch_size": 32,
+                "model": TINY_CLIP,
+            },
+        },
+        "search": {"clustering": {"n_clusters": 4}, "tau": 1.0, "tau_scale": "sentence_z"},
+        "evaluation": {"sweep": [0.0], "partition_k": 0},
+        "out_dir": str(tmp_path / "preset"),
+    }
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(preset))
+    return path
+
+
+def test_runs_every_seed_pair_and_summarises(tiny_preset, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "seeds"
+    argv = ["lbee_seeds.py", "--config", str(tiny_preset), "--clip-seeds", "0", "1", "--data-seeds", "0", "1"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--out_dir", str(out)])
+    SCRIPT["main"]()
+    printed = capsys.readouterr().out
+    record = json.loads((out / "seeds.json").read_text())[str(tiny_preset)]
+    assert [(r["clip_seed"], r["data_seed"]) for r in record] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    # seed 0 uses the preset's CLIP and classifier; other seeds train their own next to them / under out_dir
+    assert (tmp_path / "clip").is_dir() and (tmp_path / "clip_seed1").is_dir()
+    assert (tmp_path / "preset" / "classifier.ckpt").is_file() and (
+        out / "tiny" / "data1" / "classifier.ckpt"
+    ).is_file()
+    ahr = [r["scores"]["SetDiff"]["ahr"] for r in record]
+    assert f"{statistics.fmean(ahr):.3f} ± {statistics.stdev(ahr):.3f}" in printed
+    wins = sum(r["scores"]["SetDiff"]["ahr"] > r["scores"]["TopS"]["ahr"] for r in record)
+    assert f"{wins}/4" in printed
+    assert "Failure-mode sentences" not in printed  # the runs' own tables only with --verbose
