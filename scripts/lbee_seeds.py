@@ -10,8 +10,9 @@ its AHR is above TopS's. Nothing else of the preset changes.
         --clip-seeds 0 1 2 --data-seeds 0 1 2 --out_dir checkpoints/lbee/seeds
 
 Seed 0 reuses the preset's own CLIP and classifier paths; other seeds train theirs once (a CLIP takes about
-7 min on 2 cores) next to the preset's CLIP (``<path>_seed<s>``) and under ``--out_dir``, so a rerun only
-analyses. Results are also written to ``<out_dir>/seeds.json``.
+7 min on 2 cores) next to the preset's CLIP (``<path>_seed<s>``) and under ``--out_dir`` (in the folder named
+after the preset's classifier folder, so presets that share a classifier share its seeds), so a rerun only
+analyses. Every run's scores are also kept in ``<out_dir>/seeds.json`` (per preset; other presets' entries stay).
 """
 
 from __future__ import annotations
@@ -29,12 +30,16 @@ from nemo_train.console import print_table
 from nemo_train.lbee.pipeline import lbee
 
 
-def run_config(config: str, clip_seed: int, data_seed: int, out_dir: Path) -> list[str]:
-    """Command-line overrides of one preset run at ``clip_seed`` / ``data_seed``."""
+def _parser() -> ArgumentParser:
     parser = ArgumentParser()
     parser.add_function_arguments(lbee)
     parser.add_argument("--config", action="config")
-    cfg = parser.parse_args(["--config", config])
+    return parser
+
+
+def run_config(config: str, clip_seed: int, data_seed: int, out_dir: Path) -> list[str]:
+    """Command-line overrides of one preset run at ``clip_seed`` / ``data_seed``."""
+    cfg = _parser().parse_args(["--config", config])
     stem = Path(config).stem
     args = [
         "--config",
@@ -48,7 +53,9 @@ def run_config(config: str, clip_seed: int, data_seed: int, out_dir: Path) -> li
         path = cfg.encoder.init_args.path
         args += ["--encoder.init_args.seed", str(clip_seed), "--encoder.init_args.path", f"{path}_seed{clip_seed}"]
     if data_seed:
-        checkpoint = out_dir / stem / f"data{data_seed}" / "classifier.ckpt"
+        # keyed by the preset's classifier folder, so presets sharing a classifier share its other seeds too
+        owner = Path(cfg.classifier.checkpoint).parent.name if cfg.classifier.checkpoint else stem
+        checkpoint = out_dir / owner / f"data{data_seed}" / "classifier.ckpt"
         args += ["--data.init_args.seed", str(data_seed), "--seed", str(data_seed)]
         args += ["--classifier.checkpoint", str(checkpoint)]
     return args
@@ -56,10 +63,8 @@ def run_config(config: str, clip_seed: int, data_seed: int, out_dir: Path) -> li
 
 def run(args: list[str], verbose: bool) -> dict[str, dict[str, float]]:
     """One preset run; ``{method: {"acr", "ahr", "tpr", "ji"}}``."""
-    parser = ArgumentParser()
-    parser.add_function_arguments(lbee)
-    parser.add_argument("--config", action="config")
-    init = parser.instantiate_classes(parser.parse_args(args))
+    parser = _parser()
+    init = parser.instantiate(parser.parse_args(args))
     kwargs = {k: v for k, v in vars(init).items() if k != "config"}
     with contextlib.nullcontext() if verbose else contextlib.redirect_stdout(io.StringIO()):
         result = lbee(**kwargs)
@@ -89,17 +94,19 @@ def main() -> None:
     parser.add_argument("--verbose", action="store_true", help="print every run's tables")
     args = parser.parse_args()
     out_dir = Path(args.out_dir)
-    record: dict[str, list[dict]] = {}
+    record_path = out_dir / "seeds.json"
+    record: dict[str, list[dict]] = json.loads(record_path.read_text()) if record_path.is_file() else {}
     for config in args.config:
         runs, rows = [], []
+        record[config] = []
         for clip_seed in args.clip_seeds:
             for data_seed in args.data_seeds:
                 scores = run(run_config(config, clip_seed, data_seed, out_dir), args.verbose)
                 runs.append(scores)
                 rows.append([f"clip {clip_seed} data {data_seed}", *(f"{s['ahr']:.3f}" for s in scores.values())])
-                record.setdefault(config, []).append({"clip_seed": clip_seed, "data_seed": data_seed, "scores": scores})
+                record[config].append({"clip_seed": clip_seed, "data_seed": data_seed, "scores": scores})
                 out_dir.mkdir(parents=True, exist_ok=True)
-                (out_dir / "seeds.json").write_text(json.dumps(record, indent=1))
+                record_path.write_text(json.dumps(record, indent=1))  # kept after every run
         print_table(["run", *(f"{m} AHR" for m in runs[0])], rows, title=f"{Path(config).name}: AHR per run")
         print_table(
             ["method", "ACR", "AHR", "TPR", "JI", "AHR > TopS"],

@@ -88,7 +88,7 @@ def test_runs_every_seed_pair_and_summarises(tiny_preset, tmp_path, monkeypatch,
     # seed 0 uses the preset's CLIP and classifier; other seeds train their own next to them / under out_dir
     assert (tmp_path / "clip").is_dir() and (tmp_path / "clip_seed1").is_dir()
     assert (tmp_path / "preset" / "classifier.ckpt").is_file() and (
-        out / "tiny" / "data1" / "classifier.ckpt"
+        out / "preset" / "data1" / "classifier.ckpt"
     ).is_file()
     ahr = [r["scores"]["SetDiff"]["ahr"] for r in record]
     assert f"{statistics.fmean(ahr):.3f} ± {statistics.stdev(ahr):.3f}" in printed
