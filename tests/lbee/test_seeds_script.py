@@ -29,6 +29,11 @@ def test_summary_by_hand():
     assert rows["SetDiff"] == ["0.500 ± 0.000", "0.400 ± 0.141", "0.250 ± 0.000", "0.125 ± 0.000", "1/2"]
     assert rows["PDiff"][1] == "0.250 ± 0.071" and rows["PDiff"][-1] == "0/2"
     assert rows["TopS"][-1] == ""  # no comparison with itself
+    # a tie in the last bit (17 / 45 summed in another order) is not a win
+    tie = [_scores(TopS=0.3, SetDiff=0.1 + 0.2, PDiff=0.31)]
+    assert 0.1 + 0.2 > 0.3  # the two differ in the last bit
+    rows = {r[0]: r[1:] for r in SCRIPT["summary"](tie)}
+    assert rows["SetDiff"][-1] == "0/1" and rows["PDiff"][-1] == "1/1"
 
 
 def test_seed_zero_keeps_the_preset_paths():
@@ -37,7 +42,8 @@ def test_seed_zero_keeps_the_preset_paths():
     assert "--encoder.init_args.path" not in args and "--classifier.checkpoint" not in args
     args = SCRIPT["run_config"](config, 2, 1, Path("/x"))
     options = dict(zip(args[::2], args[1::2], strict=True))
-    assert options["--encoder.init_args.path"] == "checkpoints/lbee/clip_nico_12k_seed2"
+    preset_clip = yaml.safe_load(Path(config).read_text())["encoder"]["init_args"]["path"]
+    assert options["--encoder.init_args.path"] == f"{preset_clip}_seed2"
     assert options["--encoder.init_args.seed"] == "2"
     assert options["--data.init_args.seed"] == options["--seed"] == "1"
     assert options["--classifier.checkpoint"] == "/x/nico95/data1/classifier.ckpt"
@@ -92,6 +98,6 @@ def test_runs_every_seed_pair_and_summarises(tiny_preset, tmp_path, monkeypatch,
     ).is_file()
     ahr = [r["scores"]["SetDiff"]["ahr"] for r in record]
     assert f"{statistics.fmean(ahr):.3f} ± {statistics.stdev(ahr):.3f}" in printed
-    wins = sum(r["scores"]["SetDiff"]["ahr"] > r["scores"]["TopS"]["ahr"] for r in record)
+    wins = sum(SCRIPT["above"](r["scores"]["SetDiff"]["ahr"], r["scores"]["TopS"]["ahr"]) for r in record)
     assert f"{wins}/4" in printed
     assert "Failure-mode sentences" not in printed  # the runs' own tables only with --verbose
