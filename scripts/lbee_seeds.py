@@ -12,7 +12,8 @@ its AHR is above TopS's. Nothing else of the preset changes.
 Seed 0 reuses the preset's own CLIP and classifier paths; other seeds train theirs once (a CLIP takes about
 7 min on 2 cores) next to the preset's CLIP (``<path>_seed<s>``) and under ``--out_dir`` (in the folder named
 after the preset's classifier folder, so presets that share a classifier share its seeds), so a rerun only
-analyses. Every run's scores are also kept in ``<out_dir>/seeds.json`` (per preset; other presets' entries stay).
+analyses. Every finished run's scores are kept in ``<out_dir>/seeds.jsonl``: a rerun, or one after a kill, only
+runs what is missing (a run is redone when its preset file or overrides changed).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
 import math
 import statistics
 from pathlib import Path
@@ -29,6 +29,7 @@ from jsonargparse import ArgumentParser
 
 from nemo_train.console import print_table
 from nemo_train.lbee.pipeline import lbee
+from nemo_train.store import ResultStore, file_digest
 
 
 def _parser() -> ArgumentParser:
@@ -86,8 +87,11 @@ def summary(runs: list[dict[str, dict[str, float]]]) -> list[list[str]]:
             values = [r[method][name] for r in runs]
             sd = statistics.stdev(values) if len(values) > 1 else 0.0
             cells.append(f"{statistics.fmean(values):.3f} ± {sd:.3f}")
+        if method == "TopS" or "TopS" not in runs[0]:
+            rows.append([method, *cells, ""])
+            continue
         wins = sum(above(r[method]["ahr"], r["TopS"]["ahr"]) for r in runs)
-        rows.append([method, *cells, "" if method == "TopS" else f"{wins}/{len(runs)}"])
+        rows.append([method, *cells, f"{wins}/{len(runs)}"])
     return rows
 
 
@@ -100,19 +104,21 @@ def main() -> None:
     parser.add_argument("--verbose", action="store_true", help="print every run's tables")
     args = parser.parse_args()
     out_dir = Path(args.out_dir)
-    record_path = out_dir / "seeds.json"
-    record: dict[str, list[dict]] = json.loads(record_path.read_text()) if record_path.is_file() else {}
+    store = ResultStore(out_dir / "seeds.jsonl")
     for config in args.config:
         runs, rows = [], []
-        record[config] = []
         for clip_seed in args.clip_seeds:
             for data_seed in args.data_seeds:
-                scores = run(run_config(config, clip_seed, data_seed, out_dir), args.verbose)
-                runs.append(scores)
-                rows.append([f"clip {clip_seed} data {data_seed}", *(f"{s['ahr']:.3f}" for s in scores.values())])
-                record[config].append({"clip_seed": clip_seed, "data_seed": data_seed, "scores": scores})
-                out_dir.mkdir(parents=True, exist_ok=True)
-                record_path.write_text(json.dumps(record, indent=1))  # kept after every run
+                overrides = run_config(config, clip_seed, data_seed, out_dir)
+                key = f"{config} clip {clip_seed} data {data_seed}"
+                settings = {"overrides": " ".join(overrides), "preset": file_digest(config)}
+                record = store.lookup(key, settings) or store.append(
+                    {"key": key, "scores": run(overrides, args.verbose)}, settings
+                )
+                runs.append(record["scores"])
+                rows.append(
+                    [f"clip {clip_seed} data {data_seed}", *(f"{v['ahr']:.3f}" for v in record["scores"].values())]
+                )
         print_table(["run", *(f"{m} AHR" for m in runs[0])], rows, title=f"{Path(config).name}: AHR per run")
         print_table(
             ["method", "ACR", "AHR", "TPR", "JI", "AHR > TopS"],

@@ -89,8 +89,9 @@ def test_runs_every_seed_pair_and_summarises(tiny_preset, tmp_path, monkeypatch,
     monkeypatch.setattr(sys, "argv", [*argv, "--out_dir", str(out)])
     SCRIPT["main"]()
     printed = capsys.readouterr().out
-    record = json.loads((out / "seeds.json").read_text())[str(tiny_preset)]
-    assert [(r["clip_seed"], r["data_seed"]) for r in record] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    lines = [json.loads(line) for line in (out / "seeds.jsonl").read_text().splitlines()]
+    assert [r["key"] for r in lines] == [f"{tiny_preset} clip {c} data {d}" for c in (0, 1) for d in (0, 1)]
+    record = lines
     # seed 0 uses the preset's CLIP and classifier; other seeds train their own next to them / under out_dir
     assert (tmp_path / "clip").is_dir() and (tmp_path / "clip_seed1").is_dir()
     assert (tmp_path / "preset" / "classifier.ckpt").is_file() and (
@@ -101,3 +102,11 @@ def test_runs_every_seed_pair_and_summarises(tiny_preset, tmp_path, monkeypatch,
     wins = sum(SCRIPT["above"](r["scores"]["SetDiff"]["ahr"], r["scores"]["TopS"]["ahr"]) for r in record)
     assert f"{wins}/4" in printed
     assert "Failure-mode sentences" not in printed  # the runs' own tables only with --verbose
+
+    # a rerun (or one after a kill) finds every run in the store: same tables, nothing recomputed
+    def no_run(*args):
+        raise AssertionError("a stored run was recomputed")
+
+    monkeypatch.setitem(SCRIPT["main"].__globals__, "run", no_run)
+    SCRIPT["main"]()
+    assert capsys.readouterr().out == printed
