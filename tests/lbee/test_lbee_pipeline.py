@@ -17,13 +17,11 @@ from nemo_train.lbee.pipeline import ClassifierArgs, EvalArgs, lbee
 from nemo_train.lbee.search import FailureModeSearch
 from nemo_train.lbee.split import ClassProbabilitySplit
 from nemo_train.lightning_cli import NemoLightningCLI
+from tests.models.tiny_clip import TINY_CLIP
 
 ROOT = Path(__file__).resolve().parents[2]
 LBEE_CONFIGS = sorted((ROOT / "configs" / "lbee").glob("*.yaml"))
 REAL = {"imagenet_per_class.yaml", "nico85_real.yaml"}  # need data folders / hub weights: parsed, not built
-TINY_CLIP = dict(
-    image_size=16, patch_size=8, vision_width=32, vision_layers=1, text_width=32, text_layers=1, heads=2, embed_dim=16
-)
 
 
 def test_lbee_command_is_registered():

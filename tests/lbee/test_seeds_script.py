@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.models.tiny_clip import TINY_CLIP
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = runpy.run_path(str(ROOT / "scripts" / "lbee_seeds.py"))
-TINY_CLIP = dict(
-    image_size=16, patch_size=8, vision_width=32, vision_layers=1, text_width=32, text_layers=1, heads=2, embed_dim=16
-)
 
 
 def _scores(**ahr: float) -> dict[str, dict[str, float]]:

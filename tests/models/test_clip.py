@@ -15,10 +15,7 @@ from nemo_train.models.clip import CLIPEncoder, CLIPModule, clip_tokenizer, reca
 from nemo_train.models.trainer import quiet_trainer
 from nemo_train.nemo.methods.error_retrieval import ErrorRetrieval
 from nemo_train.nemo.targets import ZeroShotTarget
-
-TINY = dict(
-    image_size=16, patch_size=8, vision_width=32, vision_layers=1, text_width=32, text_layers=1, heads=2, embed_dim=16
-)
+from tests.models.tiny_clip import TINY_CLIP
 
 
 def test_tokenizer_matches_open_clip_ids():
@@ -40,7 +37,7 @@ def test_recall_at_k_by_hand():
 def trained(tmp_path_factory):
     L.seed_everything(0, verbose=False)
     data = CaptionDataModule(sources=["nico"], image_size=16, train_per_source=64, val_per_source=24, batch_size=16)
-    module = CLIPModule(**TINY, export_subdir="hf")
+    module = CLIPModule(**TINY_CLIP, export_subdir="hf")
     trainer = quiet_trainer(default_root_dir=tmp_path_factory.mktemp("clip"))
     trainer.fit(module, datamodule=data)
     return module, data, trainer
@@ -117,7 +114,7 @@ def test_checkpoint_loads_as_encoder(trained, tmp_path):
 def test_attribute_heads_train_both_towers_and_stay_out_of_the_export(tmp_path):
     L.seed_everything(0, verbose=False)
     data = CaptionDataModule(sources=["cmnist"], image_size=16, train_per_source=32, val_per_source=8, batch_size=16)
-    module = CLIPModule(**TINY, attribute_head_weight=1.0, export_subdir="hf")
+    module = CLIPModule(**TINY_CLIP, attribute_head_weight=1.0, export_subdir="hf")
     trainer = quiet_trainer(max_epochs=None, default_root_dir=tmp_path, max_steps=2, limit_val_batches=0)
     trainer.fit(module, datamodule=data)
     assert list(module.heads) == ["cmnist_digit", "cmnist_color", "cmnist_tilt"]
