@@ -80,17 +80,10 @@ def test_chat_json_batch_reasks_all_malformed_replies_together():
         asked = sum(m["role"] == "assistant" for m in messages)
         return json.dumps({"q": question}) if question == "a" or (question == "b" and asked == 1) else "no"
 
-    class Recording(ScriptedBackend):
-        sizes: list[int] = []
-
-        def chat_batch(self, conversations, **kwargs):
-            self.sizes.append(len(conversations))
-            return super().chat_batch(conversations, **kwargs)
-
-    backend = Recording(reply)
+    backend = ScriptedBackend(reply)
     found = backend.chat_json_batch([[user_message(q)] for q in "abc"], max_reasks=2)
     assert found == [[{"q": "a"}], [{"q": "b"}], [None]]
-    assert backend.sizes == [3, 2, 1]  # first replies, then each round's malformed ones in one request
+    assert backend.batches == [3, 2, 1]  # first replies, then each round's malformed ones in one request
     assert backend.stats.json_reasks == 3 and backend.stats.json_failures == 1
     assert backend.chat_json([user_message("b")]) == [{"q": "b"}]  # one conversation: the same path
 

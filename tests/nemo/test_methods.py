@@ -204,18 +204,6 @@ def test_plain_text_hypothesizer_for_the_fine_tuned_explainer():
     assert call["messages"][0]["content"][1]["text"] == "Why?"
 
 
-class BatchRecordingBackend(ScriptedBackend):
-    """Replies by a function of the messages; records the size of every ``chat_batch`` request."""
-
-    def __init__(self, responder) -> None:
-        super().__init__(responder)
-        self.batches: list[int] = []
-
-    def chat_batch(self, conversations, **kwargs):
-        self.batches.append(len(conversations))
-        return super().chat_batch(conversations, **kwargs)
-
-
 def _by_colour(messages) -> str:
     """A scripted MLLM: the right cause for a green error image, a wrong one otherwise."""
     image = next(p["image"] for p in messages[0]["content"] if p["type"] == "image")
@@ -244,7 +232,7 @@ def test_methods_explain_many_errors_with_one_request_and_the_same_answers():
         "validation": lambda b: WithValidation(ChangeMLLM(target, b), scorer_for(target), m=2),
     }
     for name, make in makers.items():
-        batched, single = BatchRecordingBackend(_by_colour), BatchRecordingBackend(_by_colour)
+        batched, single = ScriptedBackend(_by_colour), ScriptedBackend(_by_colour)
         together = explain_many(make(batched), errors, bench)
         one_by_one = [make(single).explain(e, bench) for e in errors]
         assert batched.batches == [3], name  # every error's question in one request
@@ -261,7 +249,7 @@ def test_cam_mllm_reads_many_overlays_in_one_request():
     target = cam_target()
     samples = [ErrorSample(f"c{i}", torch.rand(3, 16, 16), 0, 1) for i in range(3)]
     bench = NemoBenchmark("toy", ["a", "b"], "cmnist", samples, None)
-    backend = BatchRecordingBackend(lambda messages: '{"cause_of_error": "The model looked at the corner."}')
+    backend = ScriptedBackend(lambda messages: '{"cause_of_error": "The model looked at the corner."}')
     method = CamMLLM(target, backend)
     together = explain_many(method, samples, bench)
     assert backend.batches == [3]
@@ -286,7 +274,7 @@ def test_scitx_captions_uncaptioned_references_of_many_errors_in_one_request():
             return "a square"
         return _by_colour(messages)
 
-    backend = BatchRecordingBackend(reply)
+    backend = ScriptedBackend(reply)
     method = SciTX(target, MLLMHypothesizer(backend), scorer_for(target), k=2, m=1, captioner=MLLMCaptioner(backend))
     errors = toy_errors(bench)
     explanations = explain_many(method, errors, bench)

@@ -158,15 +158,8 @@ def test_derive_many_asks_once_for_all_errors_and_matches_one_at_a_time():
     alone = ScriptedBackend(instruction)
     expected = [LLMInstructionDeriver(alone).derive(s, h, names) if h else [] for s, h in zip(samples, hypotheses)]
 
-    class Counting(ScriptedBackend):
-        rounds: list[int] = []
-
-        def chat_batch(self, conversations, **sampling):
-            self.rounds.append(len(conversations))
-            return super().chat_batch(conversations, **sampling)
-
-    batched = Counting(instruction)
+    batched = ScriptedBackend(instruction)
     found = derive_many(LLMInstructionDeriver(batched), samples, hypotheses, names)
     assert found == expected and found[0] == ["Undo: too dark", "Undo: too small"] and found[2] == []
     # errors 1 and 3 share classes (a dog called a cat) and "Too dark": that request is asked once
-    assert batched.rounds == [4] and len(batched.calls) == 4 and len(alone.calls) == 5
+    assert batched.batches == [4] and len(batched.calls) == 4 and len(alone.calls) == 5
