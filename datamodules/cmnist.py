@@ -32,6 +32,7 @@ from datamodules.base import (
     to_uint8,
     vocab_index,
 )
+from datamodules.facts import DatasetFacts, Factor
 from nemo_train.errors import UserInputError
 
 #: What the colour attribute paints: the digit's strokes (on black) or the background (behind white strokes).
@@ -60,6 +61,25 @@ COLOR_NAMES: list[str] = list(COLORS)
 #: The 13 rotation angles of the test grid (degrees).
 ANGLES: list[int] = list(range(-30, 31, 5))
 IMAGE_SIZE = 28
+#: The fact sheet: the class is the digit; colour is the planted cause (per class, see :class:`BiasSpec`), rotation
+#: the distractor. No value is typical for every class, so the sheet names none.
+FACTS = DatasetFacts(
+    name="cmnist",
+    classes=tuple(str(d) for d in range(10)),
+    class_attribute="digit",
+    object_word="digit",
+    factors=(
+        Factor("color", tuple(COLOR_NAMES), "colour", ("color", "colour", "colored", "coloured", "hue", "tint")),
+        Factor(
+            "angle",
+            tuple(ANGLES),
+            "rotation",
+            ("rotated", "rotation", "tilted", "tilt", "angle", "orientation", "upright"),
+            distractor=True,
+        ),
+    ),
+    caption_template="a {color} digit {digit}, rotated {angle} degrees",
+)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from nemo_train.console import print_table
 from nemo_train.demo_steps import STEPS, DemoContext, FitResult, Headline, Step, read_classifier, read_numbers
 from nemo_train.errors import UserInputError
 from nemo_train.lightning_cli import NemoLightningCLI
+from nemo_train.store import write_json_atomic
 
 __all__ = ["STEPS", "DemoContext", "FitResult", "Headline", "Step", "demo", "read_numbers", "run_step"]
 
@@ -81,6 +82,31 @@ def checkpoint_of(ctx: DemoContext, name: str, result: FitResult) -> None:
     ctx.checkpoints[name] = Path(result.trainer.checkpoint_callback.best_model_path)
 
 
+def _number(value: Any) -> Any:
+    """Plain Python numbers in the recap (tensors and numpy scalars become floats)."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float):
+        return None if value != value else round(value, 4)  # NaN (nothing measured) is written as null
+    return value
+
+
+def recap_lines(rows: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """``(step, method, "metric value · ...")`` per step and method, in the order the rows name them."""
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for r in rows:
+        value = r["value"]
+        text = f"{value:.3f}" if isinstance(value, float) else str(value)
+        grouped.setdefault((r["step"], r["method"]), []).append(f"{r['metric']} {text}")
+    return [(step, method, " · ".join(cells)) for (step, method), cells in grouped.items()]
+
+
+def print_recap(rows: list[dict[str, Any]], where: dict[str, str]) -> None:
+    """The recap table, drawn from the rows of ``recap.json``, and the folder of each step."""
+    print_table(["step", "method", "numbers"], recap_lines(rows), title="nemo-train demo: recap")
+    print_table(["step", "written to"], list(where.items()), title="nemo-train demo: outputs")
+
+
 def run_step(ctx: DemoContext, step: Step) -> bool:
     """Run one step and add its headline numbers to ``ctx``; False (and one line) when it cannot run here."""
     preset = ctx.preset_dir / step.preset
@@ -103,8 +129,8 @@ def run_step(ctx: DemoContext, step: Step) -> bool:
         else:
             result = run_pipeline(step.command, ["--config", str(preset), *overrides])
     ctx.outputs[step.name] = Path(where)
-    for metric, value in step.read(ctx, result):
-        ctx.headlines.append(Headline(step.name, metric, value, where))
+    for method, metric, value in step.read(ctx, result):
+        ctx.headlines.append(Headline(step.name, method, metric, _number(value), where))
     print(f"demo: {step.name} done in {time.perf_counter() - started:.0f} s; its output: {log}")
     return True
 
@@ -134,9 +160,7 @@ def demo(
     for step in STEPS:
         if steps is None or step.name in steps:
             run_step(ctx, step)
-    print_table(
-        ["step", "headline", "value", "written to"],
-        [(h.step, h.metric, h.value, h.where) for h in ctx.headlines],
-        title="nemo-train demo: recap",
-    )
+    rows = [h.row() for h in ctx.headlines]
+    write_json_atomic(ctx.out_dir / "recap.json", rows)
+    print_recap(rows, {h.step: h.where for h in ctx.headlines})
     return ctx

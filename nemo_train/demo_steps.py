@@ -6,6 +6,7 @@ The machinery that runs them is in :mod:`nemo_train.demo`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,12 +17,16 @@ from nemo_train.errors import UserInputError
 
 @dataclass
 class Headline:
-    """One number of the recap table."""
+    """One number of the recap: a row of ``recap.json`` (step / method / metric / value) and where it was written."""
 
     step: str
+    method: str
     metric: str
     value: float | str | None
     where: str
+
+    def row(self) -> dict[str, Any]:
+        return {"step": self.step, "method": self.method, "metric": self.metric, "value": self.value}
 
 
 @dataclass
@@ -54,8 +59,8 @@ class FitResult:
     model: Any
 
 
-#: A reader turns a step's result into (metric, value) pairs for the recap table.
-Reader = Callable[[DemoContext, Any], list[tuple[str, Any]]]
+#: A reader turns a step's result into (method, metric, value) rows of the recap.
+Reader = Callable[[DemoContext, Any], list[tuple[str, str, Any]]]
 
 
 @dataclass
@@ -77,100 +82,120 @@ class Step:
     edits: dict[str, Any] = field(default_factory=dict)
 
 
-def read_classifier(ctx: DemoContext, result: FitResult) -> list[tuple[str, Any]]:
-    """Test accuracy on bias-aligned and bias-conflicting images, and the gap between them."""
+def _finite(value: Any) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
+def read_classifier(ctx: DemoContext, result: FitResult) -> list[tuple[str, str, Any]]:
+    """Test accuracy on bias-aligned and bias-conflicting images."""
     m = result.metrics
-    aligned, conflicting = m["test/acc_aligned"], m["test/acc_conflicting"]
     return [
-        (
-            "test acc aligned / conflicting (bias gap)",
-            f"{aligned:.3f} / {conflicting:.3f} ({aligned - conflicting:.3f})",
-        )
+        ("classifier", "acc_aligned", m["test/acc_aligned"]),
+        ("classifier", "acc_conflicting", m["test/acc_conflicting"]),
     ]
 
 
-def read_explainer(ctx: DemoContext, result: FitResult) -> list[tuple[str, Any]]:
-    """Held-out explanation accuracy (share of pairs whose explanation names the right cause)."""
-    return [("explanation accuracy (held out)", result.metrics["val/explanation_acc"])]
+def read_explainer(ctx: DemoContext, result: FitResult) -> list[tuple[str, str, Any]]:
+    """Held-out explanation accuracy (share of pairs whose explanation names the right cause; keyword rule)."""
+    return [("tiny explainer", "explanation_acc (keyword rule)", result.metrics["val/explanation_acc"])]
 
 
-def read_teacher(ctx: DemoContext, result: dict) -> list[tuple[str, Any]]:
+def read_captions(ctx: DemoContext, result: FitResult) -> list[tuple[str, str, Any]]:
+    """Held-out caption accuracy of the tiny VLM's first stage (per factor and mean)."""
+    prefix = "val/caption_acc"
+    return [
+        ("tiny VLM (captions)", k.removeprefix("val/"), v)
+        for k, v in sorted(result.metrics.items())
+        if k.startswith(prefix)
+    ]
+
+
+def read_teacher(ctx: DemoContext, result: dict) -> list[tuple[str, str, Any]]:
     """How many teacher labels became training pairs, and their mean CEI."""
-    numbers = {key: value for key, value in result.items() if isinstance(value, (int, float))}
-    return [(" / ".join(k.replace("_", " ") for k in numbers), " / ".join(f"{v:g}" for v in numbers.values()))]
+    return [
+        ("Teacher (exhaustive search, not a model)", k, v)
+        for k, v in result.items()
+        if k in ("labels", "kept", "mean_cei")
+    ]
 
 
-def read_distilled(ctx: DemoContext, result: FitResult) -> list[tuple[str, Any]]:
+def read_distilled(ctx: DemoContext, result: FitResult) -> list[tuple[str, str, Any]]:
     """CEI and LLM Match of the student's answers on held-out errors at the last validation."""
     m = result.metrics
     return [
-        (name, m[key])
-        for key, name in (("nemo/cei", "student CEI"), ("nemo/llm_match", "student LLM Match"))
-        if key in m
+        ("Student", name, m[key]) for key, name in (("nemo/cei", "cei"), ("nemo/llm_match", "llm_match")) if key in m
     ]
 
 
-def read_distill_eval(ctx: DemoContext, result: dict) -> list[tuple[str, Any]]:
-    """LLM Match / CEI of each row (teacher, student, methods driven by the student, known cause) per target."""
-    rows: dict[str, list[str]] = {}
+def _shares(step_target: str, counts: dict[str, int] | None) -> list[tuple[str, str, Any]]:
+    from nemo_train.nemo.shift_benchmark import cause_shares
+
+    return [(step_target, f"share/{cause}", share) for cause, share in cause_shares(counts or {}).items()]
+
+
+def read_distill_eval(ctx: DemoContext, result: dict) -> list[tuple[str, str, Any]]:
+    """LLM Match / grounding / CEI of each row (teacher, student, methods driven by the student, known cause,
+    constant) per target; the first target's cause shares."""
+    rows = _shares("causes", result.get("cause_counts"))
     for key, v in result["summary"].items():
         method, target = key.split("|", 1)
-        rows.setdefault(method, []).append(f"{target}: {v['llm_match']:.2f} / {v['cei']:.1f}")
-    return [(f"{method} LLM Match / CEI", "; ".join(cells)) for method, cells in rows.items()]
-
-
-def read_differences(ctx: DemoContext, result: Any) -> list[tuple[str, Any]]:
-    """Completeness, Density and Token Length of each explainer of how Model A and Model B differ."""
-    return [
-        (
-            f"{method} completeness / density / tokens",
-            f"{v['completeness']:.3f} / {v['density']:.3f} / {v['token_length']}",
-        )
-        for method, v in result.headline().items()
-    ]
-
-
-def read_lbee(ctx: DemoContext, result: Any) -> list[tuple[str, Any]]:
-    """ACR / AHR / TPR / JI of each sentence-selection method on the hard clusters."""
-    return [
-        (f"{s.method} ACR / AHR / TPR / JI", f"{s.acr:.3f} / {s.ahr:.3f} / {s.tpr:.3f} / {s.ji:.3f}")
-        for s in result.scores
-    ]
-
-
-def read_counterfactuals(ctx: DemoContext, result: Any) -> list[tuple[str, Any]]:
-    """Success rate (share of counterfactuals above the competency threshold) of each method."""
-    methods = [method for method in result.table if method != "Orig"]
-    return [
-        (f"success {' / '.join(methods)}", " / ".join(f"{result.table[method]['success']:.2f}" for method in methods))
-    ]
-
-
-def read_clip(ctx: DemoContext, result: FitResult) -> list[tuple[str, Any]]:
-    """Zero-shot accuracy of every attribute on held-out images (prompt classification in the trained space)."""
-    prefix = "val/zeroshot/"
-    found = {k[len(prefix) :]: v for k, v in sorted(result.metrics.items()) if k.startswith(prefix)}
-    return [(f"zero-shot {' / '.join(found)}", " / ".join(f"{v:.2f}" for v in found.values()))] if found else []
-
-
-def read_nemo(ctx: DemoContext, result: Any) -> list[tuple[str, Any]]:
-    """LLM Match and CEI of each method on each target, and how often the known cause beats a distractor."""
-    rows = [
-        (f"{c.label} LLM Match / CEI", f"{c.llm_match:.3f} / {c.cei:.2f}")
-        for c in result.cells
-        if not c.method.endswith("+validation")
-    ]
-    if result.known_cause_win_rate is not None:
-        rows.append(("known cause beats distractor (CEI)", result.known_cause_win_rate))
+        for metric in ("llm_match", "grounding", "cei"):
+            if _finite(v.get(metric)):
+                rows.append((f"{method} @ {target}", metric, v[metric]))
     return rows
 
 
-def read_numbers(ctx: DemoContext, result: Any) -> list[tuple[str, Any]]:
+def read_differences(ctx: DemoContext, result: Any) -> list[tuple[str, str, Any]]:
+    """Completeness, Density and Token Length of each explainer of how Model A and Model B differ."""
+    return [
+        (method, metric, v[metric])
+        for method, v in result.headline().items()
+        for metric in ("completeness", "density", "token_length")
+    ]
+
+
+def read_lbee(ctx: DemoContext, result: Any) -> list[tuple[str, str, Any]]:
+    """ACR / AHR / TPR / JI of each sentence-selection method on the hard clusters."""
+    return [(s.method, metric, getattr(s, metric)) for s in result.scores for metric in ("acr", "ahr", "tpr", "ji")]
+
+
+def read_counterfactuals(ctx: DemoContext, result: Any) -> list[tuple[str, str, Any]]:
+    """Success rate (share of counterfactuals above the competency threshold) of each method."""
+    return [(method, "success", v["success"]) for method, v in result.table.items() if method != "Orig"]
+
+
+def read_clip(ctx: DemoContext, result: FitResult) -> list[tuple[str, str, Any]]:
+    """Zero-shot accuracy of every attribute on held-out images (prompt classification in the trained space)."""
+    prefix = "val/zeroshot/"
+    return [
+        ("CLIP", f"zeroshot/{k[len(prefix) :]}", v) for k, v in sorted(result.metrics.items()) if k.startswith(prefix)
+    ]
+
+
+def read_nemo(ctx: DemoContext, result: Any) -> list[tuple[str, str, Any]]:
+    """LLM Match, grounding and CEI of each method on each target, the cause shares, and how often the known
+    cause beats a distractor."""
+    rows = [row for target, counts in result.cause_counts.items() for row in _shares(target, counts)]
+    for c in result.cells:
+        method = c.label if len({x.target for x in result.cells}) == 1 else f"{c.label} @ {c.target}"
+        rows += [
+            (method, metric, getattr(c, metric))
+            for metric in ("llm_match", "grounding", "cei")
+            if _finite(getattr(c, metric))
+        ]
+    if result.known_cause_win_rate is not None:
+        rows.append(("KnownCause", "beats_distractor_cei", result.known_cause_win_rate))
+    return rows
+
+
+def read_numbers(ctx: DemoContext, result: Any) -> list[tuple[str, str, Any]]:
     """Every top-level number a pipeline returns (for steps without a reader of their own)."""
     if not isinstance(result, dict):
         return []
     return [
-        (key, value) for key, value in result.items() if isinstance(value, (int, float)) and not isinstance(value, bool)
+        ("", key, value)
+        for key, value in result.items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
     ]
 
 
@@ -247,49 +272,74 @@ STEPS: list[Step] = [
         read=read_nemo,
         output="{out}/nemo_eval",
     ),
+    *(
+        Step(
+            name=f"shifts_{gaps}",
+            preset=f"shifts/{gaps}.yaml",
+            command="fit",
+            overrides=[f"--trainer.default_root_dir={{out}}/shifts_{gaps}"],
+            fast=["--trainer.max_epochs=1", "--data.init_args.train_size=1024", "--data.init_args.test_size=1000"],
+            read=read_classifier,
+            output=f"{{out}}/shifts_{gaps}",
+        )
+        for gaps in ("gaps_a", "gaps_b")
+    ),
+    Step(
+        name="nemo_shifts",
+        preset="nemo/shifts.yaml",
+        command="nemo-eval",
+        overrides=["--run.out_dir={out}/nemo_shifts", "--targets=[{ckpt[shifts_gaps_a]}]"],
+        fast=["--benchmark.n=6", "--run.global_explanation=false"],
+        read=read_nemo,
+        output="{out}/nemo_shifts",
+    ),
     Step(
         name="distill_teacher",
-        preset="distill/cmnist_teacher.yaml",
+        preset="distill/shifts_teacher.yaml",
         command="distill-teacher",
-        overrides=[
-            "--out_dir={out}/distill_cmnist/teacher",
-            "--classifier={ckpt[cmnist_model_a]}",
-        ],
+        overrides=["--out_dir={out}/distill_shifts/teacher", "--classifier={ckpt[shifts_gaps_a]}"],
         fast=["--n=24"],
         read=read_teacher,
-        output="{out}/distill_cmnist/teacher",
+        output="{out}/distill_shifts/teacher",
+    ),
+    Step(
+        name="captions",
+        preset="explainer/captions_shifts.yaml",
+        command="fit",
+        overrides=[
+            "--trainer.default_root_dir={out}/captions_shifts",
+            "--data.init_args.data_dir={out}/captions_shifts/pairs",
+        ],
+        fast=["--trainer.max_steps=4"],
+        read=read_captions,
+        output="{out}/captions_shifts",
     ),
     Step(
         name="distilled_explainer",
-        preset="explainer/distill_cmnist.yaml",
+        preset="explainer/distill_shifts.yaml",
         command="fit",
         overrides=[
-            "--trainer.default_root_dir={out}/distill_cmnist",
-            "--data.init_args.train_jsonl={out}/distill_cmnist/teacher/pairs/train.jsonl",
-            "--data.init_args.val_jsonl={out}/distill_cmnist/teacher/pairs/val.jsonl",
+            "--trainer.default_root_dir={out}/distill_shifts",
+            "--model.init_args.adapter={out}/captions_shifts/adapter",
+            "--data.init_args.train_jsonl={out}/distill_shifts/teacher/pairs/train.jsonl",
+            "--data.init_args.val_jsonl={out}/distill_shifts/teacher/pairs/val.jsonl",
         ],
-        edits={
-            "trainer.callbacks.0.init_args.errors": [
-                {"classifier": "{ckpt[cmnist_model_a]}", "dataset": "cmnist", "n": 16, "seed": 0}
-            ]
-        },
-        fast=["--trainer.max_epochs=1"],
+        fast=["--trainer.max_steps=4"],
         read=read_distilled,
-        output="{out}/distill_cmnist",
+        output="{out}/distill_shifts",
     ),
     Step(
         name="distill_eval",
-        preset="distill/cmnist_eval.yaml",
+        preset="distill/shifts_eval.yaml",
         command="distill-eval",
         overrides=[
-            "--out_dir={out}/distill_cmnist/eval",
-            "--student={out}/distill_cmnist/adapter",
-            "--targets=[{ckpt[cmnist_model_a]}, {ckpt[cmnist_model_b]}]",
-            "--n=16",
+            "--out_dir={out}/distill_shifts/eval",
+            "--student={out}/distill_shifts/adapter",
+            "--targets=[{ckpt[shifts_gaps_a]}, {ckpt[shifts_gaps_b]}]",
         ],
         fast=["--n=4", "--methods=[StudentGreedy, KnownCause]"],
         read=read_distill_eval,
-        output="{out}/distill_cmnist/eval",
+        output="{out}/distill_shifts/eval",
     ),
     Step(
         name="differences",

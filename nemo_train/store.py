@@ -36,6 +36,17 @@ from nemo_train.errors import UserInputError
 log = logging.getLogger(__name__)
 
 
+def write_json_atomic(path: str | Path, value: Any) -> Path:
+    """Write ``value`` as JSON to ``path`` through a temporary file and a rename: a reader (or a killed run)
+    sees the previous file or the new one, never half of one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_name(f".{path.name}.tmp")
+    scratch.write_text(json.dumps(value, indent=1, allow_nan=False) + "\n")
+    os.replace(scratch, path)
+    return path
+
+
 def fingerprint(settings: dict[str, Any]) -> str:
     """A short stable hash of a JSON-ready settings dict (canonical JSON, SHA-256)."""
     canonical = json.dumps(settings, sort_keys=True, separators=(",", ":"), default=str)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -39,11 +40,15 @@ def test_the_demo_uses_a_changed_preset(tmp_path, capsys):
     assert torch.load(checkpoint, weights_only=True)["hyper_parameters"]["lr"] == 0.0123
 
     metrics = {h.metric: h.value for h in ctx.headlines}
-    accuracies, gap = metrics["test acc aligned / conflicting (bias gap)"].split(" (")
-    aligned, conflicting = (float(v) for v in accuracies.split(" / "))
-    assert float(gap.rstrip(")")) == pytest.approx(aligned - conflicting, abs=1e-3)
+    assert 0 <= metrics["acc_conflicting"] <= metrics["acc_aligned"] <= 1
+    recap = json.loads((out / "recap.json").read_text())
+    assert recap == [h.row() for h in ctx.headlines]
+    assert {r["metric"] for r in recap} == {"acc_aligned", "acc_conflicting"}
+    assert all(set(r) == {"step", "method", "metric", "value"} for r in recap)
     printed = capsys.readouterr().out
-    assert "nemo-train demo: recap" in printed and "bias gap" in printed and str(out / "cmnist_model_a") in printed
+    assert (
+        "nemo-train demo: recap" in printed and "acc_conflicting" in printed and str(out / "cmnist_model_a") in printed
+    )
     assert not [line for line in printed.splitlines() if line.startswith("wandb:")]
     assert len(printed.splitlines()) <= 20
 
@@ -82,6 +87,9 @@ def test_a_pipeline_step_runs_its_preset_through_the_command_parser(tmp_path, mo
         ("nemo-eval", ["--config", str(presets / "toy" / "preset.yaml"), f"--out_dir={tmp_path / 'out'}/toy"])
     ]
     assert [(h.step, h.metric, h.value) for h in ctx.headlines] == [("toy", "score", 0.5)]
+    assert json.loads((tmp_path / "out" / "recap.json").read_text()) == [
+        {"step": "toy", "method": "", "metric": "score", "value": 0.5}
+    ]
 
 
 def test_an_override_needing_an_earlier_step_is_one_line(tmp_path, capsys):
@@ -114,7 +122,12 @@ def test_every_override_is_an_option_of_the_step_command(step, tmp_path):
     ctx = DemoContext(
         out_dir=tmp_path,
         preset_dir=ROOT / "configs",
-        checkpoints={"cmnist_model_a": tmp_path / "a.ckpt", "cmnist_model_b": tmp_path / "b.ckpt"},
+        checkpoints={
+            "cmnist_model_a": tmp_path / "a.ckpt",
+            "cmnist_model_b": tmp_path / "b.ckpt",
+            "shifts_gaps_a": tmp_path / "sa.ckpt",
+            "shifts_gaps_b": tmp_path / "sb.ckpt",
+        },
     )
     for overrides in (step.overrides, step.overrides + step.fast):
         args = ["--config", str(ROOT / "configs" / step.preset), *(ctx.expand(arg) for arg in overrides)]

@@ -12,7 +12,7 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import lightning as L
 import torch
@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader, Dataset
 from transformers import AutoProcessor
 
 from datamodules.explanations.builders import build_six_cause_pairs
+from datamodules.explanations.captions import build_shift_caption_pairs
 from datamodules.explanations.encoding import (
     ConversationEncoder,
     ConversationTooLong,
@@ -31,6 +32,10 @@ from datamodules.explanations.encoding import (
 from datamodules.explanations.records import ExplanationRecord, read_records
 from nemo_train.errors import UserInputError
 from nemo_train.vocabulary import CAUSES
+
+#: The pairs built into ``data_dir`` when no ``train_jsonl`` is given: the six-cause CMNIST pairs, or captions
+#: of shifts digits (:func:`datamodules.explanations.captions.build_shift_caption_pairs`).
+Recipe = Literal["six_causes", "shift_captions"]
 
 
 def auto_processor(model_name_or_path: str) -> Any:
@@ -110,11 +115,14 @@ class ExplanationDataModule(L.LightningDataModule):
             ``processor_loader: nemo_train.models.vlm.load_processor``); its processor and chat template
             render the conversations.
         processor_loader: turns ``model_name_or_path`` into a processor (default ``AutoProcessor``).
-        train_jsonl, val_jsonl: pair files. Without ``train_jsonl`` the embedded six-cause pairs are built
-            into ``data_dir`` (CMNIST images with one of six corruptions, ``per_cause`` each).
+        train_jsonl, val_jsonl: pair files. Without ``train_jsonl`` the embedded pairs of ``recipe`` are
+            built into ``data_dir``.
         data_dir: where the embedded pairs go (default ``<trainer.default_root_dir>/pairs``, else ``./pairs``).
-        per_cause, seed, severity_range: size, seed and corruption strength of the embedded pairs (rebuilt
-            when these change).
+        recipe: ``six_causes`` (CMNIST images with one of six corruptions, ``per_cause`` each) or
+            ``shift_captions`` (``caption_pairs`` shifts digits captioned from their attributes, a
+            ``shifted_share`` of them from the shift distribution).
+        per_cause, seed, severity_range, caption_pairs, shifted_share: size, seed and settings of the embedded
+            pairs (rebuilt when these change).
         use_counterfactual: show the counterfactual beside the image when a pair has one.
         system_prompt, prompt: context turn and question (default: per record, else the shared questions).
         max_length: token limit; longer conversations are dropped with a counted warning.
@@ -128,9 +136,12 @@ class ExplanationDataModule(L.LightningDataModule):
         train_jsonl: str | None = None,
         val_jsonl: str | None = None,
         data_dir: str | None = None,
+        recipe: Recipe = "six_causes",
         per_cause: int = 100,
         seed: int = 0,
         severity_range: tuple[float, float] = (0.75, 1.0),
+        caption_pairs: int = 2000,
+        shifted_share: float = 0.5,
         use_counterfactual: bool = False,
         system_prompt: str | None = None,
         prompt: str | None = None,
@@ -143,12 +154,18 @@ class ExplanationDataModule(L.LightningDataModule):
             raise UserInputError(f"batch_size={batch_size}; expected at least 1")
         if train_jsonl is None and val_jsonl is not None:
             raise UserInputError("val_jsonl is set without train_jsonl; give both, or neither for the embedded pairs")
+        if recipe not in get_args(Recipe):
+            raise UserInputError(f"recipe={recipe!r}; expected one of {list(get_args(Recipe))}")
+        if caption_pairs < 2 or not 0.0 <= shifted_share <= 1.0:
+            raise UserInputError(
+                f"caption_pairs={caption_pairs}, shifted_share={shifted_share}; expected at least 2 pairs and a share in [0, 1]"
+            )
         self.save_hyperparameters(ignore=["processor_loader"])
         self.processor_loader = processor_loader
         self.processor: Any = None
         self.train_set: ExplanationPairsDataset | None = None
         self.val_set: ExplanationPairsDataset | None = None
-        self.group_names = list(CAUSES)
+        self.group_names = list(CAUSES) if recipe == "six_causes" else ["caption"]
 
     def data_dir(self) -> Path:
         """Where the embedded pairs are built."""
@@ -165,6 +182,8 @@ class ExplanationDataModule(L.LightningDataModule):
 
     def _embedded_recipe(self) -> dict[str, Any]:
         hp = self.hparams
+        if hp.recipe == "shift_captions":
+            return {"recipe": hp.recipe, "size": hp.caption_pairs, "seed": hp.seed, "shifted_share": hp.shifted_share}
         return {"per_cause": hp.per_cause, "seed": hp.seed, "severity_range": list(hp.severity_range)}
 
     def _embedded_ready(self) -> bool:
@@ -176,9 +195,14 @@ class ExplanationDataModule(L.LightningDataModule):
         hp = self.hparams
         if hp.train_jsonl is None and not self._embedded_ready():
             recipe = self._embedded_recipe()
-            build_six_cause_pairs(
-                self.data_dir(), per_cause=hp.per_cause, seed=hp.seed, severity_range=tuple(hp.severity_range)
-            )
+            if hp.recipe == "shift_captions":
+                build_shift_caption_pairs(
+                    self.data_dir(), size=hp.caption_pairs, seed=hp.seed, shifted_share=hp.shifted_share
+                )
+            else:
+                build_six_cause_pairs(
+                    self.data_dir(), per_cause=hp.per_cause, seed=hp.seed, severity_range=tuple(hp.severity_range)
+                )
             (self.data_dir() / "recipe.json").write_text(json.dumps(recipe))
         self.processor_loader(hp.model_name_or_path)
 

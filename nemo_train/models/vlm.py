@@ -40,7 +40,10 @@ TINY_MODEL = "embedded:tiny-qwen2-vl"
 #: File written next to a saved explainer adapter so that it can be reloaded without the training config.
 EXPLAINER_META = "nemo_explainer.json"
 #: Bump when the recipe below changes, so stale caches are rebuilt.
-TINY_VERSION = 2
+TINY_VERSION = 3
+#: Tokens of the tiny tokenizer: enough merges for whole words of every corpus text (the six-cause sentences
+#: keep their length, the shifts captions and structured answers are one token per word).
+TINY_VOCAB = 640
 
 SPECIAL_TOKENS = [
     "<|endoftext|>",
@@ -64,21 +67,60 @@ CHAT_TEMPLATE = (
 )
 
 
+def _shift_texts() -> list[str]:
+    """What the explainer reads and writes about the shifts digits: the fact sheet's words, a caption per value
+    of every factor, the structured explanation of every cause value and the distillation questions."""
+    from datamodules.explanations.captions import CAPTION_PROMPT
+    from datamodules.shifts import FACTS
+    from nemo_train.nemo.benchmark import ErrorSample
+    from nemo_train.nemo.structured import (
+        DISTILL_CAM_PROMPT,
+        DISTILL_CHANGE_PROMPT,
+        DISTILL_PROMPT,
+        format_answer,
+        hypothesis_sentence,
+    )
+
+    classes = list(FACTS.classes)
+    words = [FACTS.object_word, FACTS.class_attribute, *classes]
+    for factor in FACTS.factors:
+        words += [factor.name, factor.word, *factor.synonyms, *map(str, factor.values), *factor.phrases.values()]
+    typical = {f.name: f.typical_stored if f.typical is not None else f.stored(f.values[0]) for f in FACTS.factors}
+    captions, answers, prompts = [], [], [CAPTION_PROMPT]
+    for k, factor in enumerate(FACTS.factors):
+        for v, value in enumerate(factor.values):
+            attrs = {**typical, factor.name: factor.stored(value), FACTS.class_attribute: (k + v) % len(classes)}
+            captions.append(FACTS.caption(attrs))
+            if factor.distractor or not factor.editable or value == factor.typical:
+                continue
+            for shift in range(3):
+                true, pred = (v + shift) % len(classes), (v + shift * 3 + 1) % len(classes)
+                sample = ErrorSample("corpus", torch.empty(0), true, pred, attrs)
+                edit = {"attribute": factor.name, "value": factor.typical_stored}
+                sentence = hypothesis_sentence(sample, edit, FACTS.vocabulary, classes, FACTS.object_word)
+                answers.append(format_answer(sentence, edit, FACTS.vocabulary))
+    for true in range(len(classes)):
+        names = {"true_name": classes[true], "pred_name": classes[(true + 3) % len(classes)]}
+        prompts += [DISTILL_PROMPT.format(**names), DISTILL_CAM_PROMPT.format(**names)]
+        prompts.append(DISTILL_CHANGE_PROMPT.format(**names, ref_name=names["pred_name"]))
+    return [" ".join(words)] + captions * 2 + answers + prompts
+
+
 def _corpus() -> list[str]:
     texts = [vocabulary.SYSTEM_PROMPT, vocabulary.SINGLE_IMAGE_PROMPT, vocabulary.PAIR_PROMPT, vocabulary.BIAS_PROMPT]
     texts += [e for variants in vocabulary.EXPLANATIONS.values() for e in variants]
     texts += [vocabulary.bias_explanation(c, 3, 8, [0, 1, 2, 3, 4]) for c in COLOR_NAMES]
     texts += ["system\n", "user\n", "assistant\n", "0 1 2 3 4 5 6 7 8 9"]
-    return texts * 4
+    return texts * 4 + _shift_texts()
 
 
 def build_tiny_processor():
-    """The tiny model's ``Qwen2VLProcessor`` (byte-level BPE of 512 tokens, built deterministically)."""
+    """The tiny model's ``Qwen2VLProcessor`` (byte-level BPE of :data:`TINY_VOCAB` tokens, built deterministically)."""
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=512,
+        vocab_size=TINY_VOCAB,
         special_tokens=SPECIAL_TOKENS,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,

@@ -25,7 +25,10 @@ from typing import Any
 
 import torch
 
+from datamodules.cmnist import FACTS as CMNIST_FACTS
+from datamodules.facts import DatasetFacts
 from datamodules.folder import UNREADABLE, read_image
+from datamodules.shifts_render import FACTS as SHIFTS_FACTS
 from nemo_train.errors import UserInputError
 from nemo_train.nemo.targets import load_checkpoint_target
 from nemo_train.quiet import progress_bar
@@ -44,6 +47,8 @@ class ErrorSample:
     prediction: int
     attrs: dict[str, Any] | None = None
     path: str | None = None
+    #: this error's own cause (a factor name) when the generator established it by re-rendering
+    cause: str | None = None
 
 
 @dataclass
@@ -104,6 +109,16 @@ class NemoBenchmark:
     #: the known cause on generated data: ``{"attribute": "color", "values": {class: [bias-aligned values]},
     #: "editable": [...], "distractor": "angle", "object": "digit"}``
     cause: dict[str, Any] | None = None
+    #: the dataset's fact sheet (generated data), so judges and explainers read factors and values from it
+    facts: Any | None = None
+    #: errors per established cause (``none`` / ``several`` counted apart) where errors have their own cause
+    cause_counts: dict[str, int] | None = None
+
+    def known_attributes(self, sample: ErrorSample) -> dict[str, str] | None:
+        """The image's attributes as text (``{"color": "green", ...}``) when the fact sheet knows them."""
+        if self.facts is None or sample.attrs is None:
+            return None
+        return self.facts.value_names(sample.attrs)
 
 
 def load_image(path: str | Path, size: int = 224) -> torch.Tensor:
@@ -163,6 +178,9 @@ def clevr_caption(attrs: dict[str, Any], vocabulary: dict[str, list]) -> str:
     """A caption of a CLEVR image from its attributes (``"a small red metal cube"``)."""
     return " ".join(["a"] + [vocabulary[k][int(attrs[k])] for k in ("size", "color", "material", "shape")])
 
+
+#: Fact sheets of the generated benchmarks (judges and explainers read factors and values from them).
+FACT_SHEETS: dict[str, DatasetFacts] = {"cmnist": CMNIST_FACTS, "shifts": SHIFTS_FACTS}
 
 #: The generated datasets with a planted bias: datamodule, class attribute, cause, editable attributes.
 SYNTHETIC: dict[str, dict[str, Any]] = {
@@ -315,7 +333,9 @@ def benchmark_from_grid(
         "distractor": spec["distractor"],
         "object": spec["object"],
     }
-    return NemoBenchmark(dataset, list(dm.class_names), dataset, errors, reference, renderer, vocabulary, cause)
+    return NemoBenchmark(
+        dataset, list(dm.class_names), dataset, errors, reference, renderer, vocabulary, cause, FACT_SHEETS.get(dataset)
+    )
 
 
 def build_cmnist_benchmark(

@@ -1,14 +1,21 @@
-"""The failure factor of each NEMO benchmark, written down for judges (NEMO Sec. 4.1.2).
+"""The failure factor of each NEMO benchmark, written down for judges (NEMO Sec. 4.1.2), and the prompts
+an LLM judge reads.
 
 :class:`FactorCriterion` holds what an LLM judge reads (``description``) and the closed vocabulary the
-offline keyword judge matches (``keywords``, ``partial_keywords``).
+offline keyword judge matches (``keywords``, ``partial_keywords``). :data:`JUDGE_PROMPT` grades against a
+benchmark's factor; :data:`GROUNDED_PROMPT` grades against one error's own cause and checks the explanation
+against the image's known attributes. :func:`snap_score` and :func:`snap_grounding` read a judge's reply.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 from nemo_train.errors import UserInputError
+
+SCORES = (0.0, 0.5, 1.0)
 
 
 @dataclass(frozen=True)
@@ -100,11 +107,88 @@ CRITERIA: dict[str, FactorCriterion] = {
 }
 
 
+def criterion_key(name: str) -> str:
+    """The :data:`CRITERIA` key a benchmark name looks up (``ImageNet-R`` -> ``imagenet_r``)."""
+    return str(name).lower().replace("-", "_")
+
+
 def get_criterion(name: str | FactorCriterion) -> FactorCriterion:
     """A criterion by dataset name (``imagenet_r``, ``objectnet``, ``imagenet_d``, ``cmnist``, ``clevr``)."""
     if isinstance(name, FactorCriterion):
         return name
-    key = str(name).lower().replace("-", "_")
+    key = criterion_key(name)
     if key not in CRITERIA:
         raise UserInputError(f"unknown judge criterion {name!r}; expected one of {sorted(CRITERIA)}")
     return CRITERIA[key]
+
+
+JUDGE_SYSTEM = (
+    "You grade explanations of image-classifier mistakes. You decide whether an explanation names one "
+    "given cause of failure. You answer with a single JSON object and nothing else."
+)
+
+JUDGE_PROMPT = """A vision classifier labelled an image of a "{true_label}" as "{predicted_label}". Someone wrote this explanation of the mistake:
+
+<explanation>
+{explanation}
+</explanation>
+
+The images of this benchmark differ from ordinary photos in one known way, which is the real cause of the error:
+{factor}
+
+Grade how well the explanation names that cause:
+- 1 if it clearly names the cause (the factor itself or a specific value of it),
+- 0.5 if it hints at the cause only partly or vaguely, or names it among several unrelated causes without committing,
+- 0 if it does not mention the cause at all.
+Judge only whether the cause is named, not the writing quality or the rest of the explanation.
+
+Reply with JSON only: {{"reasoning": "<one sentence>", "score": <1, 0.5 or 0>}}"""
+
+GROUNDED_PROMPT = """A vision classifier labelled an image of a "{true_label}" as "{predicted_label}". Someone wrote this explanation of the mistake:
+
+<explanation>
+{explanation}
+</explanation>
+
+The image was generated, so its attributes are known exactly:
+{attributes}
+
+This particular error has one known cause: {cause}. The other attributes did not cause it.
+
+Grade the explanation on two things.
+"score": does it blame this error's own cause?
+- 1 if it blames that cause and no other attribute,
+- 0.5 if it blames that cause together with other attributes,
+- 0 if it does not blame that cause, or if it says anything false about the image (an attribute value that differs from the list above, or a wrong true or predicted class).
+"grounding": of the statements it makes about this image that the list above and the two class names can check, the share that are true, from 0 to 1; null if it makes no such statement. Do not check hypothetical statements or the change proposed after "Edit:".
+
+Reply with JSON only: {{"reasoning": "<one sentence>", "score": <1, 0.5 or 0>, "grounding": <0 to 1 or null>}}"""
+
+
+def snap_score(value: Any) -> float | None:
+    """A judge's raw score as 0.0 / 0.5 / 1.0, or ``None`` if it is not one of them."""
+    if isinstance(value, str):
+        word = value.strip().lower()
+        words = {"full": 1.0, "partial": 0.5, "none": 0.0, "no": 0.0}
+        if word in words:
+            return words[word]
+        try:
+            value = float(word)
+        except ValueError:
+            return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(float(value)):
+        return None
+    value = float(value)
+    return value if value in SCORES else None
+
+
+def snap_grounding(value: Any) -> float | None:
+    """A judge's raw grounding as a number in [0, 1] (clamped), or ``None`` if it is not a number."""
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
+        return None
+    return min(1.0, max(0.0, float(value)))

@@ -41,6 +41,7 @@ from nemo_train.nemo.interventions import (
 )
 from nemo_train.nemo.methods.scitx import MLLMCaptioner, MLLMHypothesizer, SciTX
 from nemo_train.nemo.mining import mine_folder_errors, mine_synthetic_errors
+from nemo_train.nemo.shift_benchmark import build_shift_benchmark
 from nemo_train.nemo.targets import ClassMapping
 from nemo_train.nemo.teacher import ExhaustiveAttributeTeacher, SciTXTeacher, TeacherLabel, View
 from nemo_train.quiet import progress_bar
@@ -130,7 +131,7 @@ def _label_errors(teacher, bench, store: ResultStore, name: str, settings: dict,
 
 def distill_teacher(
     classifier: str | TargetSpec,
-    dataset: Literal["cmnist", "clevr", "folder"] = "cmnist",
+    dataset: Literal["cmnist", "clevr", "shifts", "folder"] = "cmnist",
     out_dir: str = "checkpoints/distill_cmnist/teacher",
     n: int = 300,
     seed: int = 1,
@@ -156,8 +157,10 @@ def distill_teacher(
     Args:
         classifier: the target: a classifier checkpoint path, ``timm:<name>`` (hub weights) or a target object
             (``TimmModel`` with a local ``weights_file``, ``CheckpointTarget``) for folder data.
-        dataset: ``cmnist`` / ``clevr`` (generated; mined from a split disjoint from the evaluation grid) or
-            ``folder`` (``mining_root``, checked disjoint from ``evaluation_root``).
+        dataset: ``cmnist`` / ``clevr`` (generated; mined from a split disjoint from the evaluation grid),
+            ``shifts`` (the shift distribution rendered from the training handwriting pool; each error keeps the
+            cause the generator established; ``10 * n`` images are classified) or ``folder`` (``mining_root``,
+            checked disjoint from ``evaluation_root``).
         mining_root, evaluation_root, mapping_file: folder data (``<root>/<class>/<image>``): the mining
             split, the evaluation folder it must not overlap, and the class mapping JSON of an ImageNet
             target (``{class: [imagenet ids]}``; default: the folder names are WordNet ids).
@@ -211,6 +214,12 @@ def distill_teacher(
             target = build_target(spec, mapping)
             bench = mine_folder_errors(
                 "folder", mining_root, evaluation_root, target, "folder", n=n, seed=seed, class_folders=mapping.folders
+            )
+        elif dataset == "shifts":
+            target = build_target(spec)
+            gaps = member_bias if isinstance(member_bias, str) else "gaps_a"
+            bench = build_shift_benchmark(
+                target, gaps, n=n, seed=seed, split="mining", size=10 * n, datamodule_kwargs=data_kwargs
             )
         else:
             target = build_target(spec)

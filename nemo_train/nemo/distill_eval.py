@@ -30,29 +30,39 @@ from jsonargparse.typing import PositiveInt
 from nemo_train.backends.student import StudentBackend
 from nemo_train.console import print_table
 from nemo_train.errors import UserInputError
-from nemo_train.nemo.benchmark import NemoBenchmark, build_synthetic_benchmark
+from nemo_train.nemo.benchmark import FACT_SHEETS, NemoBenchmark, build_synthetic_benchmark
 from nemo_train.nemo.class_mapping import ClassMapping
 from nemo_train.nemo.components.editors import DiffusersEdit
 from nemo_train.nemo.components.targets import TargetSpec, as_spec, unique_names
 from nemo_train.nemo.distill_methods import (
     DistillContext,
     DistillMethod,
+    ExhaustiveSearchExplainer,
     ExhaustiveTeacher,
     KnownCause,
     default_distill_methods,
     student_distill_methods,
 )
-from nemo_train.nemo.evaluation import Progress, TargetJob, flatten, run_target
+from nemo_train.nemo.evaluation import (
+    Progress,
+    TargetJob,
+    flatten,
+    most_frequent_explanation,
+    run_constant,
+    run_target,
+)
 from nemo_train.nemo.folder_benchmark import build_folder_benchmark
 from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
-from nemo_train.nemo.judges import CriterionName, Judge, JudgePanel, KeywordJudge, LLMJudge
+from nemo_train.nemo.judges import CriterionName, GroundedJudge, Judge, JudgePanel, LLMJudge
+from nemo_train.nemo.methods.reference import KnownCauseExplainer
+from nemo_train.nemo.shift_benchmark import build_shift_benchmark, print_causes
 from nemo_train.nemo.structured import StructuredEditDeriver
 from nemo_train.store import ResultStore
 
 
-def mean_scores(records) -> dict[tuple[str, str], tuple[float | None, float | None]]:
-    """Mean LLM Match (judged rows only) and mean CEI per (method, target); failed rows (a request that
-    failed for good; a rerun retries them) are left out of both."""
+def mean_scores(records) -> dict[tuple[str, str], tuple[float | None, float | None, float | None]]:
+    """Mean LLM Match (judged rows only), mean CEI and mean grounding (rows with checkable claims) per
+    (method, target); failed rows (a request that failed for good; a rerun retries them) are left out."""
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in records:
         groups.setdefault((r["method"], r["target"]), []).append(r)
@@ -61,7 +71,12 @@ def mean_scores(records) -> dict[tuple[str, str], tuple[float | None, float | No
         done = [r for r in rows if not r.get("failed")]
         judged = [r["llm_match"] for r in done if r.get("llm_match") is not None]
         cei = sum(r["cei"] for r in done) / len(done) if done else None
-        out[key] = (sum(judged) / len(judged) if judged else None, cei)
+        grounded = [r["grounding"] for r in done if r.get("grounding") is not None]
+        out[key] = (
+            sum(judged) / len(judged) if judged else None,
+            cei,
+            sum(grounded) / len(grounded) if grounded else None,
+        )
     return out
 
 
@@ -85,7 +100,7 @@ def distill_eval(
     student: str,
     targets: list[str | TargetSpec],
     biases: list[str] | None = None,
-    dataset: Literal["cmnist", "clevr", "folder"] = "cmnist",
+    dataset: Literal["cmnist", "clevr", "shifts", "folder"] = "cmnist",
     methods: list[DistillMethod] | None = None,
     n: PositiveInt = 32,
     seed: int = 0,
@@ -151,9 +166,10 @@ def distill_eval(
     for judge in judges or []:
         if isinstance(judge, LLMJudge):
             judge.backend.attach_cache(out / "llm_cache")
-    panel = JudgePanel([j.for_benchmark(criterion or dataset) for j in judges or [KeywordJudge()]])
+    facts = FACT_SHEETS.get(dataset)
+    panel = JudgePanel([j.for_benchmark(criterion or dataset, facts) for j in judges or [GroundedJudge()]])
     mapping = ClassMapping.for_folder(evaluation_root, mapping_file) if folder else None
-    started, progress = time.perf_counter(), Progress()
+    started, progress, constant, cause_counts = time.perf_counter(), Progress(), None, None
     for i, (spec, target_name) in enumerate(zip(specs, unique_names(specs))):
         target = spec.build(None if mapping is None else mapping.class_names, mapping)
         bias = biases[i] if biases else None
@@ -167,6 +183,9 @@ def distill_eval(
                 "n": n,
                 "seed": seed,
             }
+        elif dataset == "shifts":
+            bench = build_shift_benchmark(target, bias or "gaps_a", n=n, seed=seed, datamodule_kwargs=data_kwargs)
+            errors = {"dataset": dataset, "gaps": bias or "gaps_a", "n": n, "seed": seed}
         else:
             bench = build_synthetic_benchmark(
                 dataset,
@@ -178,6 +197,9 @@ def distill_eval(
                 datamodule_kwargs=data_kwargs,
             )
             errors = {"dataset": dataset, "bias": bias, "n": n, "seed": seed, "test_styles": test_styles}
+        if i == 0 and bench.cause_counts is not None:
+            cause_counts = dict(bench.cause_counts)
+            print_causes(bench.cause_counts, target_name)
         structured, keyword = edit_scorers(bench, target, editor, seed)
         ctx = DistillContext(bench, target, backend, structured=structured, keyword=keyword)
         shared = {
@@ -194,15 +216,25 @@ def distill_eval(
                 target_name, bench, scorer, panel, [(method, flatten({**shared, "method": row.settings()}))]
             )
             run_target(job, store, progress, batch_size=error_batch)
+        if constant is None and not folder:  # the first target's most frequent teacher (or known-cause) answer
+            sample_ids = [s.sample_id for s in bench.errors]
+            for source in (ExhaustiveSearchExplainer.name, KnownCauseExplainer.name):
+                constant = constant or most_frequent_explanation(store, target_name, source, sample_ids)
+        if constant is not None:
+            constant_settings = flatten({**shared, "method": {"class": "Constant"}})
+            run_constant(
+                TargetJob(target_name, bench, structured, panel, []), store, progress, constant, constant_settings
+            )
     summary = mean_scores(store.get(key) for key in dict.fromkeys(progress.keys))
     target_names = list(dict.fromkeys(t for _, t in summary))
     table = []
     for method in dict.fromkeys(mm for mm, _ in summary):
         row = [method]
         for t in target_names:
-            row += list(summary.get((method, t), (None, None)))
+            match, cei, grounding = summary.get((method, t), (None, None, None))
+            row += [match, grounding, cei]
         table.append(row)
-    columns = ["method"] + [f"{t} {c}" for t in target_names for c in ("LLM Match", "CEI")]
+    columns = ["method"] + [f"{t} {c}" for t in target_names for c in ("LLM Match", "grounding", "CEI")]
     print_table(
         columns,
         table,
@@ -213,7 +245,9 @@ def distill_eval(
     )
     print(f"{len(progress.keys)} rows in {time.perf_counter() - started:.1f} s; results in {store.path}")
     return {
-        "summary": {f"{mm}|{t}": {"llm_match": v[0], "cei": v[1]} for (mm, t), v in summary.items()},
+        "summary": {f"{mm}|{t}": {"llm_match": v[0], "cei": v[1], "grounding": v[2]} for (mm, t), v in summary.items()},
+        "constant": constant,
+        "cause_counts": cause_counts,
         "results": str(store.path),
     }
 

@@ -69,7 +69,7 @@ def pairs_from_labels(
                 counterfactual=_save(second, images_dir / f"{stem}_ref.png") if second is not None else None,
                 explanation=label["answer"],
                 prompt=question,
-                cause=(bench.cause or {}).get("attribute"),
+                cause=sample.cause or (bench.cause or {}).get("attribute"),
                 label=label["label"],
                 prediction=label["prediction"],
                 cei=round(label["cei"], 4),

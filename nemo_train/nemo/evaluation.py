@@ -26,7 +26,9 @@ from nemo_train.nemo.methods.global_explanation import (
     GlobalExplanation,
     summarize_attribute_explanations,
     summarize_explanations,
+    summarize_factor_explanations,
 )
+from nemo_train.nemo.methods.reference import ConstantExplainer
 from nemo_train.quiet import progress_bar
 from nemo_train.store import ResultStore
 
@@ -89,7 +91,14 @@ def score_explanation(
         trials = scorer.score(sample, [explanation.text], benchmark.class_names) if explanation.text else []
         trial = trials[0] if trials else None
     names = benchmark.class_names
-    verdict = panel.judge([JudgeItem(explanation.text, names[sample.label], names[sample.prediction])])[0]
+    item = JudgeItem(
+        explanation.text,
+        names[sample.label],
+        names[sample.prediction],
+        attributes=benchmark.known_attributes(sample),
+        cause=sample.cause,
+    )
+    verdict = panel.judge([item])[0]
     record = _base_record(target_name, method_name, sample)
     record.update(
         explanation=explanation.text,
@@ -101,6 +110,8 @@ def score_explanation(
         cei=trial.cei if trial else 0.0,
         judges=verdict.scores,
         llm_match=verdict.mean,
+        grounding=verdict.grounding,
+        cause=sample.cause,
         failed=False,
     )
     return record, trial
@@ -126,6 +137,7 @@ def failed_record(target_name: str, method_name: str, sample: ErrorSample, reaso
         "explanation": "",
         "judges": {},
         "llm_match": None,
+        "grounding": None,
         "cei": None,
         "instruction": None,
     }
@@ -232,6 +244,8 @@ def run_global(
     try:
         if backend is not None:
             text = summarize_explanations(backend, texts)
+        elif bench.facts is not None:  # not told the cause: the factor the explanations blame most
+            text = summarize_factor_explanations(texts, bench.facts)
         else:
             cause = bench.cause or {}
             text = summarize_attribute_explanations(
@@ -247,3 +261,22 @@ def run_global(
     settings = {**settings, "method.class": "GlobalExplanation", "method.text": text}
     run_target(TargetJob(job.name, bench, job.scorer, job.panel, [(method, settings)]), store, progress, show_bar=False)
     return text
+
+
+def most_frequent_explanation(store: ResultStore, target: str, method: str, sample_ids: list[str]) -> str | None:
+    """The explanation ``method`` gave most often on ``target``'s errors (ties: the first given)."""
+    texts = [
+        r["explanation"]
+        for r in (store.get(record_key(target, method, s)) for s in sample_ids)
+        if r is not None and not r.get("failed") and r.get("explanation")
+    ]
+    return max(dict.fromkeys(texts), key=texts.count) if texts else None
+
+
+def run_constant(job: TargetJob, store: ResultStore, progress: Progress, text: str, settings: dict[str, Any]) -> None:
+    """Score one fixed explanation (``text``) on every error of the target as the row ``Constant``."""
+    method = ConstantExplainer(text)
+    settings = {**settings, "method.class": "ConstantExplainer", "method.text": text}
+    run_target(
+        TargetJob(job.name, job.benchmark, job.scorer, job.panel, [(method, settings)]), store, progress, show_bar=False
+    )

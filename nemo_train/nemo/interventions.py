@@ -30,6 +30,7 @@ from nemo_train.backends.messages import user_message
 from nemo_train.errors import UserInputError
 from nemo_train.nemo import prompts
 from nemo_train.nemo.benchmark import ErrorSample
+from nemo_train.nemo.structured import parse_attribute_edit, split_answer
 
 Instruction = Any  # str (edit / prompt) or {"attribute": str, "value": ...}
 
@@ -123,7 +124,12 @@ class KeywordAttributeDeriver:
         return self.neutral.get(attribute)
 
     def derive_one(self, hypothesis: str, attrs: Mapping[str, Any]) -> dict | None:
-        """``{"attribute", "value"}`` for one explanation, or ``None``."""
+        """``{"attribute", "value"}`` for one explanation, or ``None``. An explanation that states its edit
+        (``... Edit: style -> solid``) is taken at its word."""
+        _, body = split_answer(hypothesis)
+        stated = parse_attribute_edit(body, self.vocabulary, self.editable) if body else None
+        if stated is not None:
+            return stated
         text = hypothesis.lower()
         counts = {a: self._mentions(text, a) for a in self.editable}
         named = [a for a in self.editable if counts[a]]

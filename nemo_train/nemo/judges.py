@@ -4,65 +4,114 @@ Each benchmark varies along a known factor (NEMO Sec. 4.1.2), written down as a
 :class:`FactorCriterion`. :class:`LLMJudge` asks a chat model to grade an explanation against it;
 :class:`KeywordJudge` is an offline stand-in that only suits closed-vocabulary synthetic
 benchmarks; :class:`JudgePanel` averages several judges and keeps each one's score.
+
+Where each error has its own cause and the image's attributes are known (a generated benchmark with a
+:class:`~datamodules.facts.DatasetFacts` sheet), a :class:`JudgeItem` carries ``cause`` and ``attributes``:
+judges then grade against this error's cause and also report ``grounding``, the share of the explanation's
+checkable claims about the image that are true. :class:`GroundedJudge` is the offline stand-in for that.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from datamodules.facts import DatasetFacts
 from nemo_train.backends.base import ChatBackend
 from nemo_train.backends.messages import system_message, user_message
 from nemo_train.errors import UserInputError
-from nemo_train.nemo.criteria import CRITERIA, FactorCriterion, get_criterion
+from nemo_train.nemo.criteria import (
+    CRITERIA,
+    GROUNDED_PROMPT,
+    JUDGE_PROMPT,
+    JUDGE_SYSTEM,
+    FactorCriterion,
+    criterion_key,
+    get_criterion,
+    snap_grounding,
+    snap_score,
+)
+from nemo_train.nemo.grounding import ClaimParser
 
-__all__ = ["CRITERIA", "FactorCriterion", "Judge", "JudgePanel", "KeywordJudge", "LLMJudge", "get_criterion"]
+__all__ = [
+    "CRITERIA",
+    "FactorCriterion",
+    "GroundedJudge",
+    "Judge",
+    "JudgeItem",
+    "JudgePanel",
+    "Judgement",
+    "KeywordJudge",
+    "LLMJudge",
+    "PanelJudgement",
+    "get_criterion",
+    "snap_grounding",
+    "snap_score",
+]
 
 #: Benchmarks with a written-down criterion (a judge's ``criterion`` option)
 CriterionName = Literal["imagenet_r", "objectnet", "imagenet_d", "cmnist", "clevr"]
 
-SCORES = (0.0, 0.5, 1.0)
-
 
 @dataclass(frozen=True)
 class Judgement:
-    """One judge's score of one explanation: 1, 0.5, 0, or ``None`` when the judge failed to answer."""
+    """One judge's score of one explanation: 1, 0.5, 0, or ``None`` when the judge failed to answer.
+
+    ``grounding`` is the share of the explanation's checkable claims about the image that are true (0..1);
+    ``None`` when it makes none or the judge did not check.
+    """
 
     judge: str
     score: float | None
     reason: str = ""
+    grounding: float | None = None
 
 
 @dataclass(frozen=True)
 class JudgeItem:
-    """What a judge sees: the explanation, and the true and predicted class names."""
+    """What a judge sees: the explanation, the true and predicted class names and, on generated data, the
+    image's known attribute values as text (``{"color": "green", "angle": "45", ...}``) and the factor that
+    caused this error (``"color"``)."""
 
     explanation: str
     true_label: str = ""
     predicted_label: str = ""
+    attributes: dict[str, str] | None = None
+    cause: str | None = None
 
 
 class Judge(ABC):
     """Scores explanations against a :class:`FactorCriterion`: ``judge(items) -> list[Judgement]``.
 
     ``criterion=None`` (the usual configuration) takes the evaluated benchmark's criterion when the
-    pipeline calls :meth:`for_benchmark`.
+    pipeline calls :meth:`for_benchmark`, which also hands over the benchmark's fact sheet when it has one.
     """
 
     name: str
     criterion: FactorCriterion | None = None
+    facts: DatasetFacts | None = None
+    #: whether the judge cannot work without a benchmark-level criterion (even with a fact sheet)
+    requires_criterion: bool = True
 
     @abstractmethod
     def judge(self, items: list[JudgeItem]) -> list[Judgement]: ...
 
-    def for_benchmark(self, benchmark: str) -> Judge:
-        """Set the criterion from the benchmark's name unless one was configured; returns ``self``."""
+    def for_benchmark(self, benchmark: str, facts: DatasetFacts | None = None) -> Judge:
+        """Set the criterion from the benchmark's name and the fact sheet unless configured; returns ``self``.
+
+        A benchmark without a written-down criterion is accepted when a fact sheet is given and the judge
+        can grade per-error causes (items without ``cause`` then fail with a clear message)."""
+        if facts is not None and self.facts is None:
+            self._set_facts(facts)
         if self.criterion is None:
-            self._set_criterion(get_criterion(benchmark))
+            if criterion_key(benchmark) in CRITERIA or self.facts is None or self.requires_criterion:
+                self._set_criterion(get_criterion(benchmark))
         return self
+
+    def _set_facts(self, facts: DatasetFacts) -> None:
+        self.facts = facts
 
     def _set_criterion(self, criterion: FactorCriterion) -> None:
         self.criterion = criterion
@@ -73,56 +122,23 @@ class Judge(ABC):
         return self.criterion
 
     def fingerprint(self) -> dict[str, Any]:
-        """What changes this judge's scores (for result fingerprints): its class, name and criterion."""
-        return {"class": type(self).__name__, "name": self.name, "criterion": getattr(self.criterion, "name", None)}
-
-
-def snap_score(value: Any) -> float | None:
-    """A judge's raw score as 0.0 / 0.5 / 1.0, or ``None`` if it is not one of them."""
-    if isinstance(value, str):
-        word = value.strip().lower()
-        words = {"full": 1.0, "partial": 0.5, "none": 0.0, "no": 0.0}
-        if word in words:
-            return words[word]
-        try:
-            value = float(word)
-        except ValueError:
-            return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(float(value)):
-        return None
-    value = float(value)
-    return value if value in SCORES else None
-
-
-JUDGE_SYSTEM = (
-    "You grade explanations of image-classifier mistakes. You decide whether an explanation names one "
-    "given cause of failure. You answer with a single JSON object and nothing else."
-)
-
-JUDGE_PROMPT = """A vision classifier labelled an image of a "{true_label}" as "{predicted_label}". Someone wrote this explanation of the mistake:
-
-<explanation>
-{explanation}
-</explanation>
-
-The images of this benchmark differ from ordinary photos in one known way, which is the real cause of the error:
-{factor}
-
-Grade how well the explanation names that cause:
-- 1 if it clearly names the cause (the factor itself or a specific value of it),
-- 0.5 if it hints at the cause only partly or vaguely, or names it among several unrelated causes without committing,
-- 0 if it does not mention the cause at all.
-Judge only whether the cause is named, not the writing quality or the rest of the explanation.
-
-Reply with JSON only: {{"reasoning": "<one sentence>", "score": <1, 0.5 or 0>}}"""
+        """What changes this judge's scores (for result fingerprints): its class, name, criterion and facts."""
+        out = {"class": type(self).__name__, "name": self.name, "criterion": getattr(self.criterion, "name", None)}
+        if self.facts is not None:
+            out["facts"] = self.facts.name
+        return out
 
 
 class LLMJudge(Judge):
     """A chat model grading explanations against a dataset's :class:`FactorCriterion` (JSON reply).
 
     Replies are requested at temperature 0 (as in NEMO App. B.2). A reply that stays malformed
-    after the backend's re-asks, or whose score is not 1 / 0.5 / 0, gives ``score=None``.
+    after the backend's re-asks, or whose score is not 1 / 0.5 / 0, gives ``score=None``. An item with a
+    ``cause`` or ``attributes`` gets :data:`GROUNDED_PROMPT` (this error's cause, the image's attributes,
+    a ``grounding`` asked for); others get :data:`JUDGE_PROMPT`.
     """
+
+    requires_criterion = False
 
     def __init__(
         self,
@@ -140,6 +156,8 @@ class LLMJudge(Judge):
 
     def messages(self, item: JudgeItem) -> list[dict[str, Any]]:
         """The chat messages sent for one item."""
+        if item.cause is not None or item.attributes is not None:
+            return [system_message(JUDGE_SYSTEM), user_message(self._grounded_prompt(item))]
         prompt = JUDGE_PROMPT.format(
             true_label=item.true_label or "unknown class",
             predicted_label=item.predicted_label or "another class",
@@ -147,6 +165,23 @@ class LLMJudge(Judge):
             factor=f"{self._require_criterion().name}: {self.criterion.description}.",
         )
         return [system_message(JUDGE_SYSTEM), user_message(prompt)]
+
+    def _grounded_prompt(self, item: JudgeItem) -> str:
+        if item.cause is None:
+            criterion = self._require_criterion()
+            cause = f"{criterion.name} ({criterion.description})"
+        elif self.facts is not None and item.cause in self.facts.factor_names:
+            cause = f'the {self.facts.factor(item.cause).word} (attribute "{item.cause}")'
+        else:
+            cause = f'the attribute "{item.cause}"'
+        lines = [f"- {key}: {value}" for key, value in (item.attributes or {}).items()]
+        return GROUNDED_PROMPT.format(
+            true_label=item.true_label or "unknown class",
+            predicted_label=item.predicted_label or "another class",
+            explanation=item.explanation.strip(),
+            attributes="\n".join(lines) or "- none known (only the two class names can be checked)",
+            cause=cause,
+        )
 
     def judge(self, items: list[JudgeItem]) -> list[Judgement]:
         """Score each item (requests run ``backend.concurrency`` at a time)."""
@@ -162,7 +197,8 @@ class LLMJudge(Judge):
             if reply is None:
                 out.append(Judgement(self.name, None, "no JSON reply"))
             else:
-                out.append(Judgement(self.name, snap_score(reply.get("score")), str(reply.get("reasoning", ""))))
+                score, reason = snap_score(reply.get("score")), str(reply.get("reasoning", ""))
+                out.append(Judgement(self.name, score, reason, snap_grounding(reply.get("grounding"))))
         return out
 
     def fingerprint(self) -> dict[str, Any]:
@@ -223,16 +259,93 @@ class KeywordJudge(Judge):
         return f"KeywordJudge(criterion={getattr(self.criterion, 'name', None)!r})"
 
 
+class GroundedJudge(Judge):
+    """OFFLINE STAND-IN, NOT A LANGUAGE MODEL: checks an explanation against the image's known attributes.
+
+    A rule-based :class:`~nemo_train.nemo.grounding.ClaimParser` over the benchmark's fact sheet finds the
+    factors the explanation blames and its checkable claims (attribute values, true and predicted class).
+    Against the item's own ``cause``: 1 if the cause is the only blamed factor, 0.5 if it is blamed among
+    others, 0 if it is not blamed; any false claim makes it 0. ``grounding`` is the share of true claims.
+    An item without ``cause`` is graded against the benchmark criterion's factor (or, when no factor of the
+    sheet matches the criterion, by :class:`KeywordJudge`'s keywords), false claims still giving 0. Without
+    ``attributes`` only class claims are checked. The parser's rules are listed in
+    :mod:`nemo_train.nemo.grounding`; it reads no meaning beyond them (negations still blame a factor).
+    """
+
+    requires_criterion = False
+
+    def __init__(
+        self,
+        facts: DatasetFacts | None = None,
+        criterion: CriterionName | FactorCriterion | None = None,
+        name: str = "grounded-judge (attribute parser, not a model)",
+    ) -> None:
+        self.name = name
+        self.criterion = None if criterion is None else get_criterion(criterion)
+        self.facts = None
+        self._parser = ClaimParser(None)
+        if facts is not None:
+            self._set_facts(facts)
+
+    def _set_facts(self, facts: DatasetFacts) -> None:
+        self.facts = facts
+        self._parser = ClaimParser(facts)
+
+    def _cause(self, item: JudgeItem) -> str | None:
+        """The factor this item is graded against; ``None``: fall back to the criterion's keywords."""
+        if item.cause is None:
+            criterion = self._require_criterion()
+            factor = self._parser.factor_of(criterion.name)
+            return None if factor is None else factor.name
+        if self.facts is None:
+            raise UserInputError(
+                f"judge {self.name!r} got an error caused by {item.cause!r} but has no fact sheet; "
+                "pass facts= or call for_benchmark(name, facts)"
+            )
+        factor = self._parser.factor_of(item.cause)
+        if factor is None:
+            raise UserInputError(
+                f"cause {item.cause!r} is not a factor of {self.facts.name}; expected one of {self.facts.factor_names}"
+            )
+        return factor.name
+
+    def score_item(self, item: JudgeItem) -> Judgement:
+        """Score one explanation against its image."""
+        reading = self._parser.read(item.explanation, item.attributes, item.true_label, item.predicted_label)
+        cause = self._cause(item)
+        if cause is None:
+            keyword = KeywordJudge(self.criterion, name=self.name).score_text(item.explanation)
+            score, found = (0.0 if reading.false_claims else keyword.score), keyword.reason
+        else:
+            score, found = reading.match(cause)
+        return Judgement(self.name, score, found + reading.claims_note(), reading.grounding)
+
+    def judge(self, items: list[JudgeItem]) -> list[Judgement]:
+        """Score each item."""
+        return [self.score_item(item) for item in items]
+
+    def __repr__(self) -> str:
+        facts = getattr(self.facts, "name", None)
+        return f"GroundedJudge(facts={facts!r}, criterion={getattr(self.criterion, 'name', None)!r})"
+
+
 @dataclass
 class PanelJudgement:
     """A panel's verdict on one explanation: each judge's score and their mean (failed judges skipped)."""
 
     scores: dict[str, float | None]
     reasons: dict[str, str] = field(default_factory=dict)
+    groundings: dict[str, float | None] = field(default_factory=dict)
 
     @property
     def mean(self) -> float | None:
         valid = [s for s in self.scores.values() if s is not None]
+        return sum(valid) / len(valid) if valid else None
+
+    @property
+    def grounding(self) -> float | None:
+        """Mean grounding over the judges that reported one; ``None`` when none did."""
+        valid = [g for g in self.groundings.values() if g is not None]
         return sum(valid) / len(valid) if valid else None
 
 
@@ -256,12 +369,18 @@ class JudgePanel:
         asked = [i for i, item in enumerate(items) if item.explanation.strip()]
         per_judge = [judge.judge([items[i] for i in asked]) if asked else [] for judge in self.judges]
         out = [
-            PanelJudgement({j.name: 0.0 for j in self.judges}, {j.name: "empty explanation" for j in self.judges})
+            PanelJudgement(
+                {j.name: 0.0 for j in self.judges},
+                {j.name: "empty explanation" for j in self.judges},
+                {j.name: None for j in self.judges},
+            )
             for _ in items
         ]
         for row, column in zip(asked, zip(*per_judge)):
             out[row] = PanelJudgement(
-                scores={j.judge: j.score for j in column}, reasons={j.judge: j.reason for j in column}
+                scores={j.judge: j.score for j in column},
+                reasons={j.judge: j.reason for j in column},
+                groundings={j.judge: j.grounding for j in column},
             )
         return out
 

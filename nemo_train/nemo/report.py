@@ -35,6 +35,8 @@ class CellScore:
     empty: int = 0
     per_judge: dict[str, float] = field(default_factory=dict)
     stand_in: str = ""
+    #: mean share of the explanations' checkable claims that are true of the image (NaN: no claims judged)
+    grounding: float = math.nan
 
     @property
     def label(self) -> str:
@@ -68,6 +70,8 @@ class NemoEvalSummary:
     global_explanations: dict[str, str] = field(default_factory=dict)
     known_cause_win_rate: float | None = None
     results: str = ""
+    #: per target, errors per established cause (benchmarks whose errors have their own cause)
+    cause_counts: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def cell(self, method: str, target: str) -> CellScore:
         """The scores of ``method`` on ``target``."""
@@ -103,6 +107,7 @@ def summarize(records: Iterable[dict], stand_ins: dict[str, str] | None = None) 
                 method=method,
                 target=target,
                 llm_match=_mean([r["llm_match"] for r in ok if r["llm_match"] is not None]),
+                grounding=_mean([r["grounding"] for r in ok if r.get("grounding") is not None]),
                 cei=_mean([r["cei"] for r in ok]),
                 n=len(ok),
                 failed=len(rows) - len(ok),
@@ -134,9 +139,10 @@ def print_report(cells: list[CellScore], benchmark: str, cei_note: str | None = 
     by_key = {(c.method, c.target): c for c in cells}
     any_failed = any(c.failed for c in cells)
     any_empty = any(c.empty for c in cells)
+    grounded = any(not math.isnan(c.grounding) for c in cells)
     columns = ["method"]
     for t in targets:
-        columns += [f"{t} LLM Match", f"{t} CEI"]
+        columns += [f"{t} LLM Match", f"{t} grounding", f"{t} CEI"] if grounded else [f"{t} LLM Match", f"{t} CEI"]
     if any_empty:
         columns.append("empty")
     if any_failed:
@@ -146,7 +152,8 @@ def print_report(cells: list[CellScore], benchmark: str, cei_note: str | None = 
         row: list = [labels[m]]
         for t in targets:
             c = by_key.get((m, t))
-            row += [c.llm_match, round(c.cei, 2)] if c else [None, None]
+            scores = [c.llm_match, c.grounding, round(c.cei, 2)] if c else [None, None, None]
+            row += scores if grounded else [scores[0], scores[2]]
         if any_empty:
             row.append(sum(by_key[(m, t)].empty for t in targets if (m, t) in by_key))
         if any_failed:
@@ -154,6 +161,8 @@ def print_report(cells: list[CellScore], benchmark: str, cei_note: str | None = 
         rows.append(row)
     sizes = sorted({c.n for c in cells})
     caption = f"errors per cell: {', '.join(map(str, sizes))}; CEI in percentage points"
+    if grounded:
+        caption += "; grounding = share of the explanation's checkable claims true of the image"
     if cei_note:
         caption += f" ({cei_note})"
     if any_empty:
@@ -180,9 +189,9 @@ def known_cause_win_rate(records: Iterable[dict], target: str | None = None) -> 
 def log_wandb(records: list[dict], cells: list[CellScore], benchmark: str, images: dict[str, tuple]) -> None:
     """Log the table and one row per sample (image, edit, edited image, scores) to Weights & Biases."""
     run = wandb.run or wandb.init(project="nemo-train", job_type="nemo-eval", mode=default_wandb_mode())
-    table = wandb.Table(columns=["method", "target", "llm_match", "cei", "n", "failed"])
+    table = wandb.Table(columns=["method", "target", "llm_match", "grounding", "cei", "n", "failed"])
     for c in cells:
-        table.add_data(c.method, c.target, c.llm_match, c.cei, c.n, c.failed)
+        table.add_data(c.label, c.target, c.llm_match, c.grounding, c.cei, c.n, c.failed)
     judge_names = sorted({j for r in records for j in r["judges"]})
     samples = wandb.Table(
         columns=["image", "y", "y_hat", "method", "target", "explanation", "edit", "edited image", "cei", *judge_names]

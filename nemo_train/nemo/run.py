@@ -23,6 +23,7 @@ from pathlib import Path
 
 from nemo_train.backends.base import ChatBackend
 from nemo_train.errors import UserInputError
+from nemo_train.nemo.benchmark import FACT_SHEETS
 from nemo_train.nemo.components import (
     BenchmarkArgs,
     BuildContext,
@@ -34,8 +35,16 @@ from nemo_train.nemo.components import (
     default_methods,
 )
 from nemo_train.nemo.components.targets import as_spec, unique_names
-from nemo_train.nemo.evaluation import Progress, TargetJob, flatten, run_global, run_target
-from nemo_train.nemo.judges import Judge, JudgePanel, KeywordJudge, LLMJudge
+from nemo_train.nemo.evaluation import (
+    Progress,
+    TargetJob,
+    flatten,
+    most_frequent_explanation,
+    run_constant,
+    run_global,
+    run_target,
+)
+from nemo_train.nemo.judges import GroundedJudge, Judge, JudgePanel, LLMJudge
 from nemo_train.nemo.report import (
     NemoEvalSummary,
     failures_per_method,
@@ -44,6 +53,7 @@ from nemo_train.nemo.report import (
     print_report,
     summarize,
 )
+from nemo_train.nemo.shift_benchmark import print_causes
 from nemo_train.store import ResultStore, RunLock
 
 
@@ -85,12 +95,13 @@ def nemo_eval(
         spec.check()
     names = unique_names(specs)
     method_specs = list(methods) if methods else default_methods()
-    panel_judges = list(judges) if judges else [KeywordJudge()]
+    panel_judges = list(judges) if judges else [GroundedJudge()]
     out = Path(run.out_dir)
     with RunLock(out):
         store = ResultStore(out / "results.jsonl")
         _attach_caches(explainer, panel_judges, out / "llm_cache")
-        panel = JudgePanel([j.for_benchmark(benchmark.name) for j in panel_judges])
+        facts = FACT_SHEETS.get(benchmark.name)
+        panel = JudgePanel([j.for_benchmark(benchmark.name, facts) for j in panel_judges])
         _note_offline_parts(explainer, judges, editor)
         mapping, class_names = benchmark.classes()
         shared = {
@@ -99,10 +110,13 @@ def nemo_eval(
             "judges": [j.fingerprint() for j in panel_judges],
             "editor": editor.settings(),
         }
-        started, progress, global_texts = time.perf_counter(), Progress(), {}
+        started, progress, global_texts, cause_counts = time.perf_counter(), Progress(), {}, {}
         for spec, name in zip(specs, names):
             target = spec.build(class_names, mapping)
             bench = benchmark.build(target, mapping)
+            if bench.cause_counts is not None:
+                cause_counts[name] = dict(bench.cause_counts)
+                print_causes(bench.cause_counts, name)
             scorer = editor.build_scorer(bench, target, explainer, benchmark.seed, run.batched)
             base = {"target": spec.identity(), **shared}
             job = TargetJob(
@@ -111,6 +125,9 @@ def nemo_eval(
             run_target(
                 job, store, progress, keep_images=run.wandb, show_bar=sys.stderr.isatty(), batch_size=run.error_batch
             )
+            constant = most_frequent_explanation(store, name, "KnownCause", [s.sample_id for s in bench.errors])
+            if constant is not None and bench.facts is not None:  # what one sentence for every error scores
+                run_constant(job, store, progress, constant, flatten({**base, "method": {"class": "Constant"}}))
             if run.global_explanation:
                 text = run_global(job, store, progress, explainer, flatten(base))
                 if text is not None:
@@ -130,6 +147,7 @@ def nemo_eval(
             recomputed_because=dict(store.changed),
             global_explanations=global_texts,
             known_cause_win_rate=rate if pairs else None,
+            cause_counts=cause_counts,
             results=str(store.path),
         )
         _print_counts(summary, explainer, time.perf_counter() - started)
@@ -171,7 +189,7 @@ def _note_offline_parts(explainer: ChatBackend | None, judges: list[Judge] | Non
     if editor.offline_note(explainer):
         offline.append(editor.offline_note(explainer))
     if not judges:
-        offline.append("judging by the keyword judge")
+        offline.append("judging by the grounded judge (an attribute parser)")
     if offline:
         print(
             f"note: offline parts in use ({'; '.join(offline)}); they suit only closed-vocabulary synthetic benchmarks."

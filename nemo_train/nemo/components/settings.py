@@ -11,10 +11,11 @@ from jsonargparse.typing import PositiveInt
 from nemo_train.errors import UserInputError
 from nemo_train.nemo.benchmark import NemoBenchmark, build_synthetic_benchmark
 from nemo_train.nemo.folder_benchmark import build_folder_benchmark
+from nemo_train.nemo.shift_benchmark import build_shift_benchmark
 from nemo_train.nemo.targets import ClassMapping
 
-BenchmarkName = Literal["cmnist", "clevr", "imagenet_r", "objectnet", "imagenet_d"]
-SYNTHETIC_BENCHMARKS = ("cmnist", "clevr")
+BenchmarkName = Literal["cmnist", "clevr", "shifts", "imagenet_r", "objectnet", "imagenet_d"]
+SYNTHETIC_BENCHMARKS = ("cmnist", "clevr", "shifts")
 
 
 @dataclass(frozen=True)
@@ -22,8 +23,11 @@ class BenchmarkArgs:
     """Which errors are explained.
 
     Args:
-        name: ``cmnist`` (embedded default), ``clevr`` (generated), or the image folders ``imagenet_r`` /
+        name: ``cmnist`` (embedded default), ``clevr`` (generated), ``shifts`` (generated digits whose errors
+            each have their own cause, established by re-rendering), or the image folders ``imagenet_r`` /
             ``objectnet`` / ``imagenet_d``.
+        gaps: ``shifts`` only: the gap preset of the classifier's training data (``gaps_a``, ``gaps_b``); its
+            training-like images are the reference database.
         n: errors sampled per target; seed: their sampling seed.
         test_styles: generated data only: exemplars / views per cell of the test attribute grid.
         data_kwargs: generated data only: extra datamodule arguments (e.g. ``{image_size: 32}`` for CLEVR).
@@ -36,6 +40,7 @@ class BenchmarkArgs:
     n: PositiveInt = 100
     seed: int = 0
     test_styles: PositiveInt = 2
+    gaps: str = "gaps_a"
     data_kwargs: dict[str, Any] | None = None
     data_root: str | None = None
     reference_root: str | None = None
@@ -67,6 +72,10 @@ class BenchmarkArgs:
 
     def build(self, target, mapping: ClassMapping | None) -> NemoBenchmark:
         """The target's errors on this benchmark (classifies the whole test set once)."""
+        if self.name == "shifts":
+            return build_shift_benchmark(
+                target, self.gaps, n=self.n, seed=self.seed, datamodule_kwargs=self.data_kwargs
+            )
         if self.synthetic:
             return build_synthetic_benchmark(
                 self.name,

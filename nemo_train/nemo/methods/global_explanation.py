@@ -46,6 +46,23 @@ def summarize_attribute_explanations(
     )
 
 
+def summarize_factor_explanations(explanations: Sequence[str], facts) -> str:
+    """Offline summary for a generated dataset with a fact sheet (a counting rule, not a language model): the
+    factor the explanations name most often (its word, synonyms or values) becomes the global cause. It is not
+    told any error's cause."""
+    counts = Counter()
+    for text in explanations:
+        words = set(re.findall(r"[a-z]+", text.lower().split("edit:")[0]))
+        for factor in facts.factors:
+            names = {factor.word, *factor.synonyms, *(str(v).lower() for v in factor.values if factor.named)}
+            if words & {w.lower() for w in names}:
+                counts[factor.word] += 1
+    if not counts:
+        return ""
+    word = counts.most_common(1)[0][0]  # no counts in the sentence: a number would read as a claim about a class
+    return f"Across these errors the classifier is most often misled by the {facts.object_word}'s {word}."
+
+
 class GlobalExplanation:
     """Scores one fixed global explanation on every error (the "+ Global" row of Table 6)."""
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from nemo_train.errors import UserInputError
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
 from nemo_train.nemo.methods.base import Explanation
+from nemo_train.nemo.structured import EDIT_MARK, format_edit, hypothesis_sentence
 
 
 def _cause(benchmark: NemoBenchmark, sample: ErrorSample) -> dict:
@@ -22,6 +23,8 @@ class KnownCauseExplainer:
     name = "KnownCause"
 
     def explain(self, sample: ErrorSample, benchmark: NemoBenchmark) -> Explanation:
+        if sample.cause is not None and benchmark.facts is not None:
+            return per_error_cause(sample, benchmark)
         cause = _cause(benchmark, sample)
         attribute, obj = cause["attribute"], cause.get("object", "object")
         values = benchmark.vocabulary[attribute]
@@ -36,6 +39,40 @@ class KnownCauseExplainer:
             f"and this one is {current}, so it was read as another {obj}."
         )
         return Explanation(text, [text])
+
+
+def factor_sentence(sample: ErrorSample, benchmark: NemoBenchmark, attribute: str, value) -> str:
+    """The structured sentence blaming ``attribute`` of this image, with the edit ``attribute -> value``."""
+    edit = {"attribute": attribute, "value": value}
+    obj = (benchmark.cause or {}).get("object", "object")
+    text = hypothesis_sentence(sample, edit, benchmark.vocabulary, benchmark.class_names, obj)
+    return f"{text} {EDIT_MARK} {format_edit(edit, benchmark.vocabulary)}"
+
+
+def per_error_cause(sample: ErrorSample, benchmark: NemoBenchmark) -> Explanation:
+    """This error's own cause (established by re-rendering), its value in the image and the edit back to the
+    training-typical value."""
+    factor = benchmark.facts.factor(sample.cause)
+    text = factor_sentence(sample, benchmark, factor.name, factor.typical_stored)
+    return Explanation(text, [text])
+
+
+class ConstantExplainer:
+    """One fixed explanation for every error (the "what would no explanation score" row).
+
+    Args:
+        text: the explanation, e.g. the most frequent explanation of a teacher.
+    """
+
+    name = "Constant"
+
+    def __init__(self, text: str) -> None:
+        if not text:
+            raise UserInputError("the constant explanation is empty")
+        self.text = text
+
+    def explain(self, sample: ErrorSample, benchmark: NemoBenchmark) -> Explanation:
+        return Explanation(self.text, [self.text])
 
 
 class DistractorExplainer:
@@ -56,6 +93,11 @@ class DistractorExplainer:
                 f"The digit is rotated {angle} degrees; the classifier may not recognise the tilted shape "
                 "and would read it correctly if it stood upright."
             )
+            return Explanation(text, [text])
+        if benchmark.facts is not None:  # a fact sheet: the distractor's value in this image, moved to another
+            values = benchmark.vocabulary[self.attribute]
+            current = int(sample.attrs[self.attribute])
+            text = factor_sentence(sample, benchmark, self.attribute, (current + 1) % len(values))
             return Explanation(text, [text])
         values = benchmark.vocabulary[self.attribute]
         current = int(sample.attrs[self.attribute])

@@ -1,0 +1,129 @@
+"""Dataset fact sheets: what a generated dataset's images vary in, written down once.
+
+A :class:`DatasetFacts` names the classes, the attribute that carries the class, and every other factor of
+variation (:class:`Factor`): its values, how a sentence names it, the words that name it in free text, its
+training-typical value (what a counterfactual edit restores), whether an edit may change it and whether it
+is a distractor (it varies in training and test alike and never causes an error). Captions, judges,
+reference explainers and editors read the sheet instead of restating these facts.
+
+Stored attributes follow the renderer convention (docs/ARCHITECTURE.md): a factor whose values are names is
+stored as an index into :attr:`Factor.values`; a numeric factor (an angle) is stored as the number itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from nemo_train.errors import UserInputError
+
+
+@dataclass(frozen=True)
+class Factor:
+    """One factor of variation of a generated dataset.
+
+    Args:
+        name: the attribute key in a sample's ``attrs`` (``color``).
+        values: the vocabulary (names, or numbers for a numeric factor such as ``angle``).
+        word: how a sentence names the factor (``colour``, ``rotation``).
+        synonyms: other words that name the factor in free text (``color``, ``hue``, ``tilted``).
+        typical: the value every training image of a class with a gap in this factor has (the value a
+            counterfactual edit restores); ``None`` when no value is typical.
+        editable: whether a counterfactual edit may change it.
+        distractor: it varies freely in training and test and never causes an error.
+        phrases: how a value reads in a caption (``{"dotted": "dotted strokes"}``; default the value itself).
+    """
+
+    name: str
+    values: tuple[Any, ...]
+    word: str
+    synonyms: tuple[str, ...] = ()
+    typical: Any = None
+    editable: bool = True
+    distractor: bool = False
+    phrases: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def named(self) -> bool:
+        """Whether values are names (stored as indices) rather than numbers (stored as themselves)."""
+        return bool(self.values) and isinstance(self.values[0], str)
+
+    def value_name(self, stored: Any) -> str:
+        """A stored value as written in text: ``red`` for colour index 1, ``45`` for angle 45."""
+        if self.named:
+            index = int(stored)
+            if not 0 <= index < len(self.values):
+                raise UserInputError(f"{self.name} index {index} out of range 0-{len(self.values) - 1}")
+            return str(self.values[index])
+        return str(int(stored)) if float(stored).is_integer() else str(stored)
+
+    def stored(self, value: Any) -> Any:
+        """The stored form of a value given by name (or already stored)."""
+        if self.named and isinstance(value, str):
+            if value not in self.values:
+                raise UserInputError(f"unknown {self.name} {value!r}; expected one of {list(self.values)}")
+            return self.values.index(value)
+        return value
+
+    @property
+    def typical_stored(self) -> Any:
+        """The typical value in stored form (``None`` when the factor has none)."""
+        return None if self.typical is None else self.stored(self.typical)
+
+    def phrase(self, stored: Any) -> str:
+        name = self.value_name(stored)
+        return self.phrases.get(name, name)
+
+
+@dataclass(frozen=True)
+class DatasetFacts:
+    """The fact sheet of a generated dataset: classes, the class attribute and the factors of variation."""
+
+    name: str
+    classes: tuple[str, ...]
+    class_attribute: str
+    object_word: str
+    factors: tuple[Factor, ...]
+    caption_template: str = ""
+
+    def factor(self, name: str) -> Factor:
+        for factor in self.factors:
+            if factor.name == name:
+                return factor
+        raise UserInputError(f"{self.name} has no factor {name!r}; its factors: {self.factor_names}")
+
+    @property
+    def factor_names(self) -> list[str]:
+        return [f.name for f in self.factors]
+
+    @property
+    def editable(self) -> list[str]:
+        """Factors a counterfactual edit may change."""
+        return [f.name for f in self.factors if f.editable]
+
+    @property
+    def distractors(self) -> list[str]:
+        return [f.name for f in self.factors if f.distractor]
+
+    @property
+    def vocabulary(self) -> dict[str, list]:
+        """``{factor: values}`` plus the class attribute (the renderer's ``attributes`` layout)."""
+        return {self.class_attribute: list(range(len(self.classes))), **{f.name: list(f.values) for f in self.factors}}
+
+    def value_names(self, attrs: Mapping[str, Any]) -> dict[str, str]:
+        """Every known attribute of an image as text: ``{"digit": "3", "color": "red", "angle": "45", ...}``."""
+        out = {}
+        if self.class_attribute in attrs:
+            out[self.class_attribute] = self.classes[int(attrs[self.class_attribute])]
+        for factor in self.factors:
+            if factor.name in attrs:
+                out[factor.name] = factor.value_name(attrs[factor.name])
+        return out
+
+    def caption(self, attrs: Mapping[str, Any]) -> str:
+        """A caption of an image from its attributes, by :attr:`caption_template` (``str.format`` over the
+        value phrases and the class name)."""
+        words = {f.name: f.phrase(attrs[f.name]) for f in self.factors if f.name in attrs}
+        words[self.class_attribute] = self.classes[int(attrs[self.class_attribute])]
+        return self.caption_template.format(**words)

@@ -1,0 +1,256 @@
+"""Shifts: digits that vary along many factors, with several gaps planted in the training data at once.
+
+Each image (:class:`~datamodules.shifts_render.ShiftsRenderer`) shows a digit with a stroke colour, a stroke
+style, a rotation, a background texture, a size and a position (:data:`FACTS`). A :class:`GapSpec` says, for
+each factor, which digits are only ever seen with the factor's typical value in training (white, solid,
+upright, plain, normal-sized); every other digit takes every value of that factor. The test split is the
+*shift* distribution (a miniature ImageNet-R / ObjectNet): every image has exactly one factor moved away from
+its typical value, so a classifier trained on the gaps errs for several different reasons, and
+:func:`label_causes` names the reason of each error exactly, by re-rendering with one factor restored.
+The position is a distractor: it varies freely in every split and is never a cause.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from datamodules.base import AttributeImageDataset, SplitDataModule, check_loader, check_range, to_uint8
+from datamodules.cmnist import STYLE_BITS, load_digits
+from datamodules.facts import DatasetFacts
+from datamodules.shifts_render import CAUSE_FACTORS, FACTS, IMAGE_SIZE, ShiftsRenderer, exemplar_of
+from nemo_train.errors import UserInputError
+
+__all__ = [
+    "CAUSE_FACTORS",
+    "FACTS",
+    "IMAGE_SIZE",
+    "GapSpec",
+    "ShiftsDataModule",
+    "ShiftsRenderer",
+    "exemplar_of",
+    "label_causes",
+]
+
+#: Documented limits of the size options (checked before anything is rendered).
+MAX_TRAIN_SIZE, MAX_TEST_SIZE = 200_000, 100_000
+#: Images rendered per call while building a split.
+RENDER_CHUNK = 4096
+
+
+def _rotate(gaps: Mapping[str, Sequence[int]], by: int) -> dict[str, tuple[int, ...]]:
+    return {factor: tuple((d + by) % 10 for d in digits) for factor, digits in gaps.items()}
+
+
+_GAPS_A: dict[str, tuple[int, ...]] = {
+    "color": (0, 1, 2, 3),
+    "style": (4, 5, 6, 7),
+    "angle": (8, 9, 0, 1),
+    "background": (2, 3, 4, 5),
+    "scale": (6, 7, 8, 9),
+}
+
+
+@dataclass(frozen=True)
+class GapSpec:
+    """Which digits see only the typical value of a factor in training: ``{factor: (digit, ...)}``.
+
+    Presets: ``gaps_a`` (colour 0-3, style 4-7, angle 8, 9, 0, 1, background 2-5, scale 6-9: every digit has
+    two gaps), ``gaps_b`` (the same gaps on the digits five higher) and ``none`` (no gap).
+    """
+
+    gaps: Mapping[str, tuple[int, ...]]
+
+    PRESETS = {"gaps_a": _GAPS_A, "gaps_b": _rotate(_GAPS_A, 5), "none": {}}
+
+    @classmethod
+    def parse(cls, spec: str | Mapping[str, Sequence[int]] | GapSpec) -> GapSpec:
+        """Build a spec from a preset name, a ``{factor: [digits]}`` mapping or a spec."""
+        if isinstance(spec, GapSpec):
+            return spec
+        if isinstance(spec, str):
+            if spec not in cls.PRESETS:
+                raise UserInputError(f"unknown shifts gap preset {spec!r}; expected one of {sorted(cls.PRESETS)}")
+            spec = cls.PRESETS[spec]
+        if not isinstance(spec, Mapping):
+            raise UserInputError(f"gaps={spec!r}; expected a preset name or a {{factor: [digits]}} mapping")
+        gaps: dict[str, tuple[int, ...]] = {}
+        for factor, digits in spec.items():
+            if factor not in CAUSE_FACTORS:
+                raise UserInputError(f"gap spec names factor {factor!r}; factors with gaps: {list(CAUSE_FACTORS)}")
+            digits = (digits,) if isinstance(digits, int) else tuple(digits)
+            bad = [d for d in digits if isinstance(d, bool) or not isinstance(d, int) or not 0 <= d <= 9]
+            if bad:
+                raise UserInputError(f"gap spec for {factor} names digit(s) {bad}; digits are 0-9")
+            gaps[factor] = tuple(sorted(set(digits)))
+        return cls(gaps)
+
+    def matrix(self) -> torch.Tensor:
+        """``bool[len(CAUSE_FACTORS), 10]``: True where a digit has a gap in a factor (in :data:`CAUSE_FACTORS`
+        order)."""
+        out = torch.zeros(len(CAUSE_FACTORS), 10, dtype=torch.bool)
+        for factor, digits in self.gaps.items():
+            out[CAUSE_FACTORS.index(factor), list(digits)] = True
+        return out
+
+
+def _values(name: str) -> tuple[torch.Tensor, int]:
+    """The stored values of a factor and the typical one."""
+    factor = FACTS.factor(name)
+    values = torch.arange(len(factor.values)) if factor.named else torch.tensor(factor.values)
+    return values, factor.typical_stored
+
+
+def _atypical(name: str, count: int, gen: torch.Generator) -> torch.Tensor:
+    """``count`` values of factor ``name`` drawn uniformly among its atypical values."""
+    values, typical = _values(name)
+    others = values[values != typical]
+    return others[torch.randint(0, len(others), (count,), generator=gen)]
+
+
+class ShiftsDataModule(SplitDataModule):
+    """Shifts digits: training and validation from the gap distribution, test from the shift distribution.
+
+    Args:
+        data_dir: folder holding torchvision's MNIST; ``None`` uses the embedded scikit-learn digits.
+        gaps: a preset (``gaps_a``, ``gaps_b``, ``none``) or ``{factor: [digits]}``.
+        train_size: generated training images, 10 to 200,000 (validation gets a quarter of that).
+        test_size: generated test (shift) images, 10 to 100,000.
+        typical_share: for a digit without a gap in a factor, the chance that a training image still has the
+            factor's typical value (else a uniformly drawn atypical one).
+        batch_size, num_workers: DataLoader settings.
+        seed: seed of every random draw.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | None = None,
+        gaps: str | dict[str, list[int]] = "gaps_a",
+        train_size: int = 8000,
+        test_size: int = 4000,
+        typical_share: float = 0.5,
+        batch_size: int = 128,
+        num_workers: int = 0,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()  # saves this module's arguments as hyper-parameters
+        self.gaps = GapSpec.parse(gaps)
+        check_range("train_size", train_size, 10, MAX_TRAIN_SIZE, "images")
+        check_range("test_size", test_size, 10, MAX_TEST_SIZE, "images")
+        check_range("typical_share", typical_share, 0.0, 1.0)
+        check_loader(batch_size, num_workers)
+        self.num_classes = 10
+        self.class_names = list(FACTS.classes)
+        self.group_names = ["aligned", "conflicting"]
+        self.eval_groupings: dict[str, list[str]] = {}
+        self.facts: DatasetFacts = FACTS
+        #: The one renderer of every split (training, validation and test exemplar pools), made by ``setup``.
+        self.renderer: ShiftsRenderer | None = None
+
+    def setup(self, stage: str | None = None) -> None:
+        """Generate the splits once (idempotent)."""
+        if self.train_set is not None:
+            return
+        hp = self.hparams
+        digits, labels = load_digits(hp.data_dir, "train")
+        gen = torch.Generator().manual_seed(hp.seed)
+        order = torch.randperm(len(digits), generator=gen)
+        cut = int(0.85 * len(digits))
+        pools = {
+            "train": (digits[order[:cut]], labels[order[:cut]]),
+            "val": (digits[order[cut:]], labels[order[cut:]]),
+            "test": load_digits(hp.data_dir, "test"),
+        }
+        self.renderer = ShiftsRenderer(pools)
+        self.train_set = self._gap_split("train", hp.train_size, gen)
+        self.val_set = self._gap_split("val", max(hp.train_size // 4, 10), gen)
+        self.test_set = self.shifted_split("test", hp.test_size, hp.seed + 1)
+
+    def _require_renderer(self) -> ShiftsRenderer:
+        if self.renderer is None:
+            raise RuntimeError("ShiftsDataModule.setup() has not been called")
+        return self.renderer
+
+    def _common(self, pool: str, size: int, gen: torch.Generator) -> dict[str, torch.Tensor]:
+        """Digit, position and exemplar draws shared by both distributions."""
+        positions = len(FACTS.factor("position").values)
+        return {
+            "digit": torch.randint(0, 10, (size,), generator=gen),
+            "position": torch.randint(0, positions, (size,), generator=gen),
+            "exemplar": exemplar_of(pool, torch.randint(0, 1 << STYLE_BITS, (size,), generator=gen)),
+        }
+
+    def _gap_split(self, pool: str, size: int, gen: torch.Generator) -> AttributeImageDataset:
+        """The training distribution: a gap digit always shows the typical value, others any value."""
+        attrs = self._common(pool, size, gen)
+        gap = self.gaps.matrix()[:, attrs["digit"]]
+        for k, name in enumerate(CAUSE_FACTORS):
+            _, typical = _values(name)
+            keep = gap[k] | (torch.rand(size, generator=gen) < self.hparams.typical_share)
+            attrs[name] = torch.where(keep, torch.full((size,), typical), _atypical(name, size, gen))
+        return self._dataset(attrs, torch.zeros(size, dtype=torch.long))
+
+    def shifted_split(self, pool: str, size: int, seed: int) -> AttributeImageDataset:
+        """The shift distribution from exemplar pool ``pool``: each image has one uniformly chosen factor of
+        :data:`CAUSE_FACTORS` at a uniformly drawn atypical value, every other one typical, a uniform position.
+        Group 1 (conflicting) when the shifted factor is a gap of the image's digit."""
+        check_range("size", size, 1, MAX_TEST_SIZE, "images")
+        self._require_renderer()
+        gen = torch.Generator().manual_seed(seed)
+        attrs = self._common(pool, size, gen)
+        shifted = torch.randint(0, len(CAUSE_FACTORS), (size,), generator=gen)
+        for k, name in enumerate(CAUSE_FACTORS):
+            _, typical = _values(name)
+            attrs[name] = torch.where(shifted == k, _atypical(name, size, gen), torch.full((size,), typical))
+        groups = self.gaps.matrix()[shifted, attrs["digit"]].long()
+        return self._dataset(attrs, groups)
+
+    def _dataset(self, attrs: dict[str, torch.Tensor], groups: torch.Tensor) -> AttributeImageDataset:
+        renderer = self._require_renderer()
+        chunks = [{k: v[i : i + RENDER_CHUNK] for k, v in attrs.items()} for i in range(0, len(groups), RENDER_CHUNK)]
+        images = torch.cat([to_uint8(renderer.render_batch(**chunk)) for chunk in chunks])
+        return AttributeImageDataset(images, attrs["digit"], groups, attrs)
+
+
+def label_causes(
+    renderer: object,
+    facts: DatasetFacts,
+    attrs: Mapping[str, torch.Tensor],
+    labels: torch.Tensor,
+    predict: Callable[[torch.Tensor], torch.Tensor],
+    batch_size: int = 512,
+) -> list[str]:
+    """The cause of each (misclassified) image, found by the generator: for every editable, non-distractor
+    factor whose value is not typical, the image is re-rendered with that factor alone set back to its typical
+    value and classified by ``predict`` (images ``float[B, 3, H, W]`` in [0, 1], quantised to uint8 as stored
+    images are, to class indices). The cause is the one factor whose restoration gives the true class;
+    ``"none"`` when no restoration does, ``"several"`` when more than one does. ``batch_size`` re-renders go
+    to each ``predict`` call."""
+    check_range("batch_size", batch_size, 1, 1 << 20, "images")
+    factors = [
+        f for f in facts.factors if f.editable and not f.distractor and f.typical is not None and f.name in attrs
+    ]
+    labels = labels.long().cpu()
+    jobs_image, jobs_factor = [], []
+    for k, factor in enumerate(factors):
+        index = torch.nonzero(attrs[factor.name].cpu() != factor.typical_stored).flatten()
+        jobs_image.append(index)
+        jobs_factor.append(torch.full_like(index, k))
+    image = torch.cat(jobs_image) if jobs_image else torch.zeros(0, dtype=torch.long)
+    factor_of = torch.cat(jobs_factor) if jobs_factor else torch.zeros(0, dtype=torch.long)
+    fixed = torch.zeros(len(image), dtype=torch.bool)
+    for start in range(0, len(image), batch_size):
+        rows, which = image[start : start + batch_size], factor_of[start : start + batch_size]
+        edited = {name: values.cpu()[rows].clone() for name, values in attrs.items()}
+        for k, factor in enumerate(factors):
+            edited[factor.name][which == k] = factor.typical_stored
+        images = to_uint8(renderer.render_batch(**edited)).float() / 255.0
+        fixed[start : start + len(rows)] = predict(images).long().cpu() == labels[rows]
+    count = torch.bincount(image[fixed], minlength=len(labels))
+    causes = ["none" if n == 0 else "several" for n in count.tolist()]
+    for row, k in zip(image[fixed].tolist(), factor_of[fixed].tolist()):
+        if count[row] == 1:
+            causes[row] = factors[k].name
+    return causes
