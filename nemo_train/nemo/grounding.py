@@ -220,14 +220,14 @@ class ClaimParser:
     def __init__(self, facts: DatasetFacts | None = None) -> None:
         self.facts = facts
         factors = facts.factors if facts is not None else ()
-        self._words = {f.name: {_phrase(w) for w in (f.name, f.word, *f.synonyms) if str(w).strip()} for f in factors}
+        self._words = {f.name: {p for w in (f.name, f.word, *f.synonyms) if (p := _phrase(w))} for f in factors}
         owners: dict[tuple[str, ...], list[str]] = {}
         for factor in factors:
             if factor.named:
-                for value in factor.values:
-                    owners.setdefault(_phrase(value), []).append(factor.name)
+                for phrase in filter(None, map(_phrase, factor.values)):
+                    owners.setdefault(phrase, []).append(factor.name)
         self._owners = owners
-        self._classes = {_phrase(c) for c in (facts.classes if facts is not None else ())}
+        self._classes = set(filter(None, map(_phrase, facts.classes if facts is not None else ())))
         self._object = _phrase(facts.object_word)[-1:] if facts is not None and facts.object_word else ()
 
     def factor_of(self, name: str) -> Factor | None:
@@ -249,7 +249,7 @@ class ClaimParser:
         sentence_text, edit = split_edit(explanation or "")
         attributes = dict(attributes or {})
         labels = {"true class": str(true_label).strip(), "predicted class": str(predicted_label).strip()}
-        classes = self._classes | {_phrase(v) for v in labels.values() if v}
+        classes = self._classes | set(filter(None, map(_phrase, labels.values())))
         blamed: list[str] = []
         claims: list[Claim] = []
         for sentence in _sentences(sentence_text):

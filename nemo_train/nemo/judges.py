@@ -235,6 +235,9 @@ class KeywordJudge(Judge):
         self._full = self._pattern(criterion.keywords)
         self._partial = self._pattern(criterion.partial_keywords) if criterion.partial_keywords else None
 
+    def _set_facts(self, facts: DatasetFacts) -> None:
+        """Keywords only: a fact sheet is not used (and so not recorded in the fingerprint)."""
+
     @staticmethod
     def _pattern(words: tuple[str, ...]) -> re.Pattern[str]:
         alternatives = sorted((re.escape(w).replace(r"\ ", r"\s+") for w in words), key=len, reverse=True)
