@@ -30,6 +30,7 @@ from nemo_train.callbacks.adapter_checkpoint import AdapterCheckpoint  # noqa: E
 from nemo_train.explainer import ExplainerModule  # noqa: E402
 from nemo_train.explainer.generation import generate_explanations  # noqa: E402
 from nemo_train.models.vlm import load_processor  # noqa: E402
+from nemo_train.nemo.grounding import ClaimParser  # noqa: E402
 
 
 def _fit(module: ExplainerModule, data: ExplanationDataModule, steps: int, adapter_dir: Path) -> dict[str, float]:
@@ -61,7 +62,7 @@ def _module(args: argparse.Namespace, lr: float, adapter: str | None) -> Explain
         adapter=adapter,
         lora_r=args.lora_r,
         lora_alpha=2 * args.lora_r,
-        modules_to_save=["visual", "lm_head"],
+        modules_to_save=args.modules_to_save,
         lr=lr,
         warmup_steps=args.warmup,
     )
@@ -139,6 +140,7 @@ def stage2(args: argparse.Namespace, out: Path, train: Path, held_out: list, ada
     grades = [score_answer(t, r.explanation) for r, t in zip(held_out, texts)]
     for grade in GRADES:
         result[grade] = sum(g[grade] for g in grades) / len(grades)
+    result["true_claims"], result["cause_named"] = _grounding(held_out, texts)
     factors = sorted({r.cause for r in held_out})
     for factor in factors:
         mine = [g for g, r in zip(grades, held_out) if r.cause == factor]
@@ -146,6 +148,21 @@ def stage2(args: argparse.Namespace, out: Path, train: Path, held_out: list, ada
         result[f"all/{factor}"] = sum(g["all"] for g in mine) / len(mine)
     result["examples"] = list(zip([r.explanation for r in held_out[:3]], texts[:3]))
     return result
+
+
+def _grounding(records: list, texts: list[str]) -> tuple[float, float]:
+    """Share of the checkable claims that are true (the grounded judge's reading) and share of answers that
+    blame the shifted factor."""
+    facts = facts_named("shifts")
+    parser = ClaimParser(facts)
+    true_claims = claims = named = 0
+    for record, text in zip(records, texts):
+        attributes = facts.value_names(record.provenance["attrs"])
+        reading = parser.read(text, attributes, facts.classes[record.label], facts.classes[record.prediction])
+        claims += len(reading.claims)
+        true_claims += sum(c.holds for c in reading.claims)
+        named += record.cause in reading.blamed
+    return true_claims / max(claims, 1), named / len(records)
 
 
 def _print(name: str, result: dict) -> None:
@@ -172,6 +189,7 @@ def main() -> None:
     parser.add_argument("--lr2", type=float, default=3e-3)
     parser.add_argument("--lora-r", type=int, default=16)
     parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--modules-to-save", nargs="+", default=["visual", "lm_head"])
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument("--compare", action="store_true", help="also train stage 2 without stage 1")
     parser.add_argument("--skip-stage1", action="store_true", help="only stage 2 from the base model")

@@ -1,8 +1,8 @@
 """Known-shift pairs: shifts digits whose one shifted factor is the answer, in the distilled explainer's form.
 
 Every image of the shift distribution has exactly one factor off its typical value, so the structured answer
-blaming that factor is known without a classifier: ``{"cause_of_error": "The dotted style makes the classifier
-read this 3 as a 8. Edit: style -> solid"}`` (:func:`nemo_train.nemo.structured.hypothesis_sentence`). The
+blaming that factor is known without a classifier: ``{"cause_of_error": "The classifier read this 3 as a 8
+because of the dotted style. Edit: style -> solid"}`` (:func:`nemo_train.nemo.structured.hypothesis_sentence`). The
 class names of the question are drawn at random (true and predicted differ), so an explainer can only get them
 right by reading the question. These pairs probe whether a student can learn the answer form from the image
 (``scripts/student_probe.py``) and give tests teacher-like pairs; :func:`score_answer` grades an answer field by
@@ -21,7 +21,7 @@ from datamodules.explanations.records import ExplanationRecord, write_records
 from nemo_train.errors import UserInputError
 
 _SENTENCE = re.compile(
-    r"^The (?P<value>.+?) (?P<word>\w+) makes the classifier read this (?P<true>\S+) as an? (?P<pred>\S+?)\.?$"
+    r"^The classifier read this (?P<true>\S+) as an? (?P<pred>\S+) because of the (?P<value>.+?) (?P<word>\w+)\.?$"
 )
 _EDIT = re.compile(r"^(?P<attribute>[a-z_]+)\s*->\s*(?P<value>\S+)$")
 #: The grades of :func:`score_answer`.

@@ -273,10 +273,16 @@ def most_frequent_explanation(store: ResultStore, target: str, method: str, samp
     return max(dict.fromkeys(texts), key=texts.count) if texts else None
 
 
-def run_constant(job: TargetJob, store: ResultStore, progress: Progress, text: str, settings: dict[str, Any]) -> None:
+def run_constant(
+    job: TargetJob,
+    store: ResultStore,
+    progress: Progress,
+    text: str,
+    settings: dict[str, Any],
+    keep_images: bool = False,
+) -> None:
     """Score one fixed explanation (``text``) on every error of the target as the row ``Constant``."""
     method = ConstantExplainer(text)
     settings = {**settings, "method.class": "ConstantExplainer", "method.text": text}
-    run_target(
-        TargetJob(job.name, job.benchmark, job.scorer, job.panel, [(method, settings)]), store, progress, show_bar=False
-    )
+    one_row = TargetJob(job.name, job.benchmark, job.scorer, job.panel, [(method, settings)])
+    run_target(one_row, store, progress, keep_images=keep_images, show_bar=False)

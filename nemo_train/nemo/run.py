@@ -127,7 +127,8 @@ def nemo_eval(
             )
             constant = most_frequent_explanation(store, name, "KnownCause", [s.sample_id for s in bench.errors])
             if constant is not None and bench.facts is not None:  # what one sentence for every error scores
-                run_constant(job, store, progress, constant, flatten({**base, "method": {"class": "Constant"}}))
+                constant_settings = flatten({**base, "method": {"class": "Constant"}})
+                run_constant(job, store, progress, constant, constant_settings, keep_images=run.wandb)
             if run.global_explanation:
                 text = run_global(job, store, progress, explainer, flatten(base))
                 if text is not None:

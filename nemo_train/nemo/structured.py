@@ -3,7 +3,7 @@
 SciTX asks its hypothesis source for ``{"cause_of_error": "..."}``. A distilled explainer answers in the
 same JSON, with the counterfactual edit its hypothesis implies appended in a fixed form::
 
-    {"cause_of_error": "The green colour makes the classifier read this 3 as a 8. Edit: color -> red"}
+    {"cause_of_error": "The classifier read this 3 as a 8 because of the green colour. Edit: color -> red"}
 
 Because every NEMO method reads ``cause_of_error`` (SciTX, CamMLLM, ChangeMLLM through ``ask_causes``), the
 edit travels with the explanation, and :class:`StructuredEditDeriver` reads it back exactly: no keyword
@@ -27,13 +27,6 @@ _ATTRIBUTE_EDIT = re.compile(r"^(?P<attribute>[a-z_]+)\s*->\s*(?P<value>[-+]?[\w
 
 #: Words used for an attribute in a sentence.
 ATTRIBUTE_WORDS = {"color": "colour", "angle": "rotation", "scale": "size"}
-#: Adjectives used for a value in a sentence where its name does not read as one (``The striped background``).
-VALUE_WORDS = {
-    ("background", "noise"): "noisy",
-    ("background", "stripes"): "striped",
-    ("background", "checker"): "checkered",
-    ("style", "outline"): "outlined",
-}
 
 #: The question a distilled explainer is trained on and asked (one image; class names filled in).
 DISTILL_PROMPT = (
@@ -71,25 +64,19 @@ def format_answer(hypothesis: str, edit: Any, vocabulary: Mapping[str, Sequence]
     return json.dumps({"cause_of_error": text}, ensure_ascii=False)
 
 
-def value_words(attribute: str, value_text: str) -> str:
-    """How a value reads before its attribute's word: ``45 degree anticlockwise`` (a positive angle turns
-    anticlockwise), ``striped`` for the ``stripes`` background, the value's name otherwise."""
-    if attribute == "angle":
-        number = int(float(value_text))
-        turn = "anticlockwise" if number > 0 else "clockwise" if number < 0 else ""
-        return f"{abs(number)} degree {turn}".strip()
-    return VALUE_WORDS.get((attribute, value_text), value_text)
-
-
 def hypothesis_sentence(sample: ErrorSample, edit: Mapping, vocabulary, class_names, obj: str = "object") -> str:
-    """A sentence naming what the edit changes: ``The green colour makes the classifier read this 3 as a 8.``,
-    ``The 45 degree clockwise rotation ...``, ``The striped background ...``, ``The small size ...``
-    (written by the exhaustive teacher, whose finding is the edit itself)."""
+    """A sentence naming the classes and what the edit changes, the value as the vocabulary names it:
+    ``The classifier read this 3 as a 8 because of the green colour.`` (``the -45 degree rotation``, ``the
+    stripes background``, ``the small size``); written by the exhaustive teacher, whose finding is the edit.
+
+    The classes come first, so an explainer copies them from its question at a fixed distance."""
     attribute = edit["attribute"]
     word = ATTRIBUTE_WORDS.get(attribute, attribute)
-    current = value_words(attribute, value_name(vocabulary, attribute, sample.attrs[attribute]))
+    current = value_name(vocabulary, attribute, sample.attrs[attribute])
+    if attribute == "angle":
+        current = f"{current} degree"
     true, pred = class_names[sample.label], class_names[sample.prediction]
-    return f"The {current} {word} makes the classifier read this {true} as a {pred}."
+    return f"The classifier read this {true} as a {pred} because of the {current} {word}."
 
 
 def split_answer(text: str) -> tuple[str, str | None]:
