@@ -6,6 +6,7 @@ ImageNet subset folder, form the reference database (NEMO paper, Sec. 4.1.1 and 
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -56,6 +57,28 @@ def list_image_folder(
     return folders, paths, torch.tensor(labels)
 
 
+#: Optional metadata of an image folder: one row per image, ``image`` (path relative to the folder) and ``cause``
+#: (the factor that caused the classifier's error on it, where the dataset knows it per image).
+CAUSES_FILE = "causes.csv"
+
+
+def read_causes(root: str | Path) -> dict[str, str]:
+    """``{image path: cause}`` from ``<root>/causes.csv`` (empty when the folder has no such file)."""
+    path = Path(root) / CAUSES_FILE
+    if not path.is_file():
+        return {}
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise UserInputError(f"cannot read {str(path)!r}: {err}") from None
+    if rows and not {"image", "cause"} <= set(rows[0]):
+        raise UserInputError(f"{str(path)!r} needs the columns image and cause; got {sorted(rows[0])}")
+    return {
+        str((Path(root) / r["image"]).resolve()): r["cause"].strip() for r in rows if (r.get("cause") or "").strip()
+    }
+
+
 def build_folder_benchmark(
     name: str,
     root: str | Path,
@@ -74,7 +97,9 @@ def build_folder_benchmark(
     The target (whose classes must follow ``class_folders`` order, e.g. through a
     :class:`~nemo_train.nemo.targets.ClassMapping`) classifies every image; ``n`` misclassified ones
     are sampled with ``seed``; the others, plus ``extra_reference`` (an ImageNet subset laid out with the
-    same class folders), form the reference database. Captions are made later, on retrieval.
+    same class folders), form the reference database. Captions are made later, on retrieval. The benchmark keeps
+    its paper-level factor (``criterion``); a folder that knows each image's own cause carries it in
+    :data:`CAUSES_FILE`, and each error keeps it (judges then grade against it).
     """
     folders, paths, labels = list_image_folder(root, class_folders)
     # unreadable files are left out with one warning, as the folder datamodules do
@@ -87,6 +112,7 @@ def build_folder_benchmark(
     check_classes(target, len(folders), repr(str(root)), load_image(paths[0], image_size)[None])
     predictions, features = classify(target, paths, batch_size, image_size, desc=f"classifying {name}")
     chosen, rest = _split_errors(labels, predictions, torch.ones_like(labels, dtype=torch.bool), n, seed)
+    causes = read_causes(root)
     errors = [
         ErrorSample(
             f"{name}-{Path(paths[i]).parent.name}-{Path(paths[i]).stem}",
@@ -94,6 +120,7 @@ def build_folder_benchmark(
             int(labels[i]),
             int(predictions[i]),
             path=paths[i],
+            cause=causes.get(str(Path(paths[i]).resolve())),
         )
         for i in chosen.tolist()
     ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -131,3 +132,18 @@ def test_clevr_benchmark_and_exact_material_edit():
     assert torch.equal(edited[1], error.image) and not torch.equal(edited[0], error.image)
     with pytest.raises(UserInputError, match="generated dataset"):
         build_synthetic_benchmark("mnist", target=target)
+
+
+def test_a_folder_may_carry_each_image_s_own_cause(tmp_path):
+    root = tmp_path / "data"
+    for i in range(3):
+        _write(root / "red" / f"ok{i}.png", (250, 0, 0))
+        _write(root / "dark" / f"bad{i}.png", (250, 10, 10))
+    (root / "causes.csv").write_text("image,cause\ndark/bad0.png,background\ndark/bad1.png,texture\n")
+    bench = build_folder_benchmark("toyset", root, BrightnessTarget(), "imagenet_d", n=3, image_size=16)
+    causes = {Path(e.path).name: e.cause for e in bench.errors}
+    assert causes == {"bad0.png": "background", "bad1.png": "texture", "bad2.png": None}
+    assert bench.criterion == "imagenet_d"  # the paper-level factor stays
+    (root / "causes.csv").write_text("file,why\nx,y\n")
+    with pytest.raises(UserInputError, match="columns image and cause"):
+        build_folder_benchmark("toyset", root, BrightnessTarget(), "imagenet_d", n=3, image_size=16)
