@@ -41,7 +41,7 @@ OFFSETS: dict[str, tuple[int, int]] = {
 #: Digit size of each scale, as a fraction of the exemplar's size.
 SCALES: dict[str, float] = {"normal": 1.0, "small": 0.6}
 #: Grey level of the lit parts of the stripes and checker backgrounds, and the top of the noise range.
-BACKGROUND_LEVEL = 0.45
+BACKGROUND_LEVEL = 0.55
 #: Number of fixed noise textures (the exemplar picks one, so a re-render is bit-exact).
 NOISE_TEXTURES = 16
 
@@ -266,7 +266,7 @@ class ShiftsRenderer:
             elif value == 2:  # dotted: the stroke seen through a grid of 2x2 dots, 1 px apart
                 part = (part * 1.5).clamp(0, 1) * _dot_grid(mask.shape[-1])
             elif value == 3:  # blurred
-                part = (_blur(part) * 1.6).clamp(0, 1)
+                part = (_blur(part) * 1.8).clamp(0, 1)
             elif value != 0:
                 raise UserInputError(f"style index {value} out of range 0-3")
             out[chosen] = part
@@ -278,7 +278,7 @@ def _dot_grid(size: int) -> torch.Tensor:
     return ((x % 3 < 2) & (y % 3 < 2)).float()
 
 
-def _blur(images: torch.Tensor, sigma: float = 1.4, radius: int = 3) -> torch.Tensor:
+def _blur(images: torch.Tensor, sigma: float = 1.8, radius: int = 4) -> torch.Tensor:
     """Separable Gaussian blur with zero padding, as sums of shifted copies (same result whatever the batch)."""
     weights = torch.exp(-(torch.arange(-radius, radius + 1).float() ** 2) / (2 * sigma**2))
     weights = (weights / weights.sum()).tolist()

@@ -41,10 +41,11 @@ PIPELINE_COMMANDS: dict[str, Command] = {
     "explain": Command("nemo_train.explainer.generation:explain", "explain image pairs with a fine-tuned explainer"),
     "nemo-eval": Command("nemo_train.nemo.run:nemo_eval", "NEMO benchmark: SciTX and baselines on a model's errors"),
     "distill-teacher": Command(
-        "nemo_train.nemo.distill:distill_teacher", "label a classifier's errors with a teacher: student training pairs"
+        "nemo_train.nemo.distill.labelling:distill_teacher",
+        "label a classifier's errors with a teacher: student training pairs",
     ),
     "distill-eval": Command(
-        "nemo_train.nemo.distill_eval:distill_eval", "NEMO scores of a distilled explainer next to its teacher"
+        "nemo_train.nemo.distill.student_eval:distill_eval", "NEMO scores of a distilled explainer next to its teacher"
     ),
     "lbee": Command("nemo_train.lbee.pipeline:lbee", "find and describe a classifier's failure modes with sentences"),
     "differences": Command(

@@ -54,7 +54,7 @@ def main() -> None:
     from nemo_train.backends.student import StudentBackend
     from nemo_train.console import print_table
     from nemo_train.nemo.benchmark import build_synthetic_benchmark
-    from nemo_train.nemo.distill_methods import ExhaustiveSearchExplainer, OnePassExplainer
+    from nemo_train.nemo.distill.rows import ExhaustiveSearchExplainer, OnePassExplainer
     from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
     from nemo_train.nemo.methods.base import explain_many
     from nemo_train.nemo.methods.scitx import (

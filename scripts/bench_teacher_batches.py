@@ -28,7 +28,7 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 from nemo_train.backends import OpenAICompatibleBackend  # noqa: E402
 from nemo_train.console import print_table  # noqa: E402
-from nemo_train.nemo.distill import distill_teacher  # noqa: E402
+from nemo_train.nemo.distill.labelling import distill_teacher  # noqa: E402
 
 COLOURS = ("red", "green", "blue", "yellow", "magenta")
 

@@ -1,6 +1,6 @@
 """Print the demo table of docs/RESULTS.md from a demo's ``recap.json`` (Markdown, one line per step and method).
 
-    python scripts/recap_table.py checkpoints/demo/recap.json
+python scripts/recap_table.py checkpoints/demo/recap.json
 """
 
 from __future__ import annotations

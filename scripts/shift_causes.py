@@ -55,7 +55,9 @@ def main() -> None:
         parser.error(str(error))
     datamodule.setup("test")
     hp = datamodule.hparams
-    data = datamodule.test_set if args.pool == "test" else datamodule.shifted_split(args.pool, hp.test_size, hp.seed + 1)
+    data = (
+        datamodule.test_set if args.pool == "test" else datamodule.shifted_split(args.pool, hp.test_size, hp.seed + 1)
+    )
     model = ClassifierModule.load_from_checkpoint(args.ckpt, map_location="cpu", weights_only=True).eval()
 
     def predict(images: torch.Tensor) -> torch.Tensor:

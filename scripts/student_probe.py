@@ -97,7 +97,10 @@ def stage1(args: argparse.Namespace, out: Path) -> dict[str, object]:
     result["caption_eval_s"] = time.perf_counter() - start
     attributes = [facts.class_attribute, *(f.name for f in facts.factors)]
     for attribute in attributes:
-        hits = [parse_caption(t, facts)[attribute] == parse_caption(r.explanation, facts)[attribute] for r, t in zip(records, texts)]
+        hits = [
+            parse_caption(t, facts)[attribute] == parse_caption(r.explanation, facts)[attribute]
+            for r, t in zip(records, texts)
+        ]
         result[f"caption_acc/{attribute}"] = sum(hits) / len(hits)
     result["examples"] = list(zip([r.explanation for r in records[:3]], texts[:3]))
     result["adapter"] = str(out / "stage1" / "adapter")

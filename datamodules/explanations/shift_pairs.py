@@ -2,7 +2,7 @@
 
 Every image of the shift distribution has exactly one factor off its typical value, so the structured answer
 blaming that factor is known without a classifier: ``{"cause_of_error": "The classifier read this 3 as a 8
-because of the dotted style. Edit: style -> solid"}`` (:func:`nemo_train.nemo.structured.hypothesis_sentence`). The
+because of the dotted style. Edit: style -> solid"}`` (:func:`datamodules.sentences.hypothesis_sentence`). The
 class names of the question are drawn at random (true and predicted differ), so an explainer can only get them
 right by reading the question. These pairs probe whether a student can learn the answer form from the image
 (``scripts/student_probe.py``) and give tests teacher-like pairs; :func:`score_answer` grades an answer field by
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -36,9 +37,8 @@ def known_shift_records(
     Each record's ``cause`` is the shifted factor, ``label`` / ``prediction`` the class indices the question
     names, ``prompt`` the distillation question and ``explanation`` the structured answer.
     """
+    from datamodules.sentences import DISTILL_PROMPT, format_answer, hypothesis_sentence
     from datamodules.shifts import CAUSE_FACTORS, FACTS, ShiftsDataModule
-    from nemo_train.nemo.benchmark import ErrorSample
-    from nemo_train.nemo.structured import DISTILL_PROMPT, format_answer, hypothesis_sentence
 
     if size < 1:
         raise UserInputError(f"known-shift pairs size={size}; expected at least 1")
@@ -55,7 +55,7 @@ def known_shift_records(
     for i in range(size):
         attrs = {k: v[i].item() for k, v in split.attrs.items()}
         factor = next(FACTS.factor(n) for n in CAUSE_FACTORS if attrs[n] != FACTS.factor(n).typical_stored)
-        sample = ErrorSample(f"{prefix}{i}", torch.empty(0), int(true[i]), int(pred[i]), attrs)
+        sample = SimpleNamespace(label=int(true[i]), prediction=int(pred[i]), attrs=attrs)
         edit = {"attribute": factor.name, "value": factor.typical_stored}
         sentence = hypothesis_sentence(sample, edit, FACTS.vocabulary, classes, FACTS.object_word)
         records.append(
@@ -85,7 +85,7 @@ def build_known_shift_pairs(
 def answer_fields(text: str) -> dict[str, str | None]:
     """``factor`` (the edit's attribute), ``value`` (how the sentence names the value and its factor),
     ``true``, ``pred`` and ``edit`` of a structured answer; ``None`` for a part that cannot be read."""
-    from nemo_train.nemo.structured import split_answer
+    from datamodules.sentences import split_answer
 
     cause, edit = split_answer(text)
     out: dict[str, str | None] = {"factor": None, "value": None, "true": None, "pred": None, "edit": edit}

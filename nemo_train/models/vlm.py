@@ -17,6 +17,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -71,15 +72,14 @@ def _shift_texts() -> list[str]:
     """What the explainer reads and writes about the shifts digits: the fact sheet's words, a caption per value
     of every factor, the structured explanation of every cause value and the distillation questions."""
     from datamodules.explanations.captions import CAPTION_PROMPT
-    from datamodules.shifts import FACTS
-    from nemo_train.nemo.benchmark import ErrorSample
-    from nemo_train.nemo.structured import (
+    from datamodules.sentences import (
         DISTILL_CAM_PROMPT,
         DISTILL_CHANGE_PROMPT,
         DISTILL_PROMPT,
         format_answer,
         hypothesis_sentence,
     )
+    from datamodules.shifts import FACTS
 
     classes = list(FACTS.classes)
     words = [FACTS.object_word, FACTS.class_attribute, *classes]
@@ -95,7 +95,7 @@ def _shift_texts() -> list[str]:
                 continue
             for shift in range(3):
                 true, pred = (v + shift) % len(classes), (v + shift * 3 + 1) % len(classes)
-                sample = ErrorSample("corpus", torch.empty(0), true, pred, attrs)
+                sample = SimpleNamespace(label=true, prediction=pred, attrs=attrs)
                 edit = {"attribute": factor.name, "value": factor.typical_stored}
                 sentence = hypothesis_sentence(sample, edit, FACTS.vocabulary, classes, FACTS.object_word)
                 answers.append(format_answer(sentence, edit, FACTS.vocabulary))

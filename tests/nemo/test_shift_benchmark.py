@@ -103,7 +103,7 @@ def test_known_cause_gets_full_marks_and_a_constant_does_not(bench, gap_classifi
 
 def test_nemo_eval_and_teacher_on_shifts(gap_classifier, tmp_path, capsys):
     from nemo_train.nemo.components import BenchmarkArgs, KnownCauseMethod, RunArgs, SciTXMethod
-    from nemo_train.nemo.distill import distill_teacher
+    from nemo_train.nemo.distill.labelling import distill_teacher
     from nemo_train.nemo.run import nemo_eval
 
     _, path = gap_classifier

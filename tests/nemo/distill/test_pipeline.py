@@ -17,9 +17,8 @@ from torchvision.transforms.functional import to_tensor  # noqa: E402
 
 from datamodules.explanations import read_records  # noqa: E402
 from nemo_train.errors import UserInputError  # noqa: E402
-from nemo_train.nemo.distill import PoolClassifier, build_target, distill_teacher  # noqa: E402
-from nemo_train.nemo.distill_eval import distill_eval  # noqa: E402
-from nemo_train.nemo.distill_methods import (  # noqa: E402
+from nemo_train.nemo.distill.labelling import PoolClassifier, build_target, distill_teacher  # noqa: E402
+from nemo_train.nemo.distill.rows import (  # noqa: E402
     DistillMethod,
     ExhaustiveTeacher,
     KnownCause,
@@ -28,9 +27,10 @@ from nemo_train.nemo.distill_methods import (  # noqa: E402
     default_distill_methods,
     student_distill_methods,
 )
+from nemo_train.nemo.distill.student_eval import distill_eval  # noqa: E402
 from nemo_train.nemo.structured import StructuredEditDeriver  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PRESETS = sorted((ROOT / "configs" / "distill").glob("*.yaml"))
 
 
@@ -93,8 +93,8 @@ def test_teacher_writes_filtered_pairs_and_resumes(checkpoint, tmp_path, capsys)
 def test_teacher_labels_a_pool_of_classifiers_into_one_pair_file(checkpoint, tmp_path, capsys):
     import shutil
 
+    from nemo_train.nemo.distill.mining import mine_synthetic_errors
     from nemo_train.nemo.methods.change_mllm import prototype_reference
-    from nemo_train.nemo.mining import mine_synthetic_errors
 
     other = tmp_path / "blue_model" / "checkpoints" / "best.ckpt"
     other.parent.mkdir(parents=True)
@@ -176,7 +176,7 @@ def test_distill_eval_rows_reject_unknown_names_and_options(tmp_path):
 def test_distill_eval_student_rows_run_batched_on_a_saved_explainer(checkpoint, tmp_path):
     from nemo_train.explainer import ExplainerModule
     from nemo_train.models.vlm import materialize_tiny
-    from nemo_train.nemo.distill_methods import StudentChangeMLLM, StudentGreedy
+    from nemo_train.nemo.distill.rows import StudentChangeMLLM, StudentGreedy
 
     module = ExplainerModule(model_name_or_path=str(materialize_tiny(tmp_path / "tiny")), lora_r=2)
     module.configure_model()

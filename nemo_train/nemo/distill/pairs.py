@@ -15,8 +15,8 @@ import torch
 
 from datamodules.explanations import ExplanationRecord, to_pil, write_records
 from nemo_train.nemo.benchmark import NemoBenchmark
+from nemo_train.nemo.distill.teachers import View, view_inputs
 from nemo_train.nemo.methods.change_mllm import ReferenceClass
-from nemo_train.nemo.teacher import View, view_inputs
 
 
 @dataclass

@@ -14,8 +14,8 @@ import pytest
 from loopback_openai_server import LoopbackOpenAIServer, completion, error
 
 from nemo_train.backends import OpenAICompatibleBackend
-from nemo_train.nemo.distill import build_target, distill_teacher
-from nemo_train.nemo.mining import mine_synthetic_errors
+from nemo_train.nemo.distill.labelling import build_target, distill_teacher
+from nemo_train.nemo.distill.mining import mine_synthetic_errors
 
 SECRET = "sk-test-teacher-batches-0123456789"
 COLOURS = ("red", "green", "blue", "yellow")

@@ -18,6 +18,7 @@ from jsonargparse.typing import PositiveInt
 from nemo_train.backends.base import ChatBackend
 from nemo_train.backends.messages import user_message
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
+from nemo_train.nemo.distill.teachers import ExhaustiveAttributeTeacher
 from nemo_train.nemo.interventions import CounterfactualScorer
 from nemo_train.nemo.methods.base import Explanation, Method, ask_causes_batch
 from nemo_train.nemo.methods.cam_mllm import CamMLLM
@@ -25,7 +26,6 @@ from nemo_train.nemo.methods.change_mllm import ChangeMLLM, ReferenceClass
 from nemo_train.nemo.methods.reference import KnownCauseExplainer
 from nemo_train.nemo.methods.scitx import MLLMHypothesizer, SciTX
 from nemo_train.nemo.structured import DISTILL_CAM_PROMPT, DISTILL_CHANGE_PROMPT, DISTILL_PROMPT
-from nemo_train.nemo.teacher import ExhaustiveAttributeTeacher
 
 
 class ExhaustiveSearchExplainer:

@@ -14,6 +14,7 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 from nemo_toys import VOCAB, RedGreenTarget, SolidRenderer, solid  # noqa: E402
 
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark, ReferenceSet  # noqa: E402
+from nemo_train.nemo.distill.teachers import ExhaustiveAttributeTeacher, SciTXTeacher  # noqa: E402
 from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor  # noqa: E402
 from nemo_train.nemo.structured import (  # noqa: E402
     StructuredEditDeriver,
@@ -21,7 +22,6 @@ from nemo_train.nemo.structured import (  # noqa: E402
     parse_attribute_edit,
     split_answer,
 )
-from nemo_train.nemo.teacher import ExhaustiveAttributeTeacher, SciTXTeacher  # noqa: E402
 
 
 def _bench(sample: ErrorSample) -> NemoBenchmark:
@@ -109,8 +109,8 @@ def test_student_backend_shows_several_images_side_by_side_as_in_training():
 
 
 def test_prototype_reference_is_the_most_confident_correct_one_of_the_true_class():
+    from nemo_train.nemo.distill.teachers import view_inputs
     from nemo_train.nemo.methods.change_mllm import ChangeMLLM, prototype_reference
-    from nemo_train.nemo.teacher import view_inputs
 
     mix = 0.6 * solid(0) + 0.4 * solid(1)  # reddish, but less sure: P = sigmoid(3 * 0.2)
     images = torch.stack([mix, solid(0), solid(1), solid(1)])

@@ -1,7 +1,7 @@
 """``nemo-train distill-teacher``: mine errors, label them with a teacher, write the student's training pairs.
 
 1. Mine up to ``n`` errors of the classifier (and of each classifier of a ``pool``) on a split disjoint
-   from every evaluation error (:mod:`nemo_train.nemo.mining`).
+   from every evaluation error (:mod:`nemo_train.nemo.distill.mining`).
 2. Label each with the teacher: the exhaustive attribute search on generated data (no ``hypotheses``
    backend), or SciTX with the configured MLLM backend as hypothesis source.
 3. Keep labels whose CEI is at least ``min_cei`` and write, per kept error and per view, one pair in the
@@ -32,7 +32,9 @@ from nemo_train.console import print_table
 from nemo_train.errors import UserInputError
 from nemo_train.nemo.components.editors import DiffusersEdit
 from nemo_train.nemo.components.targets import CheckpointTarget, TargetSpec, TimmModel
-from nemo_train.nemo.distill_pairs import LabelledErrors, ReferenceClass, pairs_from_labels
+from nemo_train.nemo.distill.mining import mine_folder_errors, mine_synthetic_errors
+from nemo_train.nemo.distill.pairs import LabelledErrors, ReferenceClass, pairs_from_labels
+from nemo_train.nemo.distill.teachers import ExhaustiveAttributeTeacher, SciTXTeacher, TeacherLabel, View
 from nemo_train.nemo.evaluation import record_key
 from nemo_train.nemo.interventions import (
     CounterfactualScorer,
@@ -40,10 +42,8 @@ from nemo_train.nemo.interventions import (
     LLMAttributeDeriver,
 )
 from nemo_train.nemo.methods.scitx import MLLMCaptioner, MLLMHypothesizer, SciTX
-from nemo_train.nemo.mining import mine_folder_errors, mine_synthetic_errors
 from nemo_train.nemo.shift_benchmark import build_shift_benchmark
 from nemo_train.nemo.targets import ClassMapping
-from nemo_train.nemo.teacher import ExhaustiveAttributeTeacher, SciTXTeacher, TeacherLabel, View
 from nemo_train.quiet import progress_bar
 from nemo_train.store import ResultStore, fingerprint
 

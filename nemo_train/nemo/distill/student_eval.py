@@ -1,7 +1,7 @@
 """``nemo-train distill-eval``: NEMO evaluation of a distilled explainer next to its teacher and KnownCause.
 
 On held-out errors of each target (the test grid of a generated benchmark, or an evaluation image folder; the
-teacher mined a disjoint split) it runs the configured rows (``nemo_train.nemo.distill_methods``), with the student as the MLLM everywhere:
+teacher mined a disjoint split) it runs the configured rows (``nemo_train.nemo.distill.rows``), with the student as the MLLM everywhere:
 
 * ``ExhaustiveTeacher`` — the exhaustive single-attribute search (the max-CEI edit; not a language model);
 * ``StudentGreedy`` — one greedy pass of the student on the error image;
@@ -34,7 +34,7 @@ from nemo_train.nemo.benchmark import FACT_SHEETS, NemoBenchmark, build_syntheti
 from nemo_train.nemo.class_mapping import ClassMapping
 from nemo_train.nemo.components.editors import DiffusersEdit
 from nemo_train.nemo.components.targets import TargetSpec, as_spec, unique_names
-from nemo_train.nemo.distill_methods import (
+from nemo_train.nemo.distill.rows import (
     DistillContext,
     DistillMethod,
     ExhaustiveSearchExplainer,
@@ -126,7 +126,7 @@ def distill_eval(
         biases: the bias preset of each target (which errors are bias-conflicting; default: the dataset's).
         dataset: ``cmnist`` / ``clevr`` (the held-out test grid) or ``folder`` (``evaluation_root``).
         methods: the rows (default: all): ``ExhaustiveTeacher``, ``StudentGreedy``, ``StudentSciTX``,
-            ``StudentCamMLLM``, ``StudentChangeMLLM``, ``KnownCause`` from ``nemo_train.nemo.distill_methods``
+            ``StudentCamMLLM``, ``StudentChangeMLLM``, ``KnownCause`` from ``nemo_train.nemo.distill.rows``
             (on folder data the teacher and KnownCause do not exist: default the four student rows).
         n: held-out errors (test grid) per target.
         seed: their sampling seed.

@@ -38,15 +38,15 @@ from nemo_train.cli import run_lightning_cli, run_pipeline
 from nemo_train.errors import UserInputError
 from nemo_train.explainer import ExplainerModule
 from nemo_train.nemo.components import DiffusersEdit, TimmModel
-from nemo_train.nemo.distill_eval import distill_eval, edit_scorers
-from nemo_train.nemo.distill_methods import KnownCause, StudentGreedy
+from nemo_train.nemo.distill.rows import KnownCause, StudentGreedy
+from nemo_train.nemo.distill.student_eval import distill_eval, edit_scorers
 from nemo_train.nemo.folder_benchmark import build_folder_benchmark
 from nemo_train.nemo.judges import LLMJudge
 from nemo_train.nemo.structured import split_answer
 from nemo_train.nemo.targets import ClassMapping
 from tests.explainer.tiny_real import build
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SECRET = "sk-test-recipe-0123456789abcdef"
 STUDENT_ROWS = ("Student (greedy)", "SciTX (student, M=4)", "CamMLLM (student)", "ChangeMLLM (student)")
 #: tiny diffusers edits: 32 px, two denoising steps
