@@ -118,8 +118,8 @@ class ShiftsDataModule(SplitDataModule):
         gaps: a preset (``gaps_a``, ``gaps_b``, ``none``) or ``{factor: [digits]}``.
         train_size: generated training images, 10 to 200,000 (validation gets a quarter of that).
         test_size: generated test (shift) images, 10 to 100,000.
-        typical_share: for a digit without a gap in a factor, the chance that a training image still has the
-            factor's typical value (else a uniformly drawn atypical one).
+        typical_share: the chance that a training image shows every factor typical; otherwise one factor the
+            digit has no gap in (drawn uniformly) takes a uniformly drawn atypical value, as in the test split.
         batch_size, num_workers: DataLoader settings.
         seed: seed of every random draw.
     """
@@ -130,7 +130,7 @@ class ShiftsDataModule(SplitDataModule):
         gaps: str | dict[str, list[int]] = "gaps_a",
         train_size: int = 8000,
         test_size: int = 4000,
-        typical_share: float = 0.5,
+        typical_share: float = 0.2,
         batch_size: int = 128,
         num_workers: int = 0,
         seed: int = 0,
@@ -183,13 +183,17 @@ class ShiftsDataModule(SplitDataModule):
         }
 
     def _gap_split(self, pool: str, size: int, gen: torch.Generator) -> AttributeImageDataset:
-        """The training distribution: a gap digit always shows the typical value, others any value."""
+        """The training distribution: an image shows every factor typical (chance ``typical_share``) or one
+        factor, drawn uniformly among those the digit has no gap in, at a uniformly drawn atypical value."""
         attrs = self._common(pool, size, gen)
-        gap = self.gaps.matrix()[:, attrs["digit"]]
+        open_factors = ~self.gaps.matrix()[:, attrs["digit"]].T  # [size, factors]: no gap, may be shifted
+        weights = open_factors.float() + 1e-12  # a digit with gaps everywhere stays typical (masked below)
+        shifted = torch.multinomial(weights, 1, generator=gen).flatten()
+        shift = open_factors[torch.arange(size), shifted]
+        shift &= torch.rand(size, generator=gen) >= self.hparams.typical_share
         for k, name in enumerate(CAUSE_FACTORS):
             _, typical = _values(name)
-            keep = gap[k] | (torch.rand(size, generator=gen) < self.hparams.typical_share)
-            attrs[name] = torch.where(keep, torch.full((size,), typical), _atypical(name, size, gen))
+            attrs[name] = torch.where(shift & (shifted == k), _atypical(name, size, gen), torch.full((size,), typical))
         return self._dataset(attrs, torch.zeros(size, dtype=torch.long))
 
     def shifted_split(self, pool: str, size: int, seed: int) -> AttributeImageDataset:

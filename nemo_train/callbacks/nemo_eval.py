@@ -14,9 +14,10 @@ from lightning.pytorch.loggers import WandbLogger
 from nemo_train.console import print_table
 from nemo_train.explainer.generation import generate_explanations
 from nemo_train.metrics.nemo import CEI, LLMMatch
-from nemo_train.nemo.benchmark import ErrorSample, build_synthetic_benchmark
+from nemo_train.nemo.benchmark import FACT_SHEETS, ErrorSample, build_synthetic_benchmark
 from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
-from nemo_train.nemo.judges import JudgeItem, JudgePanel, KeywordJudge
+from nemo_train.nemo.judges import GroundedJudge, JudgeItem, JudgePanel
+from nemo_train.nemo.shift_benchmark import build_shift_benchmark
 from nemo_train.nemo.structured import DISTILL_PROMPT, StructuredEditDeriver
 from nemo_train.nemo.targets import load_checkpoint_target
 from nemo_train.vocabulary import BIAS_PROMPT
@@ -49,7 +50,7 @@ class ErrorSet:
     """
 
     classifier: str
-    dataset: Literal["cmnist", "clevr"] = "cmnist"
+    dataset: Literal["cmnist", "clevr", "shifts"] = "cmnist"
     name: str | None = None
     n: int = 32
     seed: int = 0
@@ -60,15 +61,19 @@ class ErrorSet:
 
     def build(self) -> tuple[Any, CounterfactualScorer, JudgePanel]:
         target = load_checkpoint_target(self.classifier)
-        bench = build_synthetic_benchmark(
-            self.dataset,
-            target=target,
-            n=self.n,
-            seed=self.seed,
-            bias=self.bias,
-            test_styles=self.test_styles,
-            datamodule_kwargs=self.data_kwargs or None,
-        )
+        if self.dataset == "shifts":  # errors with their own causes; bias names the classifier's gap preset
+            gaps = self.bias or "gaps_a"
+            bench = build_shift_benchmark(target, gaps, n=self.n, seed=self.seed, datamodule_kwargs=self.data_kwargs)
+        else:
+            bench = build_synthetic_benchmark(
+                self.dataset,
+                target=target,
+                n=self.n,
+                seed=self.seed,
+                bias=self.bias,
+                test_styles=self.test_styles,
+                datamodule_kwargs=self.data_kwargs or None,
+            )
         editable = bench.cause["editable"]
         deriver = (
             StructuredEditDeriver(bench.vocabulary, editable)
@@ -76,7 +81,8 @@ class ErrorSet:
             else KeywordAttributeDeriver(bench.vocabulary, editable)
         )
         scorer = CounterfactualScorer(target, deriver, ExactAttributeEditor(bench.renderer))
-        return bench, scorer, JudgePanel([KeywordJudge(self.dataset)])
+        judge = GroundedJudge().for_benchmark(self.dataset, FACT_SHEETS.get(self.dataset))
+        return bench, scorer, JudgePanel([judge])
 
 
 class NemoEvalCallback(L.Callback):
@@ -137,6 +143,7 @@ class NemoEvalCallback(L.Callback):
         names = bench.class_names
         device = pl_module.device
         cei, llm_match = CEI().to(device), LLMMatch(panel.names).to(device)
+        grounding: list[float] = []
         texts = self.explain_fn(pl_module, errors, names) if errors else []
         rows = []
         for error, text in zip(errors, texts):
@@ -144,11 +151,22 @@ class NemoEvalCallback(L.Callback):
             p_o = trials[0].p_original if trials else 0.0
             p_e = trials[0].p_edited if trials else 0.0
             cei.update(torch.tensor([p_e], device=device), torch.tensor([p_o], device=device))
-            verdict = panel.judge([JudgeItem(text, names[error.label], names[error.prediction])])[0]
+            item = JudgeItem(
+                text,
+                names[error.label],
+                names[error.prediction],
+                attributes=bench.known_attributes(error),
+                cause=error.cause,
+            )
+            verdict = panel.judge([item])[0]
             llm_match.update([[verdict.scores[j] for j in panel.names]])
+            if verdict.grounding is not None:
+                grounding.append(verdict.grounding)
             rows.append((error, text, trials[0] if trials else None, verdict))
         result = {f"nemo/{prefix}cei": float(cei.compute()), f"nemo/{prefix}llm_match": float(llm_match.compute())}
         result.update({f"nemo/{prefix}llm_match/{k}": v for k, v in llm_match.per_judge().items()})
+        if grounding:  # mean share of true claims on this rank's errors
+            result[f"nemo/{prefix}grounding"] = sum(grounding) / len(grounding)
         return result, rows
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -172,7 +190,7 @@ class NemoEvalCallback(L.Callback):
             ["epoch", *keys],
             [[h["epoch"], *(h.get(k) for k in keys)] for h in self.history],
             title="NEMO evaluation of the explainer per validation (held-out errors; CEI in percentage points)",
-            caption="LLM Match from the keyword judge (closed-vocabulary synthetic only, not a model)",
+            caption="LLM Match and grounding from the grounded judge (an attribute parser, not a model)",
             digits=3,
         )
 
