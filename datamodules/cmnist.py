@@ -60,7 +60,6 @@ COLORS: dict[str, tuple[float, float, float]] = {
 COLOR_NAMES: list[str] = list(COLORS)
 #: The 13 rotation angles of the test grid (degrees).
 ANGLES: list[int] = list(range(-30, 31, 5))
-IMAGE_SIZE = 28
 #: The fact sheet: the class is the digit; colour is the planted cause (per class, see :class:`BiasSpec`), rotation
 #: the distractor. No value is typical for every class, so the sheet names none.
 FACTS = DatasetFacts(

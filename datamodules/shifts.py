@@ -45,11 +45,11 @@ def _rotate(gaps: Mapping[str, Sequence[int]], by: int) -> dict[str, tuple[int, 
 
 
 _GAPS_A: dict[str, tuple[int, ...]] = {
-    "color": (0, 1, 2, 3),
-    "style": (4, 5, 6, 7),
-    "angle": (8, 9, 0, 1),
-    "background": (2, 3, 4, 5),
-    "scale": (6, 7, 8, 9),
+    "color": (0, 1, 2, 3, 4, 5),
+    "style": (6, 7, 8, 9, 0),
+    "angle": (1, 2),
+    "background": (3, 4, 5, 6, 7, 8),
+    "scale": (9, 0),
 }
 
 
@@ -57,8 +57,10 @@ _GAPS_A: dict[str, tuple[int, ...]] = {
 class GapSpec:
     """Which digits see only the typical value of a factor in training: ``{factor: (digit, ...)}``.
 
-    Presets: ``gaps_a`` (colour 0-3, style 4-7, angle 8, 9, 0, 1, background 2-5, scale 6-9: every digit has
-    two gaps), ``gaps_b`` (the same gaps on the digits five higher) and ``none`` (no gap).
+    Presets: ``gaps_a`` (colour 0-5, style 6-9 and 0, rotation 1 and 2, background 3-8, size 9 and 0: gap sizes
+    chosen so that each factor causes a similar share of a trained classifier's errors on the shift split, as
+    a rotation or a shrunk digit fools it far more often than a colour does), ``gaps_b`` (the same gaps on the
+    digits five higher) and ``none`` (no gap).
     """
 
     gaps: Mapping[str, tuple[int, ...]]

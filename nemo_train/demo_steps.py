@@ -218,7 +218,7 @@ STEPS: list[Step] = [
         command="counterfactuals",
         overrides=[
             "--out_dir={out}/counterfactuals",
-            "--estimator.classifier_checkpoint={ckpt[cmnist_model_a]}",
+            "--classifier={ckpt[cmnist_model_a]}",
             "--causes.per_cause=10",
             "--train.autoencoder_epochs=4",
             "--datamodule.init_args.train_size=6000",
@@ -263,7 +263,7 @@ STEPS: list[Step] = [
         command="nemo-eval",
         edits={"methods.1.init_args.clip_model": "{outputs[clip]}/hf"},  # ErrorRetrieval in the space just trained
         overrides=[
-            "--run.out_dir={out}/nemo_eval",
+            "--out_dir={out}/nemo_eval",
             "--targets=[{ckpt[cmnist_model_a]}]",
             "--benchmark.n=25",
             "--benchmark.test_styles=2",
@@ -288,7 +288,7 @@ STEPS: list[Step] = [
         name="nemo_shifts",
         preset="nemo/shifts.yaml",
         command="nemo-eval",
-        overrides=["--run.out_dir={out}/nemo_shifts", "--targets=[{ckpt[shifts_gaps_a]}]"],
+        overrides=["--out_dir={out}/nemo_shifts", "--targets=[{ckpt[shifts_gaps_a]}]"],
         fast=["--benchmark.n=6", "--run.global_explanation=false"],
         read=read_nemo,
         output="{out}/nemo_shifts",
@@ -347,8 +347,7 @@ STEPS: list[Step] = [
         command="differences",
         overrides=[
             "--out_dir={out}/differences",
-            "--model_a.init_args.checkpoint={ckpt[cmnist_model_a]}",
-            "--model_b.init_args.checkpoint={ckpt[cmnist_model_b]}",
+            "--targets=[{ckpt[cmnist_model_a]}, {ckpt[cmnist_model_b]}]",
             "--wandb=false",
         ],
         fast=["--protocol.test_conditions=40", "--optimization.iterations=2", "--protocol.attribution_questions=10"],
@@ -356,12 +355,21 @@ STEPS: list[Step] = [
         output="{out}/differences",
     ),
     Step(
+        name="nico85_cnn",
+        preset="nico/nico85_cnn.yaml",
+        command="fit",
+        overrides=["--trainer.default_root_dir={out}/nico85_cnn"],
+        fast=["--trainer.max_epochs=1"],
+        read=read_classifier,
+        output="{out}/nico85_cnn",
+    ),
+    Step(
         name="lbee",
         preset="lbee/nico85.yaml",
         command="lbee",
         overrides=[
             "--out_dir={out}/lbee",
-            "--classifier.checkpoint={out}/lbee/classifier.ckpt",
+            "--classifier={ckpt[nico85_cnn]}",
             "--encoder.init_args.path={out}/lbee/clip_nico",
             # an eighth of the preset's CLIP training (6,000 captions x 8 epochs): the demo's time budget
             "--encoder.init_args.train_per_source=6000",
@@ -370,7 +378,6 @@ STEPS: list[Step] = [
         ],
         fast=[
             "--encoder.init_args.max_epochs=1",
-            "--classifier.max_epochs=1",
             "--encoder.init_args.train_per_source=300",
         ],
         read=read_lbee,

@@ -2,17 +2,19 @@
 
 One run of a NICO-like preset is one classifier (one data seed) in one joint space (one CLIP seed), and a
 difference of 0.044 in AHR is two sentences of 45. This script repeats a preset over CLIP seeds and data
-seeds (the classifier is trained on the data seed's images with that seed) and prints every run's AHR,
+seeds (the classifier of a data seed is trained by the preset's classifier recipe, the ``fit`` preset that
+writes its checkpoint, on that seed's images with that seed) and prints every run's AHR,
 then per method the mean and standard deviation of ACR / AHR / TPR / JI and the number of runs in which
 its AHR is above TopS's. Nothing else of the preset changes.
 
     python scripts/lbee_seeds.py --config configs/lbee/nico85.yaml configs/lbee/nico95.yaml \
         --clip-seeds 0 1 2 --data-seeds 0 1 2 --out_dir checkpoints/lbee/seeds
 
-Seed 0 reuses the preset's own CLIP and classifier paths; other seeds train theirs once (a CLIP takes about
-7 min on 2 cores) next to the preset's CLIP (``<path>_seed<s>``) and under ``--out_dir`` (in the folder named
-after the preset's classifier folder, so presets that share a classifier share its seeds), so a rerun only
-analyses. Every finished run's scores are kept in ``<out_dir>/seeds.jsonl``: a rerun, or one after a kill, only
+Seed 0 reuses the preset's own CLIP and classifier (train that one first with its ``nemo-train fit`` preset);
+other seeds train theirs once (a CLIP takes about 7 min on 2 cores) next to the preset's CLIP
+(``<path>_seed<s>``) and under ``--out_dir`` (in the folder named after the preset's classifier experiment, so
+presets that share a classifier share its seeds; ``--fit-config`` names the classifier recipe when no shipped
+preset writes the preset's checkpoint), so a rerun only analyses. Every finished run's scores are kept in ``<out_dir>/seeds.jsonl``: a rerun, or one after a kill, only
 runs what is missing (a run is redone when its preset file or overrides changed).
 """
 
@@ -29,6 +31,7 @@ from jsonargparse import ArgumentParser
 
 from nemo_train.console import print_table
 from nemo_train.lbee.pipeline import lbee
+from nemo_train.models.loading import fit_preset_for
 from nemo_train.store import ResultStore, file_digest
 
 
@@ -37,6 +40,28 @@ def _parser() -> ArgumentParser:
     parser.add_function_arguments(lbee)
     parser.add_argument("--config", action="config")
     return parser
+
+
+def seed_classifier(config: str, data_seed: int, out_dir: Path) -> Path:
+    """Where the classifier of ``data_seed`` is kept (keyed by the preset's classifier experiment, so presets
+    sharing a classifier share its other seeds too): ``<out_dir>/<experiment>/data<s>/checkpoints/best.ckpt``."""
+    checkpoint = Path(_parser().parse_args(["--config", config]).classifier)
+    owner = checkpoint.parent.parent.name if checkpoint.parent.name == "checkpoints" else checkpoint.parent.name
+    return out_dir / owner / f"data{data_seed}" / "checkpoints" / "best.ckpt"
+
+
+def train_classifier(fit_config: str | Path, seed: int, folder: Path) -> Path:
+    """``nemo-train fit`` of the classifier recipe ``fit_config`` on data seed ``seed``; its best checkpoint."""
+    from nemo_train.lightning_cli import NemoLightningCLI  # Lightning's import takes seconds: only when training
+
+    args = ["--config", str(fit_config), f"--seed_everything={seed}", f"--data.init_args.seed={seed}"]
+    args += [f"--trainer.default_root_dir={folder}", "--trainer.logger=false", "--trainer.enable_progress_bar=false"]
+    cli = NemoLightningCLI(args=[*args, "--trainer.enable_model_summary=false"], run=False)
+    cli.trainer.fit(cli.model, cli.datamodule)
+    best = folder / "checkpoints" / "best.ckpt"
+    if not best.is_file():
+        raise SystemExit(f"{fit_config} wrote no checkpoints/best.ckpt (a ModelCheckpoint with filename `best`)")
+    return best
 
 
 def run_config(config: str, clip_seed: int, data_seed: int, out_dir: Path) -> list[str]:
@@ -55,11 +80,8 @@ def run_config(config: str, clip_seed: int, data_seed: int, out_dir: Path) -> li
         path = cfg.encoder.init_args.path
         args += ["--encoder.init_args.seed", str(clip_seed), "--encoder.init_args.path", f"{path}_seed{clip_seed}"]
     if data_seed:
-        # keyed by the preset's classifier folder, so presets sharing a classifier share its other seeds too
-        owner = Path(cfg.classifier.checkpoint).parent.name if cfg.classifier.checkpoint else stem
-        checkpoint = out_dir / owner / f"data{data_seed}" / "classifier.ckpt"
         args += ["--data.init_args.seed", str(data_seed), "--seed", str(data_seed)]
-        args += ["--classifier.checkpoint", str(checkpoint)]
+        args += ["--classifier", str(seed_classifier(config, data_seed, out_dir))]
     return args
 
 
@@ -101,6 +123,7 @@ def main() -> None:
     parser.add_argument("--clip-seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--data-seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out_dir", default="checkpoints/lbee/seeds")
+    parser.add_argument("--fit-config", help="classifier recipe of the data seeds (default: the preset that writes it)")
     parser.add_argument("--verbose", action="store_true", help="print every run's tables")
     args = parser.parse_args()
     out_dir = Path(args.out_dir)
@@ -110,6 +133,12 @@ def main() -> None:
         for clip_seed in args.clip_seeds:
             for data_seed in args.data_seeds:
                 overrides = run_config(config, clip_seed, data_seed, out_dir)
+                checkpoint = seed_classifier(config, data_seed, out_dir)
+                if data_seed and not checkpoint.is_file():
+                    recipe = args.fit_config or fit_preset_for(_parser().parse_args(["--config", config]).classifier)
+                    if recipe is None:
+                        raise SystemExit(f"no fit preset writes the classifier of {config}; name one with --fit-config")
+                    train_classifier(recipe, data_seed, checkpoint.parent.parent)
                 key = f"{config} clip {clip_seed} data {data_seed}"
                 settings = {"overrides": " ".join(overrides), "preset": file_digest(config)}
                 record = store.lookup(key, settings) or store.append(

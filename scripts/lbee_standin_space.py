@@ -11,7 +11,8 @@ target set. It prints the AHR (and ACR) of every method for both scales of the `
 
     python scripts/lbee_standin_space.py --config configs/lbee/nico85.yaml
 
-The classifier checkpoint of the preset must exist (run the preset once); the small CLIP is not used.
+The classifier checkpoint of the preset must exist (train it with its `nemo-train fit` preset, e.g.
+configs/nico/nico85_cnn.yaml); the small CLIP is not used.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from torch.utils.data import DataLoader
 
 from nemo_train.console import print_table
 from nemo_train.lbee import metrics
-from nemo_train.lbee.pipeline import _classifier, lbee
+from nemo_train.lbee.pipeline import classifier_model, lbee
 from nemo_train.lbee.search import FailureModeSearch, evaluate
 
 
@@ -58,7 +59,7 @@ def main() -> None:
     init = config.instantiate(cfg)
     data = init.data
     data.setup("fit")
-    model = _classifier(init.classifier, data, Path(init.out_dir))
+    model = classifier_model(init.classifier, data)
     probs, images, attrs = [], [], {}
     with torch.no_grad():
         for batch in DataLoader(data.test_set, batch_size=256):

@@ -70,12 +70,12 @@ def main() -> None:
     for g, name in enumerate(datamodule.group_names):
         chosen = data.groups == g
         rows.append((name, int(chosen.sum()), right[chosen].float().mean().item() if chosen.any() else float("nan")))
-    print_table(["images", "count", "accuracy"], rows, title=f"{args.ckpt} on the {args.pool} shift split")
+    print_table(["images", "count", "accuracy"], rows, title=f"{args.pool} shift split")
 
     wrong = torch.nonzero(~right).flatten()
     attrs = {k: v[wrong] for k, v in data.attrs.items()}
     causes = label_causes(datamodule.renderer, FACTS, attrs, data.labels[wrong], predict)
-    print_table(["cause", "count", "share"], cause_table(causes), title=f"{len(wrong)} errors")
+    print_table(["cause", "count", "share"], cause_table(causes), title=f"causes of {len(wrong)} errors")
 
 
 if __name__ == "__main__":

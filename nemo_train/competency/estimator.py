@@ -1,7 +1,8 @@
-"""The PaRCE estimator of a run: the classifier and autoencoder it needs, trained or loaded, then calibrated.
+"""The PaRCE estimator of a run: its autoencoder trained or loaded, then calibrated on the classifier.
 
-Plain Python usable without the CLI: :func:`load_or_train_classifier`, :func:`prepare_estimator`, and
-:func:`load_run` (the estimator and data of an earlier ``counterfactuals`` run, for benchmarks and sweeps).
+Plain Python usable without the CLI: :func:`prepare_estimator`, and :func:`load_run` (the estimator and data
+of an earlier ``counterfactuals`` run, for benchmarks and sweeps). The classifier itself is always a
+``nemo-train fit`` checkpoint, read by :func:`nemo_train.models.loading.load_classifier`.
 """
 
 from __future__ import annotations
@@ -16,42 +17,8 @@ from lightning.pytorch.cli import instantiate_class
 from nemo_train.competency.autoencoder import CompetencyAutoencoder
 from nemo_train.competency.parce import PaRCE
 from nemo_train.errors import UserInputError
-from nemo_train.models import ClassifierModule
+from nemo_train.models.loading import load_classifier
 from nemo_train.models.trainer import quiet_lightning, quiet_trainer
-
-
-def load_classifier(path: str | Path) -> ClassifierModule:
-    """A ``ClassifierModule`` checkpoint in eval mode (weights only)."""
-    return ClassifierModule.load_from_checkpoint(str(path), map_location="cpu", weights_only=True).eval()
-
-
-def load_or_train_classifier(
-    datamodule: L.LightningDataModule,
-    checkpoint: str | None,
-    epochs: int,
-    accelerator: str,
-    save_to: Path | None = None,
-) -> ClassifierModule:
-    """A :class:`ClassifierModule` from ``checkpoint``; without one, the one saved at ``save_to`` by an earlier
-    run, else a ``bias_cnn`` trained for ``epochs`` on ``datamodule`` (and saved to ``save_to``)."""
-    if not checkpoint and save_to is not None and save_to.is_file():
-        checkpoint = str(save_to)
-    if checkpoint:
-        if not Path(checkpoint).is_file():
-            raise UserInputError(
-                f"classifier checkpoint {checkpoint!r} does not exist; train it first (e.g. `nemo-train fit --config "
-                "configs/cmnist/model_a.yaml`) or set estimator.classifier_checkpoint to null to train a small "
-                "bias_cnn here"
-            )
-        return load_classifier(checkpoint)
-    module = ClassifierModule(backbone="bias_cnn", num_classes=datamodule.num_classes, lr=3e-3)
-    with quiet_lightning():
-        trainer = quiet_trainer(epochs, accelerator)
-        trainer.fit(module, datamodule)
-    if save_to is not None:
-        save_to.parent.mkdir(parents=True, exist_ok=True)
-        trainer.save_checkpoint(str(save_to), weights_only=True)
-    return module.eval()
 
 
 def prepare_estimator(
@@ -101,8 +68,8 @@ def load_run(run_dir: str | Path) -> tuple[PaRCE, L.LightningDataModule, dict]:
     run = results.get("run", {})
     if "datamodule" not in run:
         raise UserInputError(f"{results_file} records no datamodule; rerun `nemo-train counterfactuals` to record one")
-    classifier_path = run["classifier_checkpoint"]
-    if not Path(classifier_path).is_file():
-        raise UserInputError(f"the run's classifier checkpoint {classifier_path!r} does not exist")
+    classifier_path = run.get("classifier") or run.get("classifier_checkpoint")  # the key before --classifier
+    if not classifier_path:
+        raise UserInputError(f"{results_file} records no classifier; rerun `nemo-train counterfactuals` to record one")
     estimator = PaRCE.load(Path(run["estimator_dir"]), load_classifier(classifier_path)).eval()
     return estimator, instantiate_class((), run["datamodule"]), results

@@ -26,9 +26,6 @@ from nemo_train.metrics.counterfactual import (
 )
 from nemo_train.quiet import progress_bar
 
-#: Table-1 columns: (key prefix, header, format). Perceptual / FID / KID keys carry their space in brackets.
-COLUMNS = ("success", "perceptual", "feature_sim", "latent_sim", "fid", "kid", "sec_per_image")
-
 
 class CounterfactualEvaluator:
     """Scores counterfactuals of one method at a time; ``evaluate(originals, result) -> {metric: value}``.

@@ -177,11 +177,6 @@ class PaRCE(nn.Module):
         log_probs = self.classifier(images).log_softmax(-1)
         return parce_log_score(losses, log_probs, self.class_means, self.class_stds, self.zscore, self.loss_scale)
 
-    @torch.no_grad()
-    def is_competent(self, images: torch.Tensor) -> torch.Tensor:
-        """``bool[B]``: score at least the threshold."""
-        return self(images) >= self.threshold
-
     # ----------------------------------------------------------------- calibration
     @torch.no_grad()
     def collect(self, loader, progress: bool = False) -> dict[str, torch.Tensor]:

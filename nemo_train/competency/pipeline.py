@@ -22,7 +22,7 @@ from datamodules.cmnist import CMNISTDataModule
 from datamodules.six_causes import CAUSES, SixCausesDataModule, check_directions
 from nemo_train.competency.autoencoder import CompetencyAutoencoder
 from nemo_train.competency.counterfactuals import CounterfactualGenerator
-from nemo_train.competency.estimator import load_or_train_classifier, prepare_estimator
+from nemo_train.competency.estimator import prepare_estimator
 from nemo_train.competency.evaluation import CounterfactualEvaluator, format_table, print_counterfactual_table
 from nemo_train.competency.gradient_counterfactuals import ImageGradientDescent, paper_methods
 from nemo_train.competency.parce import PaRCE, reliability
@@ -37,6 +37,7 @@ from nemo_train.competency.settings import (
 from nemo_train.console import print_table
 from nemo_train.errors import UserInputError
 from nemo_train.metrics.perceptual import perceptual_distance
+from nemo_train.models.loading import load_classifier
 
 
 def _accelerator(device: str) -> tuple[str, torch.device]:
@@ -189,6 +190,7 @@ def print_run(run: CounterfactualRun) -> None:
 
 
 def counterfactuals(
+    classifier: str = "checkpoints/cmnist_model_a/checkpoints/best.ckpt",
     datamodule: L.LightningDataModule | None = None,
     autoencoder: CompetencyAutoencoder | None = None,
     methods: list[CounterfactualGenerator] | None = None,
@@ -204,16 +206,18 @@ def counterfactuals(
     """Run counterfactual methods (IGD, FGD, Reco, LGD, LNN) on a six-cause set and print Table 1.
 
     Args:
-        datamodule: the classifier's data (default: embedded CMNIST, Model-A bias).
+        classifier: the ``ClassifierModule`` checkpoint of ``nemo-train fit`` to explain (default: CMNIST Model A
+            of ``configs/cmnist/model_a.yaml``); a missing file is an error naming the command that trains it.
+        datamodule: the classifier's training data (default: embedded CMNIST, Model-A bias).
         autoencoder: the competency autoencoder to train (default: one sized for the data's images).
         methods: the counterfactual generators, each by ``class_path`` / ``init_args`` (default: the five
             methods with the paper's settings).
-        estimator: classifier / autoencoder checkpoints, saved-estimator folder, threshold, loss scale.
+        estimator: autoencoder checkpoint, saved-estimator folder, threshold, loss scale.
         causes: images per cause, severity range and directions of the six-cause set.
-        train: epochs of the models trained when no checkpoint is given.
+        train: epochs of the competency autoencoder when no saved one is given.
         evaluation: generator batch size and the LPIPS / Inception weight files.
         out_dir: where table.txt, results.json, grid.png, reliability.png (and, unless set elsewhere, the
-            trained classifier and estimator) are written.
+            estimator) are written.
         device: ``auto``, ``cpu`` or ``cuda``.
         channels_last: keep the convolution weights of the classifier and autoencoder channels-last (NHWC)
             while generating; same values, faster convolutions (see ``scripts/bench_counterfactuals.py``).
@@ -223,6 +227,7 @@ def counterfactuals(
     _method_names(methods)
     directions = check_directions(causes.directions)
     accelerator, torch_device = _accelerator(device)
+    classifier_module = load_classifier(classifier)  # before any data is built: a missing file fails at once
     L.seed_everything(seed, verbose=False)
     if datamodule is None:
         datamodule = CMNISTDataModule(bias="model_a", train_size=3000, test_styles=1, batch_size=64, seed=seed)
@@ -234,18 +239,19 @@ def counterfactuals(
         raise UserInputError(
             f"autoencoder.image_size={autoencoder.hparams.image_size} but the datamodule's images are {image_size} px"
         )
+    if classifier_module.hparams.num_classes != datamodule.num_classes:
+        raise UserInputError(
+            f"classifier {classifier!r} has {classifier_module.hparams.num_classes} classes but the datamodule has "
+            f"{datamodule.num_classes}; pass the classifier trained on this data"
+        )
     out = Path(out_dir)
-    classifier_path = Path(estimator.classifier_checkpoint) if estimator.classifier_checkpoint else None
-    classifier = load_or_train_classifier(
-        datamodule, estimator.classifier_checkpoint, train.classifier_epochs, accelerator, out / "classifier.ckpt"
-    )
-    # The autoencoder's initial weights and training order follow the seed, whether or not a classifier was
-    # trained first (the config parser builds the autoencoder before any seed is set).
+    # The autoencoder's initial weights and training order follow the seed (the config parser builds the
+    # autoencoder before any seed is set).
     L.seed_everything(seed, verbose=False)
     autoencoder.reset_parameters()
     parce_dir = Path(estimator.dir) if estimator.dir else out / "parce"
     run_info = {
-        "classifier_checkpoint": str(classifier_path or out / "classifier.ckpt"),
+        "classifier": str(classifier),
         "estimator_dir": str(parce_dir),
         "seed": seed,
         "datamodule": {
@@ -255,7 +261,7 @@ def counterfactuals(
         "cause_directions": {k: v for k, v in directions.items() if v is not None},
     }
     parce = prepare_estimator(
-        classifier,
+        classifier_module,
         datamodule,
         autoencoder,
         train.autoencoder_epochs,
@@ -272,6 +278,6 @@ def counterfactuals(
     parce.threshold = estimator.threshold
     run = run_counterfactuals(parce, datamodule, out, methods, causes, evaluation, seed, run_info)
     run.files["estimator"] = parce_dir
-    run.files["classifier"] = Path(run_info["classifier_checkpoint"])
+    run.files["classifier"] = Path(classifier)
     print_run(run)
     return run

@@ -25,11 +25,9 @@ def _positive(**values: int) -> None:
 
 @dataclass
 class EstimatorArgs:
-    """Where the PaRCE estimator comes from.
+    """Where the PaRCE estimator comes from (the classifier it scores is the pipeline's ``classifier``).
 
     Args:
-        classifier_checkpoint: a ``ClassifierModule`` checkpoint; without one a small ``bias_cnn`` is trained
-            and saved as ``<out_dir>/classifier.ckpt`` (reused by later runs with the same out_dir).
         autoencoder_checkpoint: a trained competency autoencoder (``nemo-train fit --config
             configs/competency/cmnist_autoencoder.yaml`` writes one), used instead of training one here.
         dir: folder of a saved PaRCE estimator; loaded if present, else written there (default
@@ -39,7 +37,6 @@ class EstimatorArgs:
             the usual z-score); used when the estimator is calibrated here.
     """
 
-    classifier_checkpoint: str | None = None
     autoencoder_checkpoint: str | None = None
     dir: str | None = None
     threshold: float = 0.9
@@ -54,18 +51,17 @@ class EstimatorArgs:
 
 @dataclass
 class TrainArgs:
-    """Epochs of the models trained when no checkpoint is given.
+    """Training done by the pipeline itself: only the competency autoencoder, when no saved one is given
+    (the classifier is always a ``nemo-train fit`` checkpoint).
 
     Args:
-        classifier_epochs: epochs of the small ``bias_cnn`` trained without ``estimator.classifier_checkpoint``.
         autoencoder_epochs: epochs of the competency autoencoder trained without a saved one.
     """
 
-    classifier_epochs: int = 4
     autoencoder_epochs: int = 4
 
     def __post_init__(self) -> None:
-        _positive(classifier_epochs=self.classifier_epochs, autoencoder_epochs=self.autoencoder_epochs)
+        _positive(autoencoder_epochs=self.autoencoder_epochs)
 
 
 @dataclass

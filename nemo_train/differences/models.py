@@ -1,24 +1,22 @@
 """The two vision models being compared: anything that maps images to predicted labels.
 
-:class:`LightningClassifier` loads a ``nemo-train fit`` checkpoint (``weights_only=True``); without
-one it trains a small ``bias_cnn`` on the given datamodule (the embedded default) and saves it under
-the run's folder, so a second run loads it instead of training again.
+:class:`LightningClassifier` loads a ``nemo-train fit`` checkpoint through the shared loader
+(:func:`nemo_train.models.loading.load_classifier`): a missing file is an error naming the ``fit`` command
+that writes it, never a model trained here. A plain path on the command line is such a classifier
+(:func:`as_compared_model`).
 """
 
 from __future__ import annotations
 
 import hashlib
-import logging
-import warnings
 from abc import ABC, abstractmethod
 from pathlib import Path
 
-import lightning as L
 import torch
 
 from nemo_train.errors import UserInputError
 from nemo_train.models import ClassifierModule
-from nemo_train.models.trainer import quiet_trainer
+from nemo_train.models.loading import check_classifier_file, load_classifier
 
 
 class ComparedModel(ABC):
@@ -50,59 +48,29 @@ def state_digest(module: torch.nn.Module) -> str:
 
 
 class LightningClassifier(ComparedModel):
-    """A :class:`ClassifierModule` from a checkpoint, or trained here on ``datamodule``.
+    """A :class:`ClassifierModule` checkpoint of ``nemo-train fit``.
 
     Args:
-        name: short name (file name of a model trained here).
-        checkpoint: a ``nemo-train fit`` checkpoint; ``None`` or a missing file with ``datamodule`` set
-            trains a ``bias_cnn`` for ``epochs`` and saves it to ``<work_dir>/models/<name>.ckpt``.
-        datamodule: the biased training data of this model (embedded default).
-        epochs: training epochs for the embedded default.
-        seed: seed of that training.
+        checkpoint: the ``.ckpt`` file, e.g. ``checkpoints/cmnist_model_a/checkpoints/best.ckpt``.
+        name: short name (part of the Diff_Model cache key); default: the checkpoint's experiment folder
+            (``cmnist_model_a``).
     """
 
-    def __init__(
-        self,
-        name: str,
-        checkpoint: str | None = None,
-        datamodule: L.LightningDataModule | None = None,
-        epochs: int = 3,
-        seed: int = 0,
-    ) -> None:
-        self.name, self.checkpoint, self.datamodule, self.epochs, self.seed = name, checkpoint, datamodule, epochs, seed
+    def __init__(self, checkpoint: str, name: str | None = None) -> None:
+        self.checkpoint = str(checkpoint)
+        self.name = name or experiment_name(self.checkpoint)
         self.module: ClassifierModule | None = None
         self.device = torch.device("cpu")
 
-    def prepare(self, work_dir: Path, device: torch.device) -> None:
-        if self.module is not None:
-            return
-        saved = Path(work_dir) / "models" / f"{self.name}.ckpt"
-        path = self.checkpoint if self.checkpoint and Path(self.checkpoint).is_file() else None
-        path = path or (str(saved) if saved.is_file() else None)
-        if path is not None:
-            module = ClassifierModule.load_from_checkpoint(path, map_location="cpu", weights_only=True)
-        elif self.datamodule is not None:
-            module = self._train(saved)
-        else:
-            raise UserInputError(
-                f"checkpoint {self.checkpoint!r} of model {self.name!r} does not exist and no datamodule is set to train one"
-            )
-        self.device = device
-        self.module = module.eval().to(device)
+    def check(self) -> None:
+        """A one-line error naming the ``fit`` command when the checkpoint file is missing."""
+        check_classifier_file(self.checkpoint, what=f"model {self.name!r}")
 
-    def _train(self, save_to: Path) -> ClassifierModule:
-        print(f"training {self.name} ({self.epochs} epochs) ...", flush=True)
-        for name in ("lightning.pytorch", "lightning.fabric", "lightning"):  # no trainer banners
-            logging.getLogger(name).setLevel(logging.ERROR)
-        L.seed_everything(self.seed, verbose=False)
-        module = ClassifierModule(backbone="bias_cnn", num_classes=self.datamodule.num_classes, lr=3e-3)
-        trainer = quiet_trainer(max_epochs=self.epochs)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            trainer.fit(module, self.datamodule)
-        save_to.parent.mkdir(parents=True, exist_ok=True)
-        trainer.save_checkpoint(str(save_to), weights_only=True)
-        return module
+    def prepare(self, work_dir: Path, device: torch.device) -> None:
+        if self.module is None:
+            self.module = load_classifier(self.checkpoint, what=f"model {self.name!r}")
+        self.device = device
+        self.module = self.module.to(device)
 
     @torch.no_grad()
     def predict(self, images: torch.Tensor) -> torch.Tensor:
@@ -114,7 +82,45 @@ class LightningClassifier(ComparedModel):
 
     @classmethod
     def from_module(cls, name: str, module: ClassifierModule) -> LightningClassifier:
-        """Wrap an already trained module (tests, notebooks)."""
-        model = cls(name)
+        """Wrap an already trained module (tests, notebooks, benchmarks)."""
+        model = cls("", name=name)
         model.module = module.eval()
         return model
+
+
+def experiment_name(checkpoint: str) -> str:
+    """The run folder that names a ``fit`` checkpoint: ``cmnist_model_a`` for
+    ``checkpoints/cmnist_model_a/checkpoints/best.ckpt``."""
+    folder = Path(checkpoint).resolve().parent
+    return folder.parent.name if folder.name == "checkpoints" else folder.name
+
+
+def as_compared_model(target: str | ComparedModel) -> ComparedModel:
+    """A plain string is a ``nemo-train fit`` checkpoint (:class:`LightningClassifier`)."""
+    return LightningClassifier(target) if isinstance(target, str) else target
+
+
+def model_pair(targets: list[str | ComparedModel] | None) -> tuple[ComparedModel, ComparedModel]:
+    """Model A and Model B from ``--targets``: exactly two, with distinct names (a clash of experiment folders
+    falls back to ``folder/stem``); each checkpoint is checked before anything is written."""
+    if not targets or len(targets) != 2:
+        count = len(targets or [])
+        raise UserInputError(
+            f"--targets names {count} model(s); expected two, Model A then Model B (checkpoints of `nemo-train fit` "
+            "or model objects), e.g. --targets [checkpoints/cmnist_model_a/checkpoints/best.ckpt, "
+            "checkpoints/cmnist_model_b/checkpoints/best.ckpt]"
+        )
+    model_a, model_b = (as_compared_model(t) for t in targets)
+    if (
+        model_a.name == model_b.name
+        and isinstance(model_a, LightningClassifier)
+        and isinstance(model_b, LightningClassifier)
+    ):
+        model_a.name = f"{model_a.name}/{Path(model_a.checkpoint).stem}"
+        model_b.name = f"{model_b.name}/{Path(model_b.checkpoint).stem}"
+    if model_a.name == model_b.name:
+        raise UserInputError(f"both targets are named {model_a.name!r}; give each a distinct `name`")
+    for model in (model_a, model_b):
+        if isinstance(model, LightningClassifier):
+            model.check()
+    return model_a, model_b

@@ -23,7 +23,7 @@ from nemo_train.differences.explorers import Explorer, NeighbourhoodExplorer
 from nemo_train.differences.generators import ConditionalGenerator
 from nemo_train.differences.methods import Optimization, OptimizationArgs, raw_differences, summarization
 from nemo_train.differences.metrics import attribution, normalise_attributions, score, token_classes
-from nemo_train.differences.models import ComparedModel
+from nemo_train.differences.models import ComparedModel, model_pair
 from nemo_train.differences.plots import attribution_figure, heatmap, token_ratio_figure
 from nemo_train.differences.report import DifferencesResult, MethodScore, log_wandb, print_result
 from nemo_train.differences.summarizers import Summarizer, TreeSummarizer
@@ -235,8 +235,7 @@ def run_differences(
 
 def differences(
     generator: ConditionalGenerator,
-    model_a: ComparedModel,
-    model_b: ComparedModel,
+    targets: list[str | ComparedModel] | None = None,
     evaluator: Evaluator | None = None,
     summarizer: Summarizer | None = None,
     explorer: Explorer | None = None,
@@ -245,16 +244,18 @@ def differences(
     protocol: ProtocolArgs = ProtocolArgs(),
     optimization: OptimizationArgs = OptimizationArgs(),
     human: str | None = None,
-    out_dir: str = "runs/differences",
+    out_dir: str = "checkpoints/differences",
     device: Literal["auto", "cpu", "cuda"] = "auto",
     heatmap_grid: bool = True,
-    wandb: bool = True,
+    wandb: bool = False,
 ) -> DifferencesResult:
     """Explain how two vision models differ (Raw Differences, Summarization, Optimization) and score it.
 
     Args:
         generator: conditional generator (CMNIST, CLEVR, or a text-to-image model).
-        model_a, model_b: the two compared models.
+        targets: the two compared models, Model A then Model B: ``nemo-train fit`` checkpoints (named by their
+            experiment folder; a missing file is an error naming the command that trains it) or model objects
+            (``LightningClassifier``, ``SiglipZeroShot``).
         evaluator: evaluator of explanations; default: the keyword reader (closed-vocabulary stand-in).
         summarizer: Summarization / update step; default: decision-tree rules (stand-in, not an LLM).
         explorer: exploration step; default: neighbourhood sampler (stand-in, not an LLM).
@@ -263,11 +264,12 @@ def differences(
         protocol: observed and test conditions, Density and attribution settings.
         optimization: Optimization settings (T, conditions per round, n candidates).
         human: a user-written explanation to score the same way (row "Human").
-        out_dir: folder for results.json, figures, the Diff_Model cache and models trained here.
+        out_dir: folder for results.json, figures and the Diff_Model cache.
         device: where the models run.
         heatmap_grid: measure every condition of a finite grid for the heat map (else the test set).
         wandb: log tables and figures to Weights & Biases (offline without a key).
     """
+    model_a, model_b = model_pair(targets)  # checked before anything is written
     explainers = Explainers(evaluator, summarizer, explorer)
     return run_differences(
         generator, model_a, model_b, Path(out_dir), explainers, methods, sampling, protocol, optimization, human,

@@ -1,7 +1,7 @@
 """``nemo-train lbee``: find and describe a classifier's failure modes with sentences, and score them.
 
-Steps: the classifier (a checkpoint, or trained here on the datamodule and saved in ``out_dir``) predicts
-the target split; the joint space embeds its images and the candidate sentences; the failure-mode search
+Steps: the classifier (a ``nemo-train fit`` checkpoint, or a hub model used as published; never trained
+here) predicts the target split; the joint space embeds its images and the candidate sentences; the failure-mode search
 (split, Ward clusters, prototypes, TopS / SetDiff / PDiff / FPDiff) keeps ``K`` sentences per hard
 cluster; relevance ``Gamma`` (ground-truth attributes or VQA) and per-image correctness ``omega`` give
 ``S*_beta`` and the scores ACR / AHR / TPR / JI per method, printed as a table, followed by the table of
@@ -31,21 +31,12 @@ from nemo_train.lbee.relevance import AttributeRelevance, Relevance
 from nemo_train.lbee.report import print_sentence_table
 from nemo_train.lbee.search import FailureModeSearch, MethodScores, beta_sweep, evaluate
 from nemo_train.lbee.sentences import AttributeSentences, SentenceSource
-from nemo_train.lbee.training import fit_quietly
 from nemo_train.loggers import default_wandb_mode
 from nemo_train.models.classifier import ClassifierModule
+from nemo_train.models.loading import HubClassifier, check_classifier_file, load_classifier
 
-
-@dataclass
-class ClassifierArgs:
-    """The classifier under analysis: a ``ClassifierModule`` checkpoint, or one trained here when
-    ``checkpoint`` is None or missing (saved to that path, or ``<out_dir>/classifier.ckpt``)."""
-
-    checkpoint: str | None = None
-    backbone: str = "bias_cnn"
-    pretrained: bool = False
-    max_epochs: int = 3
-    lr: float = 1e-3
+#: The classifier of the NICO-like 85 presets (``configs/nico/nico85_cnn.yaml`` writes it).
+NICO_EXAMPLE = "checkpoints/nico85_cnn/checkpoints/best.ckpt"
 
 
 @dataclass
@@ -83,18 +74,29 @@ class LBEEResult:
         return next(s for s in self.scores if s.method == method)
 
 
-def _classifier(args: ClassifierArgs, data: SplitDataModule, out_dir: Path) -> ClassifierModule:
-    path = Path(args.checkpoint) if args.checkpoint else out_dir / "classifier.ckpt"
-    if path.is_file():
-        return ClassifierModule.load_from_checkpoint(str(path), map_location="cpu", weights_only=True).eval()
-    module = ClassifierModule(
-        backbone=args.backbone, num_classes=data.num_classes, pretrained=args.pretrained, lr=args.lr
-    )
-    if args.max_epochs > 0:
-        trainer = fit_quietly(module, data, args.max_epochs, limit_val_batches=0)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        trainer.save_checkpoint(str(path), weights_only=True)
-    return module.eval()
+def check_classifier(classifier: str | HubClassifier | None) -> None:
+    """A one-line error when no classifier is given or its checkpoint file is missing."""
+    if classifier is None:
+        raise UserInputError(
+            "no classifier given; pass --classifier <checkpoint of `nemo-train fit`>, e.g. "
+            f"{NICO_EXAMPLE} after `nemo-train fit --config configs/nico/nico85_cnn.yaml`"
+        )
+    if isinstance(classifier, str):
+        check_classifier_file(classifier)
+
+
+def classifier_model(classifier: str | HubClassifier | None, data: SplitDataModule) -> ClassifierModule:
+    """The classifier under analysis, in eval mode: a ``nemo-train fit`` checkpoint or a hub model."""
+    check_classifier(classifier)
+    if isinstance(classifier, HubClassifier):
+        return classifier.load(data.num_classes)
+    module = load_classifier(classifier)
+    if module.hparams.num_classes != data.num_classes:
+        raise UserInputError(
+            f"classifier {classifier!r} has {module.hparams.num_classes} classes but the data have "
+            f"{data.num_classes}; pass the classifier trained on this data"
+        )
+    return module
 
 
 @torch.no_grad()
@@ -118,7 +120,7 @@ def lbee(
     sentences: SentenceSource | None = None,
     relevance: Relevance | None = None,
     search: FailureModeSearch | None = None,
-    classifier: ClassifierArgs | None = None,
+    classifier: str | HubClassifier | None = None,
     evaluation: EvalArgs | None = None,
     out_dir: str = "checkpoints/lbee/run",
     wandb: bool = False,
@@ -132,25 +134,24 @@ def lbee(
         sentences: candidate sentences (default: ground-truth sentences of the NICO-like vocabulary).
         relevance: image-sentence relevance (default: from ground-truth attributes).
         search: split / clustering / selection settings.
-        classifier: classifier checkpoint or training settings.
+        classifier: the classifier under analysis: a ``ClassifierModule`` checkpoint of ``nemo-train fit`` (a
+            missing file is an error naming the command that trains it), or a ``HubClassifier`` (published
+            weights, e.g. an ImageNet ResNet-50).
         evaluation: beta, beta sweep and target split.
-        out_dir: folder for the classifier, figures and results.json.
+        out_dir: folder for the figures and results.json (and the default joint space).
         wandb: log the table and figures to Weights & Biases.
-        seed: seed of the classifier training.
+        seed: global seed, set before the data are built (and the default joint space is trained).
     """
+    check_classifier(classifier)  # before anything is written
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     encoder = encoder or SyntheticCLIP(str(out / "clip"))
     sentences, relevance = sentences or AttributeSentences("nico"), relevance or AttributeRelevance()
-    search, classifier, evaluation = (
-        search or FailureModeSearch(),
-        classifier or ClassifierArgs(),
-        evaluation or EvalArgs(),
-    )
+    search, evaluation = search or FailureModeSearch(), evaluation or EvalArgs()
     sentence_set = sentences.build(getattr(data, "class_names", None))  # user input checked before any work
     L.seed_everything(seed, verbose=False)
     data.setup("fit")
-    model = _classifier(classifier, data, out)
+    model = classifier_model(classifier, data)
     dataset = data.test_set if evaluation.target_split == "test" else data.val_set
     if dataset is None or len(dataset) == 0:
         raise UserInputError(f"the datamodule has no {evaluation.target_split} split to analyse")

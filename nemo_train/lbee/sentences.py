@@ -173,9 +173,4 @@ class ClassNameSentences:
         return SentenceSet(texts, conditions, source="class names" + (" + user file" if self.extra_file else ""))
 
 
-def sentences_from(texts: Sequence[str]) -> SentenceSet:
-    """A user-defined set from a list of texts."""
-    return SentenceSet(list(dict.fromkeys(texts)), None)
-
-
 SentenceSource = AttributeSentences | ClassNameSentences | FileSentences | LLMSentences

@@ -1,14 +1,12 @@
 """Prompt texts of SciTX, the MLLM baselines and intervention derivation (our wording of the NEMO paper, App. A).
 
-Each prompt asks for one JSON object; the keys the caller reads are listed in ``*_KEYS``. Templates
+Each prompt asks for one JSON object (its keys are written in the prompt). Templates
 are plain ``str.format`` strings so a config can replace any of them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-HYPOTHESIS_KEYS = ("cause_of_error",)
 
 SCITX_HYPOTHESIS = """You are a failure analyst for image classifiers. Your job is to find out why a model got an image wrong, not to describe the image.
 
@@ -68,7 +66,6 @@ Rules:
 Answer with one JSON object and nothing else:
 {{"reasoning": "how the edit addresses the suspected reason", "solution": "the editing instruction"}}"""
 
-EDIT_INSTRUCTION_KEYS = ("solution",)
 
 PROMPT_REWRITE = """An image of a "{true_name}" was classified as "{pred_name}" by a zero-shot image-text model.
 

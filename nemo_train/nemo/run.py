@@ -64,6 +64,7 @@ def nemo_eval(
     explainer: ChatBackend | None = None,
     judges: list[Judge] | None = None,
     editor: EditorSpec | None = None,
+    out_dir: str = "checkpoints/nemo_eval",
     run: RunArgs = RunArgs(),
 ) -> NemoEvalSummary:
     """Run explanation methods on a NEMO benchmark and print LLM Match and CEI per method and target.
@@ -82,7 +83,8 @@ def nemo_eval(
             benchmarks only). A judge without a ``criterion`` takes the benchmark's.
         editor: ``ExactEdit`` (generated data; default), ``DiffusersEdit`` or ``PromptEdit`` (zero-shot targets;
             offline on generated data the class prompts are rewritten by the caption rule, not a model).
-        run: ``out_dir`` (results, reply cache, lock), ``wandb``, ``batched``, ``global_explanation``.
+        out_dir: results (``results.jsonl``), the reply cache and the run lock; a rerun resumes here.
+        run: ``wandb``, ``batched``, ``error_batch``, ``global_explanation``.
 
     Returns:
         the table and the run's counts (:class:`~nemo_train.nemo.report.NemoEvalSummary`).
@@ -96,7 +98,7 @@ def nemo_eval(
     names = unique_names(specs)
     method_specs = list(methods) if methods else default_methods()
     panel_judges = list(judges) if judges else [GroundedJudge()]
-    out = Path(run.out_dir)
+    out = Path(out_dir)
     with RunLock(out):
         store = ResultStore(out / "results.jsonl")
         _attach_caches(explainer, panel_judges, out / "llm_cache")

@@ -5,8 +5,8 @@ same JSON, with the counterfactual edit its hypothesis implies appended in a fix
 
     {"cause_of_error": "The classifier read this 3 as a 8 because of the green colour. Edit: color -> red"}
 
-Because every NEMO method reads ``cause_of_error`` (SciTX, CamMLLM, ChangeMLLM through ``ask_causes``), the
-edit travels with the explanation, and :class:`StructuredEditDeriver` reads it back exactly: no keyword
+Because every NEMO method reads ``cause_of_error`` (SciTX, CamMLLM, ChangeMLLM through ``ask_causes_batch``),
+the edit travels with the explanation, and :class:`StructuredEditDeriver` reads it back exactly: no keyword
 parser guesses an edit from free text. On generated data the edit is ``<attribute> -> <value>`` over the
 generator's vocabulary; for an image editor it is the editing instruction itself.
 """

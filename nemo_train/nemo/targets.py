@@ -36,7 +36,7 @@ from transformers.convert_slow_tokenizer import bytes_to_unicode
 from transformers.utils import logging as hf_logging
 
 from nemo_train.errors import UserInputError
-from nemo_train.models.classifier import ClassifierModule
+from nemo_train.models.loading import load_classifier
 from nemo_train.nemo.class_mapping import ClassMapping
 
 __all__ = ["ClassMapping", "ClassifierTarget", "Target", "TimmTarget", "ZeroShotTarget", "load_checkpoint_target"]
@@ -114,11 +114,9 @@ class ClassifierTarget(Target):
 
 
 def load_checkpoint_target(path: str | Path, class_names: Sequence[str] | None = None) -> ClassifierTarget:
-    """A :class:`ClassifierTarget` from a ``ClassifierModule`` Lightning checkpoint (loaded with ``weights_only``)."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserInputError(f"classifier checkpoint {str(path)!r} does not exist")
-    module = ClassifierModule.load_from_checkpoint(str(path), map_location="cpu", weights_only=True)
+    """A :class:`ClassifierTarget` from a ``ClassifierModule`` checkpoint of ``nemo-train fit``
+    (:func:`~nemo_train.models.loading.load_classifier`: a missing or damaged file is a one-line error)."""
+    module = load_classifier(path)
     names = list(class_names) if class_names is not None else [str(i) for i in range(module.hparams.num_classes)]
     return ClassifierTarget(module, names)
 

@@ -70,7 +70,7 @@ def test_competency_data_is_the_classifier_training_data(path):
     # Sec. 2.1), so the counterfactual preset and its autoencoder preset use the data of the classifier preset
     # they name.
     config = yaml.safe_load(path.read_text())
-    classifier = _classifier_preset(config["estimator"]["classifier_checkpoint"])["data"]
+    classifier = _classifier_preset(config["classifier"])["data"]
     autoencoder = yaml.safe_load(
         (CONFIGS / path.name.replace("counterfactuals_", "").replace(".yaml", "_autoencoder.yaml")).read_text()
     )["data"]
@@ -83,7 +83,7 @@ def test_competency_data_is_the_classifier_training_data(path):
 
 
 @pytest.mark.slow
-def test_counterfactuals_command_prints_table_one(tmp_path, monkeypatch, capsys):
+def test_counterfactuals_command_prints_table_one(tmp_path, monkeypatch, capsys, model_a_checkpoint):
     gradient = "nemo_train.competency.gradient_counterfactuals"
     config = {
         "datamodule": {
@@ -101,10 +101,11 @@ def test_counterfactuals_command_prints_table_one(tmp_path, monkeypatch, capsys)
             {"class_path": f"{gradient}.LatentGradientDescent", "init_args": {"max_iter": 3}},
             {"class_path": "nemo_train.competency.counterfactuals.LatentNearestNeighbor"},
         ],
+        "classifier": model_a_checkpoint,
         "out_dir": str(tmp_path / "out"),
         "causes": {"per_cause": 2},
         "estimator": {"threshold": 0.1},
-        "train": {"classifier_epochs": 2, "autoencoder_epochs": 1},
+        "train": {"autoencoder_epochs": 1},
         "device": "cpu",
     }
     path = tmp_path / "cf.yaml"
@@ -124,7 +125,6 @@ def test_counterfactuals_command_prints_table_one(tmp_path, monkeypatch, capsys)
         "table.txt",
         "grid.png",
         "reliability.png",
-        "classifier.ckpt",
         "parce/parce.json",
         "parce/parce.safetensors",
     ):
@@ -132,7 +132,8 @@ def test_counterfactuals_command_prints_table_one(tmp_path, monkeypatch, capsys)
     assert run.files["estimator"] == tmp_path / "out" / "parce" and run.files["grid"].is_file()
     assert "Success Rate" in (tmp_path / "out" / "table.txt").read_text()
     # the run records what it used, so the benchmark can time the same classifier and estimator
-    assert written["run"]["classifier_checkpoint"] == str(tmp_path / "out" / "classifier.ckpt")
+    assert written["run"]["classifier"] == model_a_checkpoint and run.files["classifier"] == Path(model_a_checkpoint)
+    assert not (tmp_path / "out" / "classifier.ckpt").exists()  # the command never trains a classifier
     assert (
         written["run"]["estimator_dir"] == str(tmp_path / "out" / "parce") and written["run"]["channels_last"] is True
     )
@@ -229,11 +230,8 @@ def test_counterfactuals_command_rejects_bad_values(tmp_path):
     with pytest.raises(UserInputError, match="directions"):
         counterfactuals(causes=CauseArgs(directions={"noise": "up"}), out_dir=str(tmp_path))
     with pytest.raises(UserInputError, match="nemo-train fit"):
-        counterfactuals(
-            estimator=EstimatorArgs(classifier_checkpoint=str(tmp_path / "missing.ckpt")),
-            causes=CauseArgs(per_cause=1),
-            out_dir=str(tmp_path),
-        )
+        counterfactuals(classifier=str(tmp_path / "missing.ckpt"), causes=CauseArgs(per_cause=1), out_dir=str(tmp_path))
+    assert not any(tmp_path.iterdir())  # nothing trained or written
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

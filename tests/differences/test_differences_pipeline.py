@@ -18,6 +18,7 @@ from nemo_train.cli import main
 from nemo_train.differences.evaluators import LLMEvaluator
 from nemo_train.differences.explorers import LLMExplorer
 from nemo_train.differences.methods import OptimizationArgs
+from nemo_train.differences.models import as_compared_model
 from nemo_train.differences.pipeline import Explainers, ProtocolArgs, SamplingArgs, differences, run_differences
 from nemo_train.differences.summarizers import LLMSummarizer
 from nemo_train.models import ClassifierModule
@@ -33,7 +34,8 @@ def test_every_config_parses_and_builds(path, tmp_path, monkeypatch):
     parser.add_function_arguments(differences)
     config = parser.parse_path(str(path))
     built = parser.instantiate_classes(config)
-    assert built.model_a.name != built.model_b.name
+    model_a, model_b = (as_compared_model(t) for t in built.targets)
+    assert len(built.targets) == 2 and model_a.name != model_b.name
     if path.name == "siglip_gender.yaml":
         assert len(built.protocol.test_set) == 100
         assert [built.generator.space.parse(c).label for c in built.protocol.test_set].count(1) == 50
@@ -58,8 +60,7 @@ def test_cmnist_run_prints_table_and_writes_results(tmp_path, capsys):
     args = [
         "differences", "--config", str(ROOT / "configs/differences/cmnist.yaml"), "--out_dir", str(out),
         "--wandb", "false", "--heatmap_grid", "false", "--human", HUMAN,
-        "--model_a.init_args.checkpoint", random_checkpoint(tmp_path / "a.ckpt", 0),
-        "--model_b.init_args.checkpoint", random_checkpoint(tmp_path / "b.ckpt", 1),
+        "--targets", f"[{random_checkpoint(tmp_path / 'a.ckpt', 0)}, {random_checkpoint(tmp_path / 'b.ckpt', 1)}]",
         "--sampling.samples_per_condition", "2", "--protocol.test_conditions", "16",
         "--protocol.observed_conditions", "8", "--protocol.attribution_questions", "4",
         "--optimization.iterations", "1", "--optimization.conditions_per_iteration", "3",

@@ -13,7 +13,7 @@ from datamodules.nico import NICODataModule
 from nemo_train.cli import PIPELINE_COMMANDS, main
 from nemo_train.lbee.clustering import WardClustering
 from nemo_train.lbee.encoders import SyntheticCLIP
-from nemo_train.lbee.pipeline import ClassifierArgs, EvalArgs, lbee
+from nemo_train.lbee.pipeline import EvalArgs, lbee
 from nemo_train.lbee.search import FailureModeSearch
 from nemo_train.lbee.split import ClassProbabilitySplit
 from nemo_train.lightning_cli import NemoLightningCLI
@@ -57,11 +57,29 @@ def test_clip_preset_parses(tmp_path):
     assert cli.model.hparams.export_subdir == "hf"  # the folder follows --trainer.default_root_dir
 
 
+def tiny_data() -> NICODataModule:
+    return NICODataModule(correlation=0.85, image_size=16, train_size=240, test_per_pair=4, batch_size=32)
+
+
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
+def tiny_classifier(tmp_path_factory, lightning_checkpoint) -> str:
+    """A bias_cnn fitted for one epoch on the tiny NICO-like data, saved as a checkpoint (what `fit` writes)."""
+    import lightning as L
+
+    from nemo_train.lbee.training import fit_quietly
+    from nemo_train.models import ClassifierModule
+
+    L.seed_everything(0, verbose=False)
+    module = ClassifierModule(backbone="bias_cnn", num_classes=6, lr=3e-3)
+    fit_quietly(module, tiny_data(), 1, limit_val_batches=0)
+    return lightning_checkpoint(module, tmp_path_factory.mktemp("nico_cnn") / "checkpoints" / "best.ckpt")
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, tiny_classifier):
     out = tmp_path_factory.mktemp("lbee")
     result = lbee(
-        data=NICODataModule(correlation=0.85, image_size=16, train_size=240, test_per_pair=4, batch_size=32),
+        data=tiny_data(),
         encoder=SyntheticCLIP(
             str(out / "clip"),
             train_per_source=96,
@@ -71,7 +89,7 @@ def tiny_run(tmp_path_factory):
             model={**TINY_CLIP, "attribute_head_weight": 1.0},
         ),
         search=FailureModeSearch(clustering=WardClustering(n_clusters=4), tau=1.0, tau_scale="sentence_z"),
-        classifier=ClassifierArgs(max_epochs=1),
+        classifier=tiny_classifier,
         evaluation=EvalArgs(sweep=[0.0, 0.5]),
         out_dir=str(out / "run"),
     )
@@ -90,18 +108,19 @@ def test_pipeline_writes_results_figures_and_scores(tiny_run, capsys):
     assert set(result.s_star) <= set(result.sentences)
     saved = json.loads((out / "run" / "results.json").read_text())
     assert saved["sweep"]["o"] == [0.0, 0.5] and set(saved["sweep"]) >= {"TopS", "FPDiff"}
-    for name in ("hard_clusters.png", "beta_sweep.png", "classifier.ckpt"):
+    for name in ("hard_clusters.png", "beta_sweep.png"):
         assert (out / "run" / name).is_file()
+    assert not (out / "run" / "classifier.ckpt").exists()  # the pipeline never trains a classifier
     assert (out / "clip" / "config.json").is_file()  # the trained space is saved for reuse
 
 
-def test_rerun_reuses_classifier_and_clip_per_class(tiny_run, capsys):
+def test_rerun_reuses_classifier_and_clip_per_class(tiny_run, tiny_classifier, capsys):
     out, first = tiny_run
     result = lbee(
-        data=NICODataModule(correlation=0.85, image_size=16, train_size=240, test_per_pair=4, batch_size=32),
+        data=tiny_data(),
         encoder=SyntheticCLIP(str(out / "clip")),
         search=FailureModeSearch(ClassProbabilitySplit(), WardClustering(n_clusters=2), per_class=True),
-        classifier=ClassifierArgs(checkpoint=str(out / "run" / "classifier.ckpt")),
+        classifier=tiny_classifier,
         evaluation=EvalArgs(sweep=[0.2]),
         out_dir=str(out / "per_class"),
     )
@@ -123,10 +142,8 @@ def test_missing_file_is_one_line_error(tmp_path, capsys):
                 "nemo_train.lbee.sentences.FileSentences",
                 "--sentences.path",
                 str(tmp_path / "no.txt"),
-                "--classifier.checkpoint",
+                "--classifier",
                 str(tmp_path / "missing.ckpt"),
-                "--classifier.max_epochs",
-                "0",
                 "--encoder.init_args.path",
                 str(tmp_path / "no_clip"),
                 "--encoder.init_args.max_epochs",

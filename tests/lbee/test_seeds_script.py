@@ -38,31 +38,48 @@ def test_summary_by_hand():
 def test_seed_zero_keeps_the_preset_paths():
     config = str(ROOT / "configs" / "lbee" / "nico95.yaml")
     args = SCRIPT["run_config"](config, 0, 0, Path("/x"))
-    assert "--encoder.init_args.path" not in args and "--classifier.checkpoint" not in args
+    assert "--encoder.init_args.path" not in args and "--classifier" not in args
     args = SCRIPT["run_config"](config, 2, 1, Path("/x"))
     options = dict(zip(args[::2], args[1::2], strict=True))
     preset_clip = yaml.safe_load(Path(config).read_text())["encoder"]["init_args"]["path"]
     assert options["--encoder.init_args.path"] == f"{preset_clip}_seed2"
     assert options["--encoder.init_args.seed"] == "2"
     assert options["--data.init_args.seed"] == options["--seed"] == "1"
-    assert options["--classifier.checkpoint"] == "/x/nico95/data1/classifier.ckpt"
+    assert options["--classifier"] == "/x/nico95_cnn/data1/checkpoints/best.ckpt"  # the preset's classifier experiment
     assert options["--out_dir"] == "/x/nico95/clip2_data1"
 
 
+TINY_DATA = {
+    "class_path": "datamodules.nico.NICODataModule",
+    "init_args": {"correlation": 0.85, "image_size": 16, "train_size": 240, "test_per_pair": 4, "batch_size": 32},
+}
+
+
 @pytest.fixture
-def tiny_preset(tmp_path):
+def tiny_fit(tmp_path):
+    """A one-epoch classifier recipe on the tiny data (a fit preset writing checkpoints/best.ckpt)."""
+    checkpoint = {"filename": "best", "monitor": "val/acc", "mode": "max", "enable_version_counter": False}
     preset = {
-        "data": {
-            "class_path": "datamodules.nico.NICODataModule",
-            "init_args": {
-                "correlation": 0.85,
-                "image_size": 16,
-                "train_size": 240,
-                "test_per_pair": 4,
-                "batch_size": 32,
-            },
+        "seed_everything": 0,
+        "trainer": {
+            "accelerator": "cpu",
+            "max_epochs": 1,
+            "callbacks": [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint", "init_args": checkpoint}],
         },
-        "classifier": {"checkpoint": str(tmp_path / "preset" / "classifier.ckpt"), "max_epochs": 1},
+        "model": {"class_path": "nemo_train.models.ClassifierModule", "init_args": {"num_classes": 6, "lr": 0.003}},
+        "data": TINY_DATA,
+    }
+    path = tmp_path / "tiny_fit.yaml"
+    path.write_text(yaml.safe_dump(preset))
+    return path
+
+
+@pytest.fixture
+def tiny_preset(tmp_path, tiny_fit):
+    seed0 = SCRIPT["train_classifier"](tiny_fit, 0, tmp_path / "tiny_cnn")  # the preset's own classifier
+    preset = {
+        "data": TINY_DATA,
+        "classifier": str(seed0),
         "encoder": {
             "class_path": "nemo_train.lbee.encoders.SyntheticCLIP",
             "init_args": {
@@ -82,9 +99,10 @@ def tiny_preset(tmp_path):
     return path
 
 
-def test_runs_every_seed_pair_and_summarises(tiny_preset, tmp_path, monkeypatch, capsys):
+def test_runs_every_seed_pair_and_summarises(tiny_preset, tiny_fit, tmp_path, monkeypatch, capsys):
     out = tmp_path / "seeds"
     argv = ["lbee_seeds.py", "--config", str(tiny_preset), "--clip-seeds", "0", "1", "--data-seeds", "0", "1"]
+    argv += ["--fit-config", str(tiny_fit)]
     monkeypatch.setattr(sys, "argv", [*argv, "--out_dir", str(out)])
     SCRIPT["main"]()
     printed = capsys.readouterr().out
@@ -93,9 +111,7 @@ def test_runs_every_seed_pair_and_summarises(tiny_preset, tmp_path, monkeypatch,
     record = lines
     # seed 0 uses the preset's CLIP and classifier; other seeds train their own next to them / under out_dir
     assert (tmp_path / "clip").is_dir() and (tmp_path / "clip_seed1").is_dir()
-    assert (tmp_path / "preset" / "classifier.ckpt").is_file() and (
-        out / "preset" / "data1" / "classifier.ckpt"
-    ).is_file()
+    assert (out / "tiny_cnn" / "data1" / "checkpoints" / "best.ckpt").is_file()  # by the --fit-config recipe
     ahr = [r["scores"]["SetDiff"]["ahr"] for r in record]
     assert f"{statistics.fmean(ahr):.3f} ± {statistics.stdev(ahr):.3f}" in printed
     wins = sum(SCRIPT["above"](r["scores"]["SetDiff"]["ahr"], r["scores"]["TopS"]["ahr"]) for r in record)

@@ -73,7 +73,7 @@ def test_shipped_preset_end_to_end_on_a_tiny_clip(generator, clip_folder, tmp_pa
     text = json.dumps(config).replace(CLIP_PATH, str(clip_folder))
     config = json.loads(text)
     config["benchmark"].update(n=3, test_styles=1)
-    config["run"]["out_dir"] = str(tmp_path / "out")
+    config["out_dir"] = str(tmp_path / "out")
     path = tmp_path / "preset.yaml"
     path.write_text(yaml.safe_dump(config))
     summary = run_pipeline("nemo-eval", ["--config", str(path)])
@@ -101,7 +101,7 @@ def test_shipped_preset_end_to_end_on_a_tiny_clip(generator, clip_folder, tmp_pa
 def test_missing_clip_folder_is_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit_info:
-        main(["nemo-eval", "--config", str(PRESET), "--run.out_dir", str(tmp_path / "out")])
+        main(["nemo-eval", "--config", str(PRESET), "--out_dir", str(tmp_path / "out")])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("nemo-train: error:") and "\n" not in err
@@ -128,7 +128,7 @@ def test_with_an_explainer_the_prompts_are_rewritten_by_it(clip_folder, tmp_path
             "benchmark: {n: 2, test_styles: 1}\n"
             f"targets: [{{class_path: CaptionZeroShotModel, init_args: {{clip_model: {clip_folder}}}}}]\n"
             "methods: [{class_path: SciTXMethod, init_args: {m: 2}}]\n"
-            f"editor: PromptEdit\nrun: {{out_dir: {tmp_path / 'out'}}}\n"
+            f"editor: PromptEdit\nout_dir: {tmp_path / 'out'}\n"
             "explainer:\n  class_path: OpenAICompatibleBackend\n"
             f"  init_args: {{base_url: {server.base_url}, model: tiny, api_key_env: null, max_retries: 0}}\n"
         )

@@ -46,7 +46,7 @@ def small(n: int = 8) -> BenchmarkArgs:
 
 
 def test_embedded_default_separates_true_cause_from_distractor(checkpoint, tmp_path, capsys):
-    result = nemo_eval(small(20), [checkpoint], METHODS, run=RunArgs(out_dir=str(tmp_path)))
+    result = nemo_eval(small(20), [checkpoint], METHODS, out_dir=str(tmp_path))
     out = capsys.readouterr().out
     assert "NEMO evaluation on cmnist" in out and "SciTX" in out and "grounded judge" in out
     # offline, the language-model methods run on rules, and the table says so
@@ -69,7 +69,7 @@ def test_two_best_ckpt_targets_get_two_columns(trained_cmnist_classifier, tmp_pa
     module, _ = trained_cmnist_classifier
     a = lightning_checkpoint(module, tmp_path / "model_a" / "best.ckpt")
     b = lightning_checkpoint(module, tmp_path / "model_b" / "best.ckpt")
-    result = nemo_eval(small(3), [a, b], [KnownCauseMethod()], run=RunArgs(out_dir=str(tmp_path / "out")))
+    result = nemo_eval(small(3), [a, b], [KnownCauseMethod()], out_dir=str(tmp_path / "out"))
     assert [c.target for c in result.cells if c.method == "KnownCause"] == ["model_a", "model_b"]
     assert {c.method for c in result.cells} == {"KnownCause", "Constant"}  # what one sentence for all scores
     assert "model_a LLM Match" in capsys.readouterr().out
@@ -77,7 +77,7 @@ def test_two_best_ckpt_targets_get_two_columns(trained_cmnist_classifier, tmp_pa
         small(3),
         [CheckpointTarget(a, name="first"), CheckpointTarget(a, name="second")],
         [KnownCauseMethod()],
-        run=RunArgs(out_dir=str(tmp_path / "named")),
+        out_dir=str(tmp_path / "named"),
     )
     assert [c.target for c in named.cells if c.method == "KnownCause"] == ["first", "second"]
     with pytest.raises(UserInputError, match="more than once"):
@@ -88,8 +88,8 @@ def test_kill_minus_nine_then_resume(checkpoint, tmp_path):
     killed_dir, clean_dir = tmp_path / "killed", tmp_path / "clean"
     code = (
         "from nemo_train.nemo.run import nemo_eval; from tests.nemo.test_run import METHODS, small;"
-        f"from nemo_train.nemo.components import RunArgs; nemo_eval(small(), [{checkpoint!r}], METHODS,"
-        f" run=RunArgs(out_dir={str(killed_dir)!r}))"
+        f"nemo_eval(small(), [{checkpoint!r}], METHODS,"
+        f" out_dir={str(killed_dir)!r})"
     )
     env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"}
     proc = subprocess.Popen(
@@ -108,16 +108,16 @@ def test_kill_minus_nine_then_resume(checkpoint, tmp_path):
     total = 5 * 8  # four methods and the Constant row (the most frequent known-cause sentence for every error)
     assert 6 <= finished < total
 
-    resumed = nemo_eval(small(), [checkpoint], METHODS, run=RunArgs(out_dir=str(killed_dir)))
+    resumed = nemo_eval(small(), [checkpoint], METHODS, out_dir=str(killed_dir))
     assert resumed.resumed == finished  # finished samples are not recomputed
     assert resumed.computed == total - finished
     lines = [json.loads(line) for line in results.read_text().splitlines()]
     assert len(lines) == len({r["key"] for r in lines}) == total  # nothing written twice
 
-    clean = nemo_eval(small(), [checkpoint], METHODS, run=RunArgs(out_dir=str(clean_dir)))
+    clean = nemo_eval(small(), [checkpoint], METHODS, out_dir=str(clean_dir))
     assert clean.computed == total and clean.resumed == 0
     assert resumed.cells == clean.cells  # same table as an uninterrupted run
-    again = nemo_eval(small(), [checkpoint], METHODS, run=RunArgs(out_dir=str(killed_dir)))
+    again = nemo_eval(small(), [checkpoint], METHODS, out_dir=str(killed_dir))
     assert again.computed == 0 and again.cells == clean.cells
 
 
@@ -139,7 +139,7 @@ def test_cli_with_config_file_and_llm_cache(checkpoint, tmp_path, monkeypatch, c
         config.write_text(
             f"benchmark: {{n: 3, test_styles: 1}}\ntargets: [{checkpoint}]\n"
             "methods: [{class_path: SciTXMethod, init_args: {m: 2}}]\n"
-            f"run: {{out_dir: {tmp_path / 'out'}}}\n"
+            f"out_dir: {tmp_path / 'out'}\n"
             "explainer:\n  class_path: OpenAICompatibleBackend\n"
             f"  init_args: {{base_url: {server.base_url}, model: tiny, api_key_env: NEMO_TEST_KEY, max_retries: 0}}\n"
         )
@@ -274,7 +274,7 @@ def test_wandb_table_per_sample(checkpoint, tmp_path, monkeypatch):
     fake_run = type("FakeRun", (), {"log": lambda self, data: logged.append(data)})()
     monkeypatch.setattr(wandb, "run", None)
     monkeypatch.setattr(wandb, "init", lambda **kwargs: fake_run)
-    nemo_eval(small(3), [checkpoint], [KnownCauseMethod()], run=RunArgs(out_dir=str(tmp_path), wandb=True))
+    nemo_eval(small(3), [checkpoint], [KnownCauseMethod()], out_dir=str(tmp_path), run=RunArgs(wandb=True))
     ((data,),) = [logged]
     table, samples = data["nemo/cmnist/table"], data["nemo/cmnist/samples"]
     assert table.data[0][:2] == ["KnownCause", "model_a"]

@@ -102,7 +102,7 @@ def test_known_cause_gets_full_marks_and_a_constant_does_not(bench, gap_classifi
 
 
 def test_nemo_eval_and_teacher_on_shifts(gap_classifier, tmp_path, capsys):
-    from nemo_train.nemo.components import BenchmarkArgs, KnownCauseMethod, RunArgs, SciTXMethod
+    from nemo_train.nemo.components import BenchmarkArgs, KnownCauseMethod, SciTXMethod
     from nemo_train.nemo.distill.labelling import distill_teacher
     from nemo_train.nemo.run import nemo_eval
 
@@ -111,7 +111,7 @@ def test_nemo_eval_and_teacher_on_shifts(gap_classifier, tmp_path, capsys):
         benchmark=BenchmarkArgs(name="shifts", n=8, data_kwargs={"test_size": 600}),
         targets=[path],
         methods=[SciTXMethod(), KnownCauseMethod()],
-        run=RunArgs(out_dir=str(tmp_path / "eval")),
+        out_dir=str(tmp_path / "eval"),
     )
     methods = {c.method: c for c in summary.cells}
     assert set(methods) == {"SciTX", "KnownCause", "Constant"}

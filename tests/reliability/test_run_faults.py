@@ -16,7 +16,7 @@ from loopback_openai_server import LoopbackOpenAIServer, completion, error
 import nemo_train.backends.openai_compat as openai_compat
 from nemo_train.backends import OpenAICompatibleBackend
 from nemo_train.cli import main
-from nemo_train.nemo.components import BenchmarkArgs, ExactEdit, KnownCauseMethod, RunArgs, SciTXMethod
+from nemo_train.nemo.components import BenchmarkArgs, ExactEdit, KnownCauseMethod, SciTXMethod
 from nemo_train.nemo.run import nemo_eval
 
 pytestmark = pytest.mark.fault
@@ -52,22 +52,16 @@ def test_failing_endpoint_is_recorded_the_run_goes_on_and_a_rerun_retries_only_f
         def explainer():
             return OpenAICompatibleBackend(server.base_url, "tiny", api_key_env="FAULT_TEST_KEY", max_retries=1)
 
-        broken = nemo_eval(
-            BENCH, [ckpt], methods, explainer(), editor=KEYWORD_EDITS, run=RunArgs(out_dir=str(tmp_path / "out"))
-        )
+        broken = nemo_eval(BENCH, [ckpt], methods, explainer(), editor=KEYWORD_EDITS, out_dir=str(tmp_path / "out"))
         assert broken.failed == 3 and broken.failed_per_method == {"SciTX": 3}
         assert broken.cell("SciTX", "model_r").failed == 3 and broken.cell("KnownCause", "model_r").n == 3
         records = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
         assert all("HTTP 500 after 1 retries" in r["reason"] for r in records if r["failed"])
 
         mode["healthy"] = True
-        rerun = nemo_eval(
-            BENCH, [ckpt], methods, explainer(), editor=KEYWORD_EDITS, run=RunArgs(out_dir=str(tmp_path / "out"))
-        )
+        rerun = nemo_eval(BENCH, [ckpt], methods, explainer(), editor=KEYWORD_EDITS, out_dir=str(tmp_path / "out"))
         assert rerun.computed == 3 and rerun.resumed == 3 and rerun.failed == 0  # only the failed samples
-        clean = nemo_eval(
-            BENCH, [ckpt], methods, explainer(), editor=KEYWORD_EDITS, run=RunArgs(out_dir=str(tmp_path / "clean"))
-        )
+        clean = nemo_eval(BENCH, [ckpt], methods, explainer(), editor=KEYWORD_EDITS, out_dir=str(tmp_path / "clean"))
     assert rerun.cells == clean.cells  # the table equals an uninterrupted run's
     explanations = [r["explanation"] for r in map(json.loads, (tmp_path / "out" / "results.jsonl").open())]
     assert any("<redacted>" in text for text in explanations)
@@ -81,23 +75,23 @@ def test_retrained_checkpoint_changed_setting_and_damaged_results(checkpoint_fac
     out = str(tmp_path / "out")
     methods = [SciTXMethod(k=8), KnownCauseMethod()]
     checkpoint_factory(ckpt, seed=0)
-    first = nemo_eval(BENCH, [str(ckpt)], methods, run=RunArgs(out_dir=out))
+    first = nemo_eval(BENCH, [str(ckpt)], methods, out_dir=out)
     assert first.computed == 6
 
     checkpoint_factory(ckpt, seed=1)  # retrained at the same path
-    retrained = nemo_eval(BENCH, [str(ckpt)], methods, run=RunArgs(out_dir=out))
+    retrained = nemo_eval(BENCH, [str(ckpt)], methods, out_dir=out)
     assert retrained.resumed == 0 and retrained.recomputed_because.get("target.sha256", 0) >= 1
-    fresh = nemo_eval(BENCH, [str(ckpt)], methods, run=RunArgs(out_dir=str(tmp_path / "fresh")))
+    fresh = nemo_eval(BENCH, [str(ckpt)], methods, out_dir=str(tmp_path / "fresh"))
     assert retrained.cells == fresh.cells
 
-    changed = nemo_eval(BENCH, [str(ckpt)], [SciTXMethod(k=4), KnownCauseMethod()], run=RunArgs(out_dir=out))
+    changed = nemo_eval(BENCH, [str(ckpt)], [SciTXMethod(k=4), KnownCauseMethod()], out_dir=out)
     assert changed.computed == 3 and changed.resumed == 3  # SciTX recomputed, KnownCause kept
     assert changed.recomputed_because == {"method.k": 3}
 
     results = Path(out) / "results.jsonl"
     with results.open("ab") as f:
         f.write(b"\xff\xfe\nnull\n{}\n" + b'{"key": "model_r|SciTX|cmnist-0')  # damage, and a torn tail
-    again = nemo_eval(BENCH, [str(ckpt)], [SciTXMethod(k=4), KnownCauseMethod()], run=RunArgs(out_dir=out))
+    again = nemo_eval(BENCH, [str(ckpt)], [SciTXMethod(k=4), KnownCauseMethod()], out_dir=out)
     assert again.computed == 0 and again.cells == changed.cells
     assert "skipped 3 unreadable line(s)" in caplog.text and "cut a torn last line" in caplog.text
 
@@ -120,7 +114,7 @@ def test_second_run_on_the_same_out_dir_exits_naming_the_holder(checkpoint_facto
     )
     try:
         assert holder.stdout.readline() == b"held\n"
-        err = one_line_error(capsys, ["nemo-eval", "--targets", f"[{ckpt}]", "--run.out_dir", str(out)])
+        err = one_line_error(capsys, ["nemo-eval", "--targets", f"[{ckpt}]", "--out_dir", str(out)])
         assert f"pid {holder.pid}" in err
     finally:
         holder.send_signal(signal.SIGKILL)
@@ -132,14 +126,14 @@ def test_damaged_checkpoint_out_dir_file_and_class_mismatch_are_one_line(checkpo
     damaged = tmp_path / "broken" / "best.ckpt"
     damaged.parent.mkdir()
     damaged.write_bytes(b"PK\x03\x04 not really a zip archive" * 10)
-    err = one_line_error(capsys, ["nemo-eval", "--targets", f"[{damaged}]", "--run.out_dir", str(tmp_path / "o1")])
+    err = one_line_error(capsys, ["nemo-eval", "--targets", f"[{damaged}]", "--out_dir", str(tmp_path / "o1")])
     assert str(damaged) in err and "cannot be read" in err
 
     ckpt = checkpoint_factory(tmp_path / "model_r" / "best.ckpt", seed=0)
     (tmp_path / "file").write_text("x")
-    err = one_line_error(capsys, ["nemo-eval", "--targets", f"[{ckpt}]", "--run.out_dir", str(tmp_path / "file")])
+    err = one_line_error(capsys, ["nemo-eval", "--targets", f"[{ckpt}]", "--out_dir", str(tmp_path / "file")])
     assert "is a file" in err
 
     five = checkpoint_factory(tmp_path / "five_classes" / "best.ckpt", seed=0, num_classes=5)
-    err = one_line_error(capsys, ["nemo-eval", "--targets", f"[{five}]", "--run.out_dir", str(tmp_path / "o2")])
+    err = one_line_error(capsys, ["nemo-eval", "--targets", f"[{five}]", "--out_dir", str(tmp_path / "o2")])
     assert "5 classes" in err and "has 10" in err

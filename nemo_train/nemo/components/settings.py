@@ -100,10 +100,9 @@ class BenchmarkArgs:
 
 @dataclass(frozen=True)
 class RunArgs:
-    """Where results go and what is reported.
+    """How the run is computed and what is reported (where it goes is ``nemo_eval``'s ``out_dir``).
 
     Args:
-        out_dir: results (``results.jsonl``), the reply cache and the run lock; reruns resume here.
         wandb: log the table and a per-sample table to Weights & Biases.
         batched: classify all counterfactuals of an error in one batch.
         error_batch: errors a method explains together: one batched request to the explainer (a local
@@ -112,7 +111,6 @@ class RunArgs:
             every error (row ``Global``; NEMO Sec. 4.2.7).
     """
 
-    out_dir: str = "checkpoints/nemo_eval"
     wandb: bool = False
     batched: bool = True
     error_batch: PositiveInt = 16

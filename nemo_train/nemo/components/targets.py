@@ -7,8 +7,6 @@ recomputed) and ``build`` that loads the model for a benchmark's classes.
 
 from __future__ import annotations
 
-import pickle
-import zipfile
 from abc import ABC, abstractmethod
 from collections import Counter
 from pathlib import Path
@@ -16,6 +14,7 @@ from typing import Any, Literal
 
 from datamodules.captions import VOCABULARIES
 from nemo_train.errors import UserInputError
+from nemo_train.models.loading import check_classifier_file
 from nemo_train.nemo.benchmark import SYNTHETIC
 from nemo_train.nemo.targets import ClassMapping, Target, TimmTarget, ZeroShotTarget, load_checkpoint_target
 from nemo_train.store import file_digest
@@ -65,28 +64,14 @@ class CheckpointTarget(TargetSpec):
         return folder.parent.name if folder.name == "checkpoints" else folder.name
 
     def check(self) -> None:
-        if not Path(self.path).is_file():
-            raise UserInputError(
-                f"classifier checkpoint {self.path!r} does not exist; train one with "
-                "`nemo-train fit --config configs/cmnist/model_a.yaml`"
-            )
+        check_classifier_file(self.path)
 
     def identity(self) -> dict[str, Any]:
         self.check()
         return {"checkpoint": str(Path(self.path).resolve()), "sha256": file_digest(self.path)}
 
     def build(self, class_names: list[str] | None, mapping: ClassMapping | None) -> Target:
-        self.check()
-        try:
-            return load_checkpoint_target(self.path, class_names)
-        except UserInputError:
-            raise
-        except (RuntimeError, pickle.UnpicklingError, EOFError, zipfile.BadZipFile, KeyError, OSError) as err:
-            raise UserInputError(
-                f"classifier checkpoint {self.path!r} cannot be read ({type(err).__name__}: "
-                f"{str(err).splitlines()[0][:120] if str(err) else 'damaged file'}); expected a checkpoint "
-                "written by `nemo-train fit`"
-            ) from None
+        return load_checkpoint_target(self.path, class_names)
 
 
 class TimmModel(TargetSpec):

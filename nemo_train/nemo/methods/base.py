@@ -65,13 +65,6 @@ def ask_causes_batch(
     return out
 
 
-def ask_causes(
-    backend, messages: list[dict], n: int = 1, temperature: float = 0.0, key: str = "cause_of_error"
-) -> list[str]:
-    """``n`` replies to ``messages`` as JSON, keeping the non-empty ``key`` strings (duplicates dropped)."""
-    return ask_causes_batch(backend, [messages], n=n, temperature=temperature, key=key)[0]
-
-
 def select_by_cei(
     scorer, sample: ErrorSample, candidates: Sequence[str], class_names: Sequence[str]
 ) -> tuple[Trial | None, list[Trial]]:
