@@ -100,7 +100,7 @@ FACTS = DatasetFacts(
             "position",
             tuple(OFFSETS),
             "position",
-            ("placed", "location", "off-centre", "shifted"),
+            ("location", "placement", "off-centre", "off-center"),
             editable=False,
             distractor=True,
         ),

@@ -15,7 +15,7 @@ from nemo_train.lightning_cli import NemoLightningCLI
 
 ROOT = Path(__file__).resolve().parents[1]
 CLASSIFIER_CONFIGS = sorted(
-    p for folder in ("cmnist", "clevr", "nico") for p in (ROOT / "configs" / folder).glob("*.yaml")
+    p for folder in ("cmnist", "clevr", "nico", "shifts") for p in (ROOT / "configs" / folder).glob("*.yaml")
 )
 
 
@@ -29,6 +29,8 @@ def test_there_are_presets_for_every_dataset():
         "nico/nico75_resnet50.yaml",
         "nico/nico85_resnet50.yaml",
         "nico/nico95_resnet50.yaml",
+        "shifts/gaps_a.yaml",
+        "shifts/gaps_b.yaml",
     } <= names
 
 

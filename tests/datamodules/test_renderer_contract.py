@@ -11,12 +11,14 @@ from datamodules.base import to_uint8
 from datamodules.clevr import CLEVRDataModule
 from datamodules.cmnist import ANGLES, COLORS, CMNISTDataModule
 from datamodules.nico import NICODataModule
+from datamodules.shifts import ShiftsDataModule
 
 DATAMODULES = {
     "cmnist": lambda: CMNISTDataModule(train_size=400, test_styles=2),
     "cmnist_background": lambda: CMNISTDataModule(train_size=200, test_styles=1, color_target="background"),
     "clevr": lambda: CLEVRDataModule(image_size=16, train_size=48, test_styles=1),
     "nico": lambda: NICODataModule(image_size=16, train_size=60, test_per_pair=2),
+    "shifts": lambda: ShiftsDataModule(train_size=200, test_size=100),
 }
 
 
