@@ -127,6 +127,7 @@ def test_every_override_is_an_option_of_the_step_command(step, tmp_path):
             "cmnist_model_b": tmp_path / "b.ckpt",
             "shifts_gaps_a": tmp_path / "sa.ckpt",
             "shifts_gaps_b": tmp_path / "sb.ckpt",
+            "nico85_cnn": tmp_path / "n.ckpt",
         },
     )
     for overrides in (step.overrides, step.overrides + step.fast):

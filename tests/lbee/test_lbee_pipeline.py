@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
+import yaml
 from jsonargparse import ArgumentParser
 
 from datamodules.nico import NICODataModule
@@ -152,3 +153,17 @@ def test_missing_file_is_one_line_error(tmp_path, capsys):
         )
     assert exit_info.value.code == 2
     assert "nemo-train: error:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("path", [p for p in LBEE_CONFIGS if p.name not in REAL], ids=lambda p: p.name)
+def test_preset_analyses_the_classifier_of_its_fit_preset_on_that_data(path):
+    # the classifier comes from the `fit` preset that writes its checkpoint (nothing is trained by lbee), and the
+    # target set is drawn from the data that classifier was trained on
+    from nemo_train.models.loading import fit_preset_for
+
+    preset = yaml.safe_load(path.read_text())
+    fit = fit_preset_for(preset["classifier"])
+    assert fit is not None and fit.parent.name == "nico", preset["classifier"]
+    fit_data = yaml.safe_load(fit.read_text())["data"]
+    assert fit_data["class_path"] == preset["data"]["class_path"]
+    assert {k: v for k, v in fit_data["init_args"].items() if v is not None} == preset["data"]["init_args"]
