@@ -60,7 +60,8 @@ def test_failing_endpoint_is_recorded_the_run_goes_on_and_a_rerun_retries_only_f
 
         mode["healthy"] = True
         rerun = nemo_eval(BENCH, [ckpt], methods, explainer(), editor=KEYWORD_EDITS, out_dir=str(tmp_path / "out"))
-        assert rerun.computed == 3 and rerun.resumed == 3 and rerun.failed == 0  # only the failed samples
+        # only the failed samples (KnownCause and the Constant row built from it are kept)
+        assert rerun.computed == 3 and rerun.resumed == 6 and rerun.failed == 0
         clean = nemo_eval(BENCH, [ckpt], methods, explainer(), editor=KEYWORD_EDITS, out_dir=str(tmp_path / "clean"))
     assert rerun.cells == clean.cells  # the table equals an uninterrupted run's
     explanations = [r["explanation"] for r in map(json.loads, (tmp_path / "out" / "results.jsonl").open())]
@@ -76,7 +77,7 @@ def test_retrained_checkpoint_changed_setting_and_damaged_results(checkpoint_fac
     methods = [SciTXMethod(k=8), KnownCauseMethod()]
     checkpoint_factory(ckpt, seed=0)
     first = nemo_eval(BENCH, [str(ckpt)], methods, out_dir=out)
-    assert first.computed == 6
+    assert first.computed == 9  # SciTX, KnownCause and the Constant row (the most frequent KnownCause sentence)
 
     checkpoint_factory(ckpt, seed=1)  # retrained at the same path
     retrained = nemo_eval(BENCH, [str(ckpt)], methods, out_dir=out)
@@ -85,7 +86,7 @@ def test_retrained_checkpoint_changed_setting_and_damaged_results(checkpoint_fac
     assert retrained.cells == fresh.cells
 
     changed = nemo_eval(BENCH, [str(ckpt)], [SciTXMethod(k=4), KnownCauseMethod()], out_dir=out)
-    assert changed.computed == 3 and changed.resumed == 3  # SciTX recomputed, KnownCause kept
+    assert changed.computed == 3 and changed.resumed == 6  # SciTX recomputed, KnownCause and Constant kept
     assert changed.recomputed_because == {"method.k": 3}
 
     results = Path(out) / "results.jsonl"
