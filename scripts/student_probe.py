@@ -57,9 +57,10 @@ def _fit(module: ExplainerModule, data: ExplanationDataModule, steps: int, adapt
     return {"steps": steps, "seconds": seconds, "s_per_step": seconds / steps, "loss": float(loss or float("nan"))}
 
 
-def _module(args: argparse.Namespace, lr: float, adapter: str | None) -> ExplainerModule:
+def _module(args: argparse.Namespace, lr: float, visual_lr: float, adapter: str | None) -> ExplainerModule:
     return ExplainerModule(
         adapter=adapter,
+        visual_lr=visual_lr,
         lora_r=args.lora_r,
         lora_alpha=2 * args.lora_r,
         modules_to_save=args.modules_to_save,
@@ -83,7 +84,7 @@ def stage1(args: argparse.Namespace, out: Path) -> dict[str, object]:
     )
     data.setup()
     prep = time.perf_counter() - start
-    module = _module(args, args.lr1, None)
+    module = _module(args, args.lr1, args.visual_lr1, None)
     result: dict[str, object] = {"prep_s": prep, **_fit(module, data, args.stage1_steps, out / "stage1" / "adapter")}
     facts = facts_named("shifts")
     records = caption_references(data.val_records, facts)[: args.eval]
@@ -129,7 +130,7 @@ def stage2(args: argparse.Namespace, out: Path, train: Path, held_out: list, ada
     )
     data.setup()
     prep = time.perf_counter() - start
-    module = _module(args, args.lr2, adapter)
+    module = _module(args, args.lr2, args.visual_lr2, adapter)
     name = "stage2" if adapter else "stage2_alone"
     result: dict = {"prep_s": prep, **_fit(module, data, args.stage2_steps, out / name / "adapter")}
     start = time.perf_counter()
@@ -188,11 +189,13 @@ def main() -> None:
     parser.add_argument("--stage1-steps", type=int, default=300)
     parser.add_argument("--stage2-steps", type=int, default=200)
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--lr1", type=float, default=3e-3)
-    parser.add_argument("--lr2", type=float, default=3e-3)
+    parser.add_argument("--lr1", type=float, default=6e-3)
+    parser.add_argument("--lr2", type=float, default=6e-3)
+    parser.add_argument("--visual-lr1", type=float, default=1e-3)
+    parser.add_argument("--visual-lr2", type=float, default=1e-3)
     parser.add_argument("--lora-r", type=int, default=16)
     parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--modules-to-save", nargs="+", default=["visual", "lm_head"])
+    parser.add_argument("--modules-to-save", nargs="+", default=["visual", "lm_head", "embed_tokens"])
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument("--compare", action="store_true", help="also train stage 2 without stage 1")
     parser.add_argument("--skip-stage1", action="store_true", help="only stage 2 from the base model")

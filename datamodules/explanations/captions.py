@@ -2,8 +2,8 @@
 
 Before a random-init explainer can explain an error it has to see what is in an image, as a real VLM learns
 from captions before it is asked questions. :func:`build_shift_caption_pairs` writes such pairs for the shifts
-digits: the image, the question :data:`CAPTION_PROMPT` and the fact sheet's caption of its attributes
-(:meth:`datamodules.facts.DatasetFacts.caption`). The images mix the shift distribution (one factor off its
+digits: the image, the question :data:`CAPTION_PROMPT` (naming the digit's class, as the distillation question
+does) and the fact sheet's caption of its attributes (:meth:`datamodules.facts.DatasetFacts.caption`). The images mix the shift distribution (one factor off its
 typical value) and a training-like distribution without gaps (several factors off at once), so every value of
 every factor, on every digit, is seen.
 
@@ -26,8 +26,9 @@ from datamodules.explanations.records import ExplanationRecord, write_records
 from datamodules.facts import DatasetFacts
 from nemo_train.errors import UserInputError
 
-#: The question of a caption pair.
-CAPTION_PROMPT = "Describe this image."
+#: The question of a caption pair; it names the class, as the distillation question does, so that the
+#: explainer learns to take the class from the question and the other factors from the image.
+CAPTION_PROMPT = 'Describe this image of a "{class_name}".'
 #: Generators whose fact sheet captions can be scored (the name selects the sheet).
 CaptionFacts = Literal["shifts"]
 
@@ -154,7 +155,7 @@ def build_shift_caption_pairs(
             ExplanationRecord(
                 image=_save_png(images[i].float() / 255.0, out / "images" / f"{i:06d}.png"),
                 explanation=facts.caption(sample_attrs),
-                prompt=CAPTION_PROMPT,
+                prompt=CAPTION_PROMPT.format(class_name=facts.classes[int(sample_attrs[facts.class_attribute])]),
                 cause="caption",
                 label=int(sample_attrs[facts.class_attribute]),
             )

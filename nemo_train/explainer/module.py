@@ -71,6 +71,9 @@ class ExplainerModule(L.LightningModule):
         gradient_checkpointing: recompute activations (``use_reentrant=False``).
         lr, weight_decay, warmup_steps: AdamW with linear warm-up then linear decay to zero
             (:func:`warmup_then_linear_decay`).
+        visual_lr: learning rate of the trained vision-tower parameters (names with ``visual`` or
+            ``vision``; default ``lr``). A random-init vision tower trained in full learns faster with a
+            lower rate than the LoRA weights (the tiny model: ``lr`` / 6).
         torch_dtype: dtype the unquantized weights are loaded in.
         attn_implementation: passed to ``from_pretrained``.
     """
@@ -90,6 +93,7 @@ class ExplainerModule(L.LightningModule):
         quant_skip_modules: list[str] | None = None,
         gradient_checkpointing: bool = False,
         lr: float = 2e-4,
+        visual_lr: float | None = None,
         weight_decay: float = 0.0,
         warmup_steps: int = 0,
         torch_dtype: DType = "float32",
@@ -100,8 +104,8 @@ class ExplainerModule(L.LightningModule):
             raise UserInputError(f"lora_r={lora_r}; expected a rank of at least 1")
         if not 0.0 <= lora_dropout < 1.0:
             raise UserInputError(f"lora_dropout={lora_dropout}; expected a value in [0, 1)")
-        if lr <= 0:
-            raise UserInputError(f"lr={lr}; expected a positive learning rate")
+        if lr <= 0 or (visual_lr is not None and visual_lr <= 0):
+            raise UserInputError(f"lr={lr}, visual_lr={visual_lr}; expected positive learning rates")
         if warmup_steps < 0:
             raise UserInputError(f"warmup_steps={warmup_steps}; expected 0 or more")
         self.save_hyperparameters()
@@ -213,8 +217,12 @@ class ExplainerModule(L.LightningModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         hp = self.hparams
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(params, lr=hp.lr, weight_decay=hp.weight_decay)
+        named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+        groups = [{"params": [p for n, p in named if not _is_visual(n)], "lr": hp.lr}]
+        visual = [p for n, p in named if _is_visual(n)]
+        if visual:
+            groups.append({"params": visual, "lr": hp.lr if hp.visual_lr is None else hp.visual_lr})
+        optimizer = torch.optim.AdamW([g for g in groups if g["params"]], weight_decay=hp.weight_decay)
         total = max(1, int(self.trainer.estimated_stepping_batches)) if self._trainer is not None else 1
         scheduler = warmup_then_linear_decay(optimizer, min(hp.warmup_steps, total - 1), total)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
@@ -291,6 +299,11 @@ class ExplainerModule(L.LightningModule):
     def merge(self) -> None:
         """Fold the LoRA weights into the base model (faster inference; no further adapter training)."""
         self.model = self.model.merge_and_unload()
+
+
+def _is_visual(name: str) -> bool:
+    """Whether a parameter belongs to the vision tower (Qwen2-VL ``visual``, Llama-3.2-Vision ``vision_model``)."""
+    return ".visual." in f".{name}" or "vision_model." in name
 
 
 def warmup_then_linear_decay(optimizer: torch.optim.Optimizer, warmup: int, total: int) -> LRScheduler:

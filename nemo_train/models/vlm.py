@@ -86,7 +86,7 @@ def _shift_texts() -> list[str]:
     for factor in FACTS.factors:
         words += [factor.name, factor.word, *factor.synonyms, *map(str, factor.values), *factor.phrases.values()]
     typical = {f.name: f.typical_stored if f.typical is not None else f.stored(f.values[0]) for f in FACTS.factors}
-    captions, answers, prompts = [], [], [CAPTION_PROMPT]
+    captions, answers, prompts = [], [], [CAPTION_PROMPT.format(class_name=name) for name in classes]
     for k, factor in enumerate(FACTS.factors):
         for v, value in enumerate(factor.values):
             attrs = {**typical, factor.name: factor.stored(value), FACTS.class_attribute: (k + v) % len(classes)}

@@ -181,3 +181,102 @@ def test_sixteen_bit_grey_images_are_scaled_not_clipped(tmp_path):
     Image.fromarray(np.full((4, 4), 32896, dtype=np.uint16)).save(path)  # 32896 / 257 = 128
     assert Image.open(path).mode.startswith("I")
     assert np.asarray(to_pil(path))[0, 0].tolist() == [128, 128, 128]
+
+
+# ------------------------------------------------------------------------------------- shifts captions
+
+
+def test_shift_caption_pairs_are_valid_records(tmp_path):
+    from datamodules.explanations.captions import CAPTION_PROMPT, build_shift_caption_pairs, facts_named, parse_caption
+
+    facts = facts_named("shifts")
+    paths = build_shift_caption_pairs(tmp_path, size=12, seed=0, val_fraction=0.25, shifted_share=0.5)
+    train, val = read_records(paths["train"]), read_records(paths["val"])
+    assert (len(train), len(val)) == (9, 3)
+    for record in train + val:
+        assert to_pil(record.image).size == (32, 32)
+        assert record.cause == "caption" and record.prompt == CAPTION_PROMPT.format(class_name=str(record.label))
+        parsed = parse_caption(record.explanation, facts)
+        assert None not in parsed.values() and parsed["digit"] == str(record.label)
+    first = json.loads(paths["train"].read_text().splitlines()[0])
+    assert first["image"].startswith("images/")
+    # the shifted half: exactly one cause factor off its typical value; the rest varies freely
+    typical = {f.name: str(f.typical) for f in facts.factors if f.typical is not None}
+    off = [sum(parse_caption(r.explanation, facts)[k] != v for k, v in typical.items()) for r in train + val]
+    assert off.count(1) >= 6
+
+
+def test_caption_parsing_and_accuracy_worked_by_hand():
+    from datamodules.explanations.captions import caption_accuracy, facts_named, parse_caption
+
+    facts = facts_named("shifts")
+    reference = "a small dotted red digit 3, rotated 45 degrees clockwise, on a striped background, at the left"
+    assert parse_caption(reference, facts) == {
+        "digit": "3",
+        "color": "red",
+        "style": "dotted",
+        "angle": "-45",
+        "background": "stripes",
+        "scale": "small",
+        "position": "left",
+    }
+    # free text: a factor counts when exactly one of its values is named ("anticlockwise" is not "clockwise")
+    loose = parse_caption("a red digit 3 rotated 45 degrees anticlockwise, small, dotted and outlined", facts)
+    assert (loose["color"], loose["angle"], loose["scale"], loose["style"], loose["background"]) == (
+        "red",
+        "45",
+        "small",
+        None,
+        None,
+    )
+    generated = [
+        reference,  # all right
+        "a normal-sized dotted red digit 3, upright, on a striped background, at the left",  # scale, angle wrong
+        "a small solid white digit 8",  # digit, colour, style wrong; angle, background, position missing
+    ]
+    result = caption_accuracy(generated, [reference] * 3, facts)
+    assert result["digit"] == pytest.approx(2 / 3)
+    assert result["color"] == pytest.approx(2 / 3) and result["style"] == pytest.approx(2 / 3)
+    assert result["angle"] == pytest.approx(1 / 3) and result["scale"] == pytest.approx(2 / 3)
+    assert result["background"] == pytest.approx(2 / 3) and result["position"] == pytest.approx(2 / 3)
+    factors = [2 / 3, 2 / 3, 1 / 3, 2 / 3, 2 / 3, 2 / 3]  # colour, style, angle, background, scale, position
+    assert result["average"] == pytest.approx(sum(factors) / 6)
+    with pytest.raises(UserInputError, match="does not state"):
+        caption_accuracy(["x"], ["not a caption"], facts)
+
+
+def test_known_shift_answers_are_graded_field_by_field(tmp_path):
+    from datamodules.explanations.shift_pairs import answer_fields, build_known_shift_pairs, score_answer
+
+    reference = (
+        '{"cause_of_error": "The classifier read this 3 as a 8 because of the -45 degree rotation. Edit: angle -> 0"}'
+    )
+    assert answer_fields(reference) == {
+        "factor": "angle",
+        "value": "-45 degree rotation",
+        "true": "3",
+        "pred": "8",
+        "edit": "angle -> 0",
+    }
+    wrong_sign = reference.replace("-45 degree", "45 degree")
+    assert score_answer(wrong_sign, reference) == {
+        "factor": True,
+        "value": False,
+        "classes": True,
+        "all": False,
+        "exact": False,
+    }
+    wrong_factor = (
+        '{"cause_of_error": "The classifier read this 3 as a 8 because of the small size. Edit: scale -> normal"}'
+    )
+    assert score_answer(wrong_factor, reference)["factor"] is False
+    assert score_answer(reference.replace("as a 8", "as a 5"), reference)["classes"] is False
+    assert all(score_answer(reference, reference).values())
+    assert not any(score_answer("garbage", reference).values())
+    # the builder: one shifted factor named per pair, class names from the question
+    paths = build_known_shift_pairs(tmp_path, size=10, seed=0, val_fraction=0.2)
+    for record in read_records(paths["train"]) + read_records(paths["val"]):
+        fields = answer_fields(record.explanation)
+        assert fields["factor"] == record.cause and record.label != record.prediction
+        assert f'"{fields["true"]}" a "{fields["pred"]}"' in record.prompt
+        assert (int(fields["true"]), int(fields["pred"])) == (record.label, record.prediction)
