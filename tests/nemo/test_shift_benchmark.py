@@ -131,3 +131,24 @@ def test_nemo_eval_and_teacher_on_shifts(gap_classifier, tmp_path, capsys):
 
 def bench_factors() -> list[str]:
     return FACT_SHEETS["shifts"].factor_names
+
+
+def test_on_cmnist_the_old_constant_gets_zero_and_the_teacher_full_marks():
+    """Today's constant sentence on a green 0 read as 8: every claim false; the teacher's sentence for it: 1."""
+    from types import SimpleNamespace
+
+    from datamodules.cmnist import COLOR_NAMES, FACTS
+    from datamodules.sentences import hypothesis_sentence
+    from nemo_train.nemo.judges import JudgeItem
+
+    judge = GroundedJudge().for_benchmark("cmnist", FACTS)
+    attrs = {"digit": 0, "color": COLOR_NAMES.index("green"), "angle": 10}
+    known = FACTS.value_names(attrs)
+    constant = "The cyan colour makes the classifier read this 1 as a 6. Edit: color -> red"
+    (verdict,) = judge.judge([JudgeItem(constant, "0", "8", attributes=known)])
+    assert verdict.score == 0.0 and verdict.grounding == 0.0
+    sample = SimpleNamespace(label=0, prediction=8, attrs=attrs)
+    edit = {"attribute": "color", "value": COLOR_NAMES.index("red")}
+    teacher = hypothesis_sentence(sample, edit, FACTS.vocabulary, list(FACTS.classes), "digit") + " Edit: color -> red"
+    (verdict,) = judge.judge([JudgeItem(teacher, "0", "8", attributes=known)])
+    assert verdict.score == 1.0 and verdict.grounding == 1.0
