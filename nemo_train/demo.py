@@ -79,7 +79,9 @@ def run_fit(ctx: DemoContext, preset: Path, overrides: list[str], test: bool) ->
 
 
 def checkpoint_of(ctx: DemoContext, name: str, result: FitResult) -> None:
-    ctx.checkpoints[name] = Path(result.trainer.checkpoint_callback.best_model_path)
+    """Record the fit's best checkpoint (a fit whose product is an adapter folder keeps no checkpoint)."""
+    if result.trainer.checkpoint_callback is not None:
+        ctx.checkpoints[name] = Path(result.trainer.checkpoint_callback.best_model_path)
 
 
 def _number(value: Any) -> Any:
