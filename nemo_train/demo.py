@@ -93,14 +93,20 @@ def _number(value: Any) -> Any:
     return value
 
 
-def recap_lines(rows: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
-    """``(step, method, "metric value · ...")`` per step and method, in the order the rows name them."""
+def recap_lines(rows: list[dict[str, Any]], per_line: int = 4) -> list[tuple[str, str, str]]:
+    """``(step, method, "metric value · ...")`` per step and method, in the order the rows name them; a method
+    with more than ``per_line`` numbers continues on the next lines (step and method left blank)."""
     grouped: dict[tuple[str, str], list[str]] = {}
     for r in rows:
         value = r["value"]
         text = f"{value:.3f}" if isinstance(value, float) else str(value)
         grouped.setdefault((r["step"], r["method"]), []).append(f"{r['metric']} {text}")
-    return [(step, method, " · ".join(cells)) for (step, method), cells in grouped.items()]
+    lines = []
+    for (step, method), cells in grouped.items():
+        for start in range(0, len(cells), per_line):
+            first = start == 0
+            lines.append((step if first else "", method if first else "", " · ".join(cells[start : start + per_line])))
+    return lines
 
 
 def print_recap(rows: list[dict[str, Any]], where: dict[str, str]) -> None:
