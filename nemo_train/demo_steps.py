@@ -288,6 +288,7 @@ STEPS: list[Step] = [
         name="nemo_shifts",
         preset="nemo/shifts.yaml",
         command="nemo-eval",
+        edits={"methods.1.init_args.clip_model": "{outputs[clip]}/hf"},  # ErrorRetrieval in the demo's CLIP
         overrides=["--out_dir={out}/nemo_shifts", "--targets=[{ckpt[shifts_gaps_a]}]"],
         fast=["--benchmark.n=6", "--run.global_explanation=false"],
         read=read_nemo,

@@ -3,9 +3,9 @@
 Before a random-init explainer can explain an error it has to see what is in an image, as a real VLM learns
 from captions before it is asked questions. :func:`build_shift_caption_pairs` writes such pairs for the shifts
 digits: the image, the question :data:`CAPTION_PROMPT` (naming the digit's class, as the distillation question
-does) and the fact sheet's caption of its attributes (:meth:`datamodules.facts.DatasetFacts.caption`). The images mix the shift distribution (one factor off its
-typical value) and a training-like distribution without gaps (several factors off at once), so every value of
-every factor, on every digit, is seen.
+does) and the fact sheet's caption of its attributes (:meth:`datamodules.facts.DatasetFacts.caption`). The
+images mix the shift distribution (one factor off its typical value) and a training-like distribution without
+gaps (several factors off at once), so every value of every factor, on every digit, is seen.
 
 :func:`parse_caption` reads the value of each factor back from a caption, and :func:`caption_accuracy` scores
 generated captions against reference ones per factor (the held-out caption accuracy).
@@ -36,7 +36,7 @@ CaptionFacts = Literal["shifts"]
 def facts_named(name: CaptionFacts) -> DatasetFacts:
     """The fact sheet of a generator, by name."""
     if name == "shifts":
-        from datamodules.shifts_render import FACTS
+        from datamodules.shifts import FACTS
 
         return FACTS
     raise UserInputError(f"no fact sheet named {name!r}; expected one of ['shifts']")

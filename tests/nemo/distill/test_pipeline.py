@@ -46,7 +46,7 @@ def test_distill_presets_parse(path):
     parser.add_function_arguments(function)
     parser.add_argument("--config", action="config")
     config = parser.parse_args(["--config", str(path)])
-    assert config.dataset in ("cmnist", "clevr", "folder")
+    assert config.dataset in ("cmnist", "clevr", "shifts", "folder")
     if function is distill_eval and "pool" in path.stem:  # the pool student is scored in its comparison view
         rows = parser.instantiate_classes(config).methods
         assert [type(r) for r in rows] == [ExhaustiveTeacher, StudentChangeMLLM, KnownCause]
@@ -144,7 +144,11 @@ def test_distill_eval_scores_teacher_and_known_cause_and_resumes(checkpoint, tmp
     )
     result = distill_eval(**kwargs, out_dir=str(tmp_path / "eval"))
     rows = [json.loads(line) for line in Path(result["results"]).read_text().splitlines()]
-    assert len(rows) == 8
+    assert len(rows) == 12  # the teacher, KnownCause and the Constant row (the teacher's most frequent answer)
+    constant = [r for r in rows if r["method"] == "Constant"]
+    teacher_answers = [r["explanation"] for r in rows if r["method"].startswith("Teacher")]
+    assert {r["explanation"] for r in constant} == {max(teacher_answers, key=teacher_answers.count)}
+    assert result["constant"] == constant[0]["explanation"]
     for method in ("Teacher (exhaustive search, not a model)", "KnownCause"):
         mine = [r for r in rows if r["method"] == method]
         cell = result["summary"][f"{method}|{Path(checkpoint).parent.name}"]
