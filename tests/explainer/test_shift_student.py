@@ -129,3 +129,22 @@ def test_shift_captions_recipe_is_rebuilt_when_it_changes(tmp_path, explainer_ca
         ExplanationDataModule("embedded:tiny-qwen2-vl", recipe="captions")  # type: ignore[arg-type]
     with pytest.raises(UserInputError, match="caption_pairs"):
         ExplanationDataModule("embedded:tiny-qwen2-vl", recipe="shift_captions", caption_pairs=1)
+
+
+def test_the_tokenizer_knows_the_shifts_words(explainer_cache):
+    from datamodules.explanations.captions import CAPTION_PROMPT
+    from datamodules.shifts import FACTS
+    from nemo_train.models.vlm import load_processor
+    from nemo_train.nemo.structured import DISTILL_PROMPT
+
+    tokenizer = load_processor("embedded:tiny-qwen2-vl").tokenizer
+    answer = (
+        '{"cause_of_error": "The classifier read this 3 as a 8 because of the -45 degree rotation. Edit: angle -> 0"}'
+    )
+    caption = FACTS.caption(dict(digit=3, color=2, style=2, angle=-45, background=2, scale=1, position=1))
+    words = {f"the {v}" for f in FACTS.factors for v in f.values} | {f"the {f.word}" for f in FACTS.factors}
+    lengths = {text: len(tokenizer(text)["input_ids"]) for text in [answer, caption, *words]}
+    assert lengths[answer] <= 30 and lengths[caption] <= len(caption.split()) + 6
+    assert all(n <= 3 for text, n in lengths.items() if text in words), lengths  # "the -45": "the", " -", "45"
+    assert len(tokenizer(DISTILL_PROMPT.format(true_name="3", pred_name="8"))["input_ids"]) <= 36
+    assert len(tokenizer(CAPTION_PROMPT.format(class_name="3"))["input_ids"]) <= 10
