@@ -170,6 +170,41 @@ def load_digits(data_dir: str | Path | None, split: str) -> tuple[torch.Tensor, 
     return images[index], labels[index]
 
 
+def exemplar_pools(data_dir: str | Path | None, gen: torch.Generator) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """The exemplar pools of a digit renderer, in :data:`POOLS` order: the training digits split 85 / 15 (drawn
+    with ``gen``) into ``train`` and ``val``, and the held-out ``test`` digits."""
+    digits, labels = load_digits(data_dir, "train")
+    order = torch.randperm(len(digits), generator=gen)
+    cut = int(0.85 * len(digits))
+    return {
+        "train": (digits[order[:cut]], labels[order[:cut]]),
+        "val": (digits[order[cut:]], labels[order[cut:]]),
+        "test": load_digits(data_dir, "test"),
+    }
+
+
+def index_pools(
+    pools: Mapping[str, tuple[torch.Tensor, torch.Tensor]],
+) -> tuple[list[str], list[list[torch.Tensor] | None]]:
+    """``(pool names in POOLS order, by_pool)`` where ``by_pool[p][d]`` holds the indices (into the pools' digits
+    concatenated in that order) of the exemplars of digit ``d`` in pool ``p`` (``None``: pool absent)."""
+    unknown = [name for name in pools if name not in POOLS]
+    if unknown:
+        raise UserInputError(f"unknown exemplar pool(s) {unknown}; expected some of {list(POOLS)}")
+    names = [name for name in POOLS if name in pools]
+    labels = torch.cat([pools[name][1] for name in names])
+    offsets = torch.tensor([0] + [len(pools[name][0]) for name in names]).cumsum(0)
+    by_pool: list[list[torch.Tensor] | None] = [None] * len(POOLS)
+    for k, name in enumerate(names):
+        pool_labels = labels[offsets[k] : offsets[k + 1]]
+        by_digit = [torch.nonzero(pool_labels == d).flatten() + offsets[k] for d in range(10)]
+        missing = [d for d, idx in enumerate(by_digit) if len(idx) == 0]
+        if missing:
+            raise UserInputError(f"the {name} exemplar pool has no exemplar of digit(s) {missing}")
+        by_pool[POOLS.index(name)] = by_digit
+    return names, by_pool
+
+
 class CMNISTRenderer:
     """Conditional generator ``render(digit, color, angle, style) -> float[3, 28, 28]``.
 
@@ -194,25 +229,11 @@ class CMNISTRenderer:
             if digits is None or labels is None:
                 raise UserInputError("CMNISTRenderer needs digits and labels, or pools")
             pools = {"train": (digits, labels)}
-        unknown = [name for name in pools if name not in POOLS]
-        if unknown:
-            raise UserInputError(f"unknown exemplar pool(s) {unknown}; expected some of {list(POOLS)}")
         if color_target not in ("strokes", "background"):
             raise UserInputError(f"color_target={color_target!r}; expected 'strokes' or 'background'")
         self.color_target = color_target
-        self.pool_names = [name for name in POOLS if name in pools]
+        self.pool_names, self.by_pool = index_pools(pools)
         self.digits = torch.cat([pools[name][0] for name in self.pool_names])
-        labels = torch.cat([pools[name][1] for name in self.pool_names])
-        offsets = torch.tensor([0] + [len(pools[name][0]) for name in self.pool_names]).cumsum(0)
-        # by_pool[p][d]: indices into self.digits of the exemplars of digit d in pool p (None: pool absent)
-        self.by_pool: list[list[torch.Tensor] | None] = [None] * len(POOLS)
-        for k, name in enumerate(self.pool_names):
-            pool_labels = labels[offsets[k] : offsets[k + 1]]
-            by_digit = [torch.nonzero(pool_labels == d).flatten() + offsets[k] for d in range(10)]
-            missing = [d for d, idx in enumerate(by_digit) if len(idx) == 0]
-            if missing:
-                raise UserInputError(f"the {name} digit source has no exemplar of digit(s) {missing}")
-            self.by_pool[POOLS.index(name)] = by_digit
         self.palette = torch.tensor(list(COLORS.values()))
 
     @staticmethod
@@ -312,15 +333,8 @@ class CMNISTDataModule(SplitDataModule):
         if self.train_set is not None:
             return
         hp = self.hparams
-        digits, labels = load_digits(hp.data_dir, "train")
         gen = torch.Generator().manual_seed(hp.seed)
-        order = torch.randperm(len(digits), generator=gen)
-        cut = int(0.85 * len(digits))
-        pools = {
-            "train": (digits[order[:cut]], labels[order[:cut]]),
-            "val": (digits[order[cut:]], labels[order[cut:]]),
-            "test": load_digits(hp.data_dir, "test"),
-        }
+        pools = exemplar_pools(hp.data_dir, gen)
         self.renderer = CMNISTRenderer(color_target=hp.color_target, pools=pools)
         self.train_set = self._biased_split(self.renderer, hp.train_size, gen, "train")
         self.val_set = self._biased_split(self.renderer, max(hp.train_size // 4, 10), gen, "val")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from datamodules.base import AttributeImageDataset, SplitDataModule, check_loader, check_range, to_uint8
-from datamodules.cmnist import STYLE_BITS, load_digits
+from datamodules.cmnist import STYLE_BITS, exemplar_pools
 from datamodules.facts import DatasetFacts
 from datamodules.shifts_render import CAUSE_FACTORS, FACTS, IMAGE_SIZE, ShiftsRenderer, exemplar_of
 from nemo_train.errors import UserInputError
@@ -156,15 +156,8 @@ class ShiftsDataModule(SplitDataModule):
         if self.train_set is not None:
             return
         hp = self.hparams
-        digits, labels = load_digits(hp.data_dir, "train")
         gen = torch.Generator().manual_seed(hp.seed)
-        order = torch.randperm(len(digits), generator=gen)
-        cut = int(0.85 * len(digits))
-        pools = {
-            "train": (digits[order[:cut]], labels[order[:cut]]),
-            "val": (digits[order[cut:]], labels[order[cut:]]),
-            "test": load_digits(hp.data_dir, "test"),
-        }
+        pools = exemplar_pools(hp.data_dir, gen)
         self.renderer = ShiftsRenderer(pools)
         self.train_set = self._gap_split("train", hp.train_size, gen)
         self.val_set = self._gap_split("val", max(hp.train_size // 4, 10), gen)

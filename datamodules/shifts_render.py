@@ -15,7 +15,7 @@ from collections.abc import Mapping
 import torch
 import torch.nn.functional as F
 
-from datamodules.cmnist import POOLS, STYLE_BITS
+from datamodules.cmnist import POOLS, STYLE_BITS, index_pools
 from datamodules.facts import DatasetFacts, Factor
 from nemo_train.errors import UserInputError
 
@@ -133,25 +133,14 @@ class ShiftsRenderer:
     attributes: dict[str, list] = FACTS.vocabulary
 
     def __init__(self, pools: Mapping[str, tuple[torch.Tensor, torch.Tensor]]) -> None:
-        unknown = [name for name in pools if name not in POOLS]
-        if unknown or not pools:
-            raise UserInputError(f"exemplar pools {list(pools)}; expected some of {list(POOLS)}")
-        self.pool_names = [name for name in POOLS if name in pools]
+        if not pools:
+            raise UserInputError(f"no exemplar pools; expected some of {list(POOLS)}")
+        self.pool_names, self.by_pool = index_pools(pools)
         digits = torch.cat([pools[name][0].float() for name in self.pool_names])
         if digits.shape[1:] != (28, 28):
             raise UserInputError(f"exemplar digits must be 28x28, got {list(digits.shape[1:])}")
         pad = (IMAGE_SIZE - 28) // 2
         self.digits = F.pad(digits, (pad, pad, pad, pad))
-        labels = torch.cat([pools[name][1] for name in self.pool_names])
-        offsets = torch.tensor([0] + [len(pools[name][0]) for name in self.pool_names]).cumsum(0)
-        self.by_pool: list[list[torch.Tensor] | None] = [None] * len(POOLS)
-        for k, name in enumerate(self.pool_names):
-            pool_labels = labels[offsets[k] : offsets[k + 1]]
-            by_digit = [torch.nonzero(pool_labels == d).flatten() + offsets[k] for d in range(10)]
-            missing = [d for d, idx in enumerate(by_digit) if len(idx) == 0]
-            if missing:
-                raise UserInputError(f"the {name} exemplar pool has no exemplar of digit(s) {missing}")
-            self.by_pool[POOLS.index(name)] = by_digit
         self.palette = torch.tensor(list(PALETTE.values()))
         self.offsets = torch.tensor(list(OFFSETS.values()), dtype=torch.float32) * (2.0 / IMAGE_SIZE)
         self.scales = torch.tensor(list(SCALES.values()))

@@ -15,6 +15,7 @@ so that these answers are about one token per word; Qwen2-VL's special tokens ar
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -195,10 +196,13 @@ def cache_root() -> Path:
 def materialize_tiny(root: str | Path | None = None) -> Path:
     """Write the tiny model and processor (seed 0) into ``root`` once; return the folder.
 
-    Safe with several processes (DDP ranks): each writes into a private temporary folder and renames it
-    into place; a rank that loses the race keeps the winner's identical copy.
+    The folder is named by :data:`TINY_VERSION` and a digest of the tokenizer corpus, so an edit of a text
+    the corpus is made from (the shifts fact sheet, the structured sentences) builds a new tokenizer instead
+    of reusing a stale one. Safe with several processes (DDP ranks): each writes into a private temporary
+    folder and renames it into place; a rank that loses the race keeps the winner's identical copy.
     """
-    target = Path(root or cache_root()) / f"tiny-qwen2-vl-v{TINY_VERSION}"
+    digest = hashlib.sha256(json.dumps([TINY_VOCAB, _corpus()]).encode()).hexdigest()[:10]
+    target = Path(root or cache_root()) / f"tiny-qwen2-vl-v{TINY_VERSION}-{digest}"
     if (target / "done.json").is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
