@@ -17,7 +17,7 @@ def main() -> None:
     parser.add_argument("recap", type=Path, help="recap.json written by `nemo-train demo`")
     rows = json.loads(parser.parse_args().recap.read_text())
     print("| step | method | numbers |\n| --- | --- | --- |")
-    for step, method, numbers in recap_lines(rows):
+    for step, method, numbers in recap_lines(rows, per_line=99):
         print(f"| {step} | {method} | {numbers} |")
 
 
