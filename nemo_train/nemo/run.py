@@ -182,6 +182,7 @@ OFFLINE_STAND_INS = {
     "SciTX": "attribute template, not a model",
     "CamMLLM": "heat-map rule, not a model",
     "ChangeMLLM": "attribute rule, not a model",
+    "Global": "counting rule, not a model",
 }
 
 
