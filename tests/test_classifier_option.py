@@ -10,9 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from cli_errors import one_line_error
 from jsonargparse import auto_parser
 
-from nemo_train.cli import PIPELINE_COMMANDS, _load, main
+from nemo_train.cli import PIPELINE_COMMANDS, _load
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,15 +31,6 @@ COMMANDS = {
     "nemo-eval": ("nemo/cmnist.yaml", "cmnist/model_a.yaml", "--targets=[{}]"),
     "distill-teacher": ("distill/cmnist_teacher.yaml", "cmnist/model_a.yaml", "--classifier={}"),
 }
-
-
-def error_line(capsys, argv: list[str]) -> str:
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert err.startswith("nemo-train: error: ") and err.count("\n") == 1, err
-    return err
 
 
 @pytest.mark.parametrize("command", sorted(PIPELINE_COMMANDS))
@@ -60,7 +52,9 @@ def test_the_commands_table_covers_every_command_that_takes_a_classifier():
 def test_missing_checkpoint_names_the_fit_command_and_trains_nothing(command, tmp_path, monkeypatch, capsys):
     preset, fit_preset, _ = COMMANDS[command]
     monkeypatch.chdir(tmp_path)  # the preset's relative checkpoint (and out_dir) would be here
-    err = error_line(capsys, [command, "--config", str(ROOT / "configs" / preset), "--out_dir", str(tmp_path / "o")])
+    err = one_line_error(
+        capsys, [command, "--config", str(ROOT / "configs" / preset), "--out_dir", str(tmp_path / "o")]
+    )
     assert f"`nemo-train fit --config configs/{fit_preset}`" in err and "does not exist" in err
     assert not any(tmp_path.iterdir()), "a command with a missing classifier wrote (or trained) something"
 
@@ -77,5 +71,5 @@ def test_damaged_checkpoint_is_one_line_naming_the_file(command, tmp_path, monke
     args.append(option.format(damaged, other))
     if command == "lbee":  # the data are built before the classifier is read: keep them small
         args += ["--data.init_args.train_size=60", "--data.init_args.test_per_pair=1"]
-    err = error_line(capsys, args)
+    err = one_line_error(capsys, args)
     assert str(damaged) in err and "cannot be read" in err

@@ -57,14 +57,15 @@ def test_every_error_has_the_cause_that_re_rendering_establishes(bench, gap_clas
 
 def test_cause_counts_and_shares(bench):
     counts = bench.cause_counts
-    assert set(counts) >= set(UNEXPLAINED) or all(
-        c in FACT_SHEETS["shifts"].factor_names for c in counts if c not in UNEXPLAINED
-    )
-    shares = cause_shares(counts)
-    assert shares and sum(shares.values()) == pytest.approx(1.0)
+    causes = {f.name for f in bench.facts.factors if not f.distractor}
+    assert set(counts) <= causes | set(UNEXPLAINED) and set(counts) & causes
+    assert {sample.cause for sample in bench.errors} <= set(counts) - set(UNEXPLAINED)
     single = sum(v for k, v in counts.items() if k not in UNEXPLAINED)
-    assert {row[0]: row[1] for row in cause_table(counts)}.items() >= {k: v for k, v in counts.items()}.items()
+    shares = cause_shares(counts)
+    assert sum(shares.values()) == pytest.approx(1.0)
     assert all(share == pytest.approx(counts[cause] / single) for cause, share in shares.items())
+    table = {cause: errors for cause, errors, _ in cause_table(counts)}
+    assert table == {**{k: 0 for k in UNEXPLAINED}, **counts}
 
 
 def test_references_are_training_like_images(bench):

@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_errors import one_line_error
 from loopback_openai_server import LoopbackOpenAIServer, completion, error
 
 import nemo_train.backends.openai_compat as openai_compat
 from nemo_train.backends import OpenAICompatibleBackend
-from nemo_train.cli import main
 from nemo_train.nemo.components import BenchmarkArgs, ExactEdit, KnownCauseMethod, SciTXMethod
 from nemo_train.nemo.run import nemo_eval
 
@@ -95,15 +95,6 @@ def test_retrained_checkpoint_changed_setting_and_damaged_results(checkpoint_fac
     again = nemo_eval(BENCH, [str(ckpt)], [SciTXMethod(k=4), KnownCauseMethod()], out_dir=out)
     assert again.computed == 0 and again.cells == changed.cells
     assert "skipped 3 unreadable line(s)" in caplog.text and "cut a torn last line" in caplog.text
-
-
-def one_line_error(capsys, argv: list[str]) -> str:
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert err.startswith("nemo-train: error: ") and err.count("\n") == 1, err
-    return err
 
 
 def test_second_run_on_the_same_out_dir_exits_naming_the_holder(checkpoint_factory, tmp_path, capsys):
