@@ -4,8 +4,9 @@ Each source draws its attributes uniformly (every combination occurs, unlike the
 splits), renders the image with its conditional generator, and writes a caption from the attributes
 with one of several templates; a fraction of captions name one attribute only ("a photo of a bird"),
 so the text tower also learns the single-attribute prompts used for zero-shot evaluation and by the
-failure-mode sentence sets. :data:`VOCABULARIES` holds the words of every attribute value and the
-caption templates; the first one-attribute template of an attribute is its zero-shot prompt.
+failure-mode sentence sets. :data:`VOCABULARIES` holds the words of every attribute value (read from each
+generator's fact sheet, :attr:`datamodules.facts.DatasetFacts.caption_words`) and the caption templates; the
+first one-attribute template of an attribute is its zero-shot prompt.
 
 Hard negatives: the training images come in *minimal-pair groups*: a group shares every attribute and
 the rendering style but one, which takes a different value in each member ("a red digit three",
@@ -30,6 +31,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from datamodules import clevr, cmnist, nico
 from datamodules.base import SplitDataModule, check_loader, check_range, to_uint8
+from datamodules.fact_sheets import SHEETS
 from nemo_train.errors import UserInputError
 
 Source = Literal["cmnist", "clevr", "nico"]
@@ -58,26 +60,35 @@ class CaptionVocabulary:
         return [self.partial_caption(attr, value) for value in range(len(self.words[attr]))]
 
 
-NICO_OBJECT_WORDS = ["mammal", "bird", "plant", "plane", "boat", "car"]
-NICO_CONTEXT_WORDS = ["dim light", "the outdoors", "grass", "rocks", "autumn leaves", "water"]
-DIGIT_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
-TILT_WORDS = ["tilted right", "upright", "tilted left"]
+#: Caption attributes named apart from their factor: CMNIST captions its rotations as three tilt words.
+CAPTION_NAMES: dict[str, dict[str, str]] = {"cmnist": {"angle": "tilt"}}
+
+
+def caption_words(source: str) -> dict[str, list[str]]:
+    """``{caption attribute: words}`` of a source, read from its fact sheet (class words first, then each
+    factor's distinct caption words, renamed by :data:`CAPTION_NAMES`)."""
+    renamed = CAPTION_NAMES.get(source, {})
+    return {renamed.get(k, k): words for k, words in SHEETS[source].caption_words.items()}
+
+
+_ANGLE = SHEETS["cmnist"].factor("angle")
+#: CMNIST's tilt words (the distinct caption words of its rotations): right, upright, left.
+TILT_WORDS: list[str] = _ANGLE.caption_vocabulary
 #: CMNIST rotations (degrees, counter-clockwise) of each tilt word
-TILT_ANGLES: tuple[tuple[int, ...], ...] = (
-    tuple(a for a in cmnist.ANGLES if a <= -10),
-    tuple(a for a in cmnist.ANGLES if -10 < a < 10),
-    tuple(a for a in cmnist.ANGLES if a >= 10),
+TILT_ANGLES: tuple[tuple[int, ...], ...] = tuple(
+    tuple(a for a, w in zip(_ANGLE.values, _ANGLE.caption_words) if w == word) for word in TILT_WORDS
 )
 
 
 def tilt_index(angle: torch.Tensor) -> torch.Tensor:
-    """CMNIST rotation (degrees, counter-clockwise) binned: 0 right (<= -10), 1 upright, 2 left (>= 10)."""
+    """CMNIST rotation (degrees, counter-clockwise, on the grid or not) binned as the fact sheet's tilt words:
+    0 right (<= -10), 1 upright, 2 left (>= 10)."""
     return (angle >= 10).long() * 2 + ((angle > -10) & (angle < 10)).long()
 
 
 VOCABULARIES: dict[str, CaptionVocabulary] = {
     "nico": CaptionVocabulary(
-        words={"object": NICO_OBJECT_WORDS, "context": NICO_CONTEXT_WORDS},
+        words=caption_words("nico"),
         templates=(
             "a photo of a {object} in {context}",
             "a {object} in {context}",
@@ -90,7 +101,7 @@ VOCABULARIES: dict[str, CaptionVocabulary] = {
         },
     ),
     "cmnist": CaptionVocabulary(
-        words={"digit": DIGIT_WORDS, "color": list(cmnist.COLOR_NAMES), "tilt": TILT_WORDS},
+        words=caption_words("cmnist"),
         templates=(
             "a {color} digit {digit} {tilt}",
             "the number {digit} written in {color}, {tilt}",
@@ -103,12 +114,7 @@ VOCABULARIES: dict[str, CaptionVocabulary] = {
         },
     ),
     "clevr": CaptionVocabulary(
-        words={
-            "shape": list(clevr.SHAPES),
-            "material": ["shiny metal", "matte rubber"],
-            "color": list(clevr.COLOR_NAMES),
-            "size": list(clevr.SIZE_NAMES),
-        },
+        words=caption_words("clevr"),
         templates=(
             "a {size} {color} {shape} made of {material}",
             "a {size} {material} {shape}, {color}",

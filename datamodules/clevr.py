@@ -37,6 +37,7 @@ from datamodules.clevr_render import (
     attribute_index,
     style_uniform,
 )
+from datamodules.facts import DatasetFacts, Factor
 from datamodules.folder import load_images, require_folder
 from nemo_train.errors import UserInputError
 
@@ -44,6 +45,7 @@ __all__ = [
     "ATTRIBUTES",
     "COLORS",
     "COLOR_NAMES",
+    "FACTS",
     "MATERIALS",
     "MAX_FOLDER_SIZE",
     "MAX_RENDER_SIZE",
@@ -64,6 +66,35 @@ __all__ = [
 #: 8 to 1024 px (rendered ones: :data:`MAX_RENDER_SIZE`), up to 100,000 training images and 50 views per
 #: test cell (and 4 GiB of images in all).
 MAX_TRAIN_SIZE, MAX_TEST_STYLES = 100_000, 50
+
+#: The fact sheet: the class is the shape; material is the planted cause (:class:`MaterialBias`), size the distractor.
+#: No value is typical for every class, so the sheet names none. The caption reads "a small red metal cube".
+FACTS = DatasetFacts(
+    name="clevr",
+    classes=tuple(SHAPES),
+    class_attribute="shape",
+    object_word="object",
+    factors=(
+        Factor(
+            "material",
+            tuple(MATERIALS),
+            "material",
+            ("materials", "made of", "surface", "finish"),
+            spellings={"metal": ("metallic",)},
+            caption_words=("shiny metal", "matte rubber"),
+        ),
+        Factor(
+            "color",
+            tuple(COLOR_NAMES),
+            "colour",
+            ("color", "colour", "colored", "coloured", "hue", "tint"),
+            spellings={"gray": ("grey",)},
+        ),
+        Factor("size", tuple(SIZE_NAMES), "size", ("sized", "big", "tiny", "bigger", "smaller"), distractor=True),
+    ),
+    caption_template="a {size} {color} {material} {shape}",
+    cause="material",
+)
 
 
 # --------------------------------------------------------------------------------------------- bias

@@ -61,23 +61,37 @@ COLOR_NAMES: list[str] = list(COLORS)
 #: The 13 rotation angles of the test grid (degrees).
 ANGLES: list[int] = list(range(-30, 31, 5))
 #: The fact sheet: the class is the digit; colour is the planted cause (per class, see :class:`BiasSpec`), rotation
-#: the distractor. No value is typical for every class, so the sheet names none.
+#: the distractor. No value is typical for every class, so the sheet names none. The caption reads "a red digit 3,
+#: rotated -10 degrees" ("upright" at 0); the small CLIP's captions bin rotations into three tilt words.
 FACTS = DatasetFacts(
     name="cmnist",
     classes=tuple(str(d) for d in range(10)),
     class_attribute="digit",
     object_word="digit",
     factors=(
-        Factor("color", tuple(COLOR_NAMES), "colour", ("color", "colour", "colored", "coloured", "hue", "tint")),
+        Factor(
+            "color",
+            tuple(COLOR_NAMES),
+            "colour",
+            ("color", "colour", "colored", "coloured", "hue", "tint"),
+            spellings={"grey": ("gray",)},
+        ),
         Factor(
             "angle",
             tuple(ANGLES),
             "rotation",
             ("rotated", "rotation", "tilted", "tilt", "angle", "orientation", "upright"),
             distractor=True,
+            phrases={str(a): "upright" if a == 0 else f"rotated {a} degrees" for a in ANGLES},
+            unit="degrees",
+            caption_words=tuple(
+                "tilted right" if a <= -10 else "tilted left" if a >= 10 else "upright" for a in ANGLES
+            ),
         ),
     ),
-    caption_template="a {color} digit {digit}, rotated {angle} degrees",
+    caption_template="a {color} digit {digit}, {angle}",
+    cause="color",
+    class_words=("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"),
 )
 
 

@@ -3,8 +3,11 @@
 A :class:`DatasetFacts` names the classes, the attribute that carries the class, and every other factor of
 variation (:class:`Factor`): its values, how a sentence names it, the words that name it in free text, its
 training-typical value (what a counterfactual edit restores), whether an edit may change it and whether it
-is a distractor (it varies in training and test alike and never causes an error). Captions, judges,
-reference explainers and editors read the sheet instead of restating these facts.
+is a distractor (it varies in training and test alike and never causes an error), plus the words of every
+value in the small CLIP's training captions (:mod:`datamodules.captions`). A biased dataset's sheet also names
+its planted ``cause``. Captions, judges, reference explainers, editors, the model-differences condition spaces
+and the failure-mode sentences read the sheet instead of restating these facts; :mod:`datamodules.fact_sheets`
+lists the sheets.
 
 Stored attributes follow the renderer convention (docs/ARCHITECTURE.md): a factor whose values are names is
 stored as an index into :attr:`Factor.values`; a numeric factor (an angle) is stored as the number itself.
@@ -32,7 +35,11 @@ class Factor:
             counterfactual edit restores); ``None`` when no value is typical.
         editable: whether a counterfactual edit may change it.
         distractor: it varies freely in training and test and never causes an error.
-        phrases: how a value reads in a caption (``{"dotted": "dotted strokes"}``; default the value itself).
+        phrases: how a value reads in the sheet's caption (``{"dotted": "dotted strokes"}``; default the value).
+        unit: what follows a numeric value in text (``degrees``).
+        spellings: other spellings of a value in free text (``{"grey": ("gray",)}``).
+        caption_words: the word of each value in the small CLIP's training captions, one per value (default the
+            value names); values sharing a word are captioned together (CMNIST's angles as three tilt words).
     """
 
     name: str
@@ -43,6 +50,13 @@ class Factor:
     editable: bool = True
     distractor: bool = False
     phrases: Mapping[str, str] = field(default_factory=dict)
+    unit: str = ""
+    spellings: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    caption_words: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.caption_words and len(self.caption_words) != len(self.values):
+            raise ValueError(f"{self.name}: {len(self.caption_words)} caption words for {len(self.values)} values")
 
     @property
     def named(self) -> bool:
@@ -75,10 +89,26 @@ class Factor:
         name = self.value_name(stored)
         return self.phrases.get(name, name)
 
+    @property
+    def caption_vocabulary(self) -> list[str]:
+        """The distinct caption words of the values, in value order (``["tilted right", "upright", ...]``)."""
+        return list(dict.fromkeys(self.caption_words or map(str, self.values)))
+
 
 @dataclass(frozen=True)
 class DatasetFacts:
-    """The fact sheet of a generated dataset: classes, the class attribute and the factors of variation."""
+    """The fact sheet of a generated dataset: classes, the class attribute and the factors of variation.
+
+    Args:
+        name: the dataset's name (``cmnist``), as benchmarks and sources are named.
+        classes: class names, in label order.
+        class_attribute: the attribute key that holds the class (``digit``).
+        object_word: how a sentence names the thing shown (``digit``, ``object``).
+        factors: every other factor of variation, in the renderer's attribute order.
+        caption_template: the sheet's caption of an image (``str.format`` over value phrases and class name).
+        cause: the factor a planted bias ties to the class (``None`` when errors have their own causes).
+        class_words: the word of each class in the small CLIP's training captions (default the class names).
+    """
 
     name: str
     classes: tuple[str, ...]
@@ -86,6 +116,14 @@ class DatasetFacts:
     object_word: str
     factors: tuple[Factor, ...]
     caption_template: str = ""
+    cause: str | None = None
+    class_words: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.cause is not None and self.cause not in self.factor_names:
+            raise ValueError(f"{self.name}: cause {self.cause!r} is not a factor of {self.factor_names}")
+        if self.class_words and len(self.class_words) != len(self.classes):
+            raise ValueError(f"{self.name}: {len(self.class_words)} class words for {len(self.classes)} classes")
 
     def factor(self, name: str) -> Factor:
         for factor in self.factors:
@@ -105,6 +143,13 @@ class DatasetFacts:
     @property
     def distractors(self) -> list[str]:
         return [f.name for f in self.factors if f.distractor]
+
+    @property
+    def caption_words(self) -> dict[str, list[str]]:
+        """``{attribute: words}`` of the small CLIP's captions: the class words, then each factor's distinct
+        caption words (:attr:`Factor.caption_vocabulary`), keyed by attribute name."""
+        words = {self.class_attribute: list(self.class_words or self.classes)}
+        return words | {f.name: f.caption_vocabulary for f in self.factors}
 
     @property
     def vocabulary(self) -> dict[str, list]:

@@ -29,7 +29,8 @@ from datamodules.base import (
     to_uint8,
     vocab_index,
 )
-from datamodules.folder import list_images, load_images, require_folder
+from datamodules.facts import DatasetFacts, Factor
+from datamodules.folder import list_images, open_images, require_folder
 from datamodules.nico_render import CLASSES, CONTEXTS, MAX_RENDER_SIZE, NICORenderer
 from nemo_train.errors import UserInputError
 
@@ -38,6 +39,7 @@ __all__ = [
     "CONTEXTS",
     "CONTEXT_FOLDERS",
     "CORRELATED_CONTEXT",
+    "FACTS",
     "MAX_FOLDER_SIZE",
     "MAX_RENDER_SIZE",
     "MAX_TEST_PER_PAIR",
@@ -67,6 +69,25 @@ CONTEXT_FOLDERS: dict[str, tuple[str, ...]] = {
 #: 8 to 1024 px (rendered ones: :data:`MAX_RENDER_SIZE`), up to 100,000 synthetic training images and 1,000
 #: test images per (class, context) pair (and 4 GiB of images in all).
 MAX_TRAIN_SIZE, MAX_TEST_PER_PAIR = 100_000, 1000
+#: The fact sheet of the NICO-like images: the class is the object, its context the planted cause
+#: (:data:`CORRELATED_CONTEXT`); the style-seeded glyph colour, pose and texture are not factors.
+FACTS = DatasetFacts(
+    name="nico",
+    classes=tuple(CLASSES),
+    class_attribute="object",
+    object_word="object",
+    factors=(
+        Factor(
+            "context",
+            tuple(CONTEXTS),
+            "context",
+            ("background", "setting", "scene", "surroundings", "environment"),
+            caption_words=("dim light", "the outdoors", "grass", "rocks", "autumn leaves", "water"),
+        ),
+    ),
+    cause="context",
+    class_words=("mammal", "bird", "plant", "plane", "boat", "car"),
+)
 
 
 def parse_correlated_context(pairs: Mapping[str, str] | None) -> torch.Tensor:
@@ -210,7 +231,7 @@ class NICODataModule(SplitDataModule):
         cells = scan_nico_folder(hp.data_dir)
         paths = [p for files in cells.values() for p in files]
         cell_of = [key for key, files in cells.items() for _ in files]
-        loaded = load_images(paths, hp.image_size, resize="center_crop", desc="reading NICO++")
+        loaded = open_images(paths, hp.image_size, resize="center_crop", desc="checking NICO++ images")
         self.num_skipped_images = loaded.num_skipped
         readable: dict[tuple[int, int], list[int]] = {key: [] for key in cells}
         for row, index in enumerate(loaded.kept.tolist()):

@@ -72,6 +72,7 @@ FACTS = DatasetFacts(
             "rotation",
             ("rotated", "rotation", "tilted", "tilt", "angle", "orientation", "turned", "sideways", "upside"),
             typical=0,
+            unit="degrees",
             phrases={
                 "-90": "rotated 90 degrees clockwise",
                 "-45": "rotated 45 degrees clockwise",

@@ -25,6 +25,7 @@ from nemo_train.console import print_table
 from nemo_train.demo_steps import STEPS, DemoContext, FitResult, Headline, Step, read_classifier, read_numbers
 from nemo_train.errors import UserInputError
 from nemo_train.lightning_cli import NemoLightningCLI
+from nemo_train.runs import OutDir, run_command
 from nemo_train.store import write_json_atomic
 
 __all__ = ["STEPS", "DemoContext", "FitResult", "Headline", "Step", "demo", "read_numbers", "run_step"]
@@ -143,16 +144,18 @@ def run_step(ctx: DemoContext, step: Step) -> bool:
     return True
 
 
+@run_command("demo")
 def demo(
-    out_dir: str = "checkpoints/demo",
+    out_dir: OutDir = "checkpoints/demo",
     preset_dir: str | None = None,
     steps: list[str] | None = None,
     fast: bool = False,
 ) -> DemoContext:
     """Run every capability once on the embedded data (the shipped presets, sized for minutes), then recap.
 
+    Every step writes under ``out_dir`` (checkpoints, W&B offline runs, tables, images, its own provenance).
+
     Args:
-        out_dir: where every step writes (checkpoints, W&B offline runs, tables, images).
         preset_dir: folder of the presets to run (default: the repository's ``configs/``).
         steps: names of the steps to run (default: all), e.g. ``[cmnist_model_a, counterfactuals]``.
         fast: tiny sizes everywhere (for tests; the numbers are not meaningful).

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from nemo_train.errors import UserInputError
+from nemo_train.nemo.labels import match_label
 
 
 @dataclass
@@ -41,9 +42,9 @@ class DemoContext:
     headlines: list[Headline] = field(default_factory=list)
 
     def expand(self, arg: str) -> str:
-        """``{out}``, ``{ckpt[step]}`` and ``{outputs[step]}`` in an override, filled in."""
+        """``{out}``, ``{presets}`` (the preset folder), ``{ckpt[step]}`` and ``{outputs[step]}`` in an override, filled in."""
         try:
-            return arg.format(out=self.out_dir, ckpt=self.checkpoints, outputs=self.outputs)
+            return arg.format(out=self.out_dir, presets=self.preset_dir, ckpt=self.checkpoints, outputs=self.outputs)
         except KeyError as missing:
             raise UserInputError(
                 f"demo override {arg!r} needs the output of step {missing}; run that step too"
@@ -97,7 +98,9 @@ def read_classifier(ctx: DemoContext, result: FitResult) -> list[tuple[str, str,
 
 def read_explainer(ctx: DemoContext, result: FitResult) -> list[tuple[str, str, Any]]:
     """Held-out explanation accuracy (share of pairs whose explanation names the right cause; keyword rule)."""
-    return [("tiny explainer", "explanation_acc (keyword rule)", result.metrics["val/explanation_acc"])]
+    return [
+        ("tiny explainer", "explanation_acc (keyword rule, not manual grading)", result.metrics["val/explanation_acc"])
+    ]
 
 
 def read_captions(ctx: DemoContext, result: FitResult) -> list[tuple[str, str, Any]]:
@@ -122,9 +125,12 @@ def read_teacher(ctx: DemoContext, result: dict) -> list[tuple[str, str, Any]]:
 def read_distilled(ctx: DemoContext, result: FitResult) -> list[tuple[str, str, Any]]:
     """CEI and LLM Match of the student's answers on held-out errors at the last validation."""
     m = result.metrics
-    return [
-        ("Student", name, m[key]) for key, name in (("nemo/cei", "cei"), ("nemo/llm_match", "llm_match")) if key in m
-    ]
+    rows = [("Student", "cei", m["nemo/cei"])] if "nemo/cei" in m else []
+    for key in ("llm_match", "rule_match"):  # rule_match: no judge was a language model
+        if f"nemo/{key}" in m:
+            judges = [k.split("/", 2)[2] for k in m if k.startswith(f"nemo/{key}/") and k.count("/") == 2]
+            rows.append(("Student", match_label(judges) if judges else key, m[f"nemo/{key}"]))
+    return rows
 
 
 def _shares(step_target: str, counts: dict[str, int] | None) -> list[tuple[str, str, Any]]:
@@ -141,14 +147,18 @@ def read_distill_eval(ctx: DemoContext, result: dict) -> list[tuple[str, str, An
         method, target = key.split("|", 1)
         for metric in ("llm_match", "grounding", "cei"):
             if _finite(v.get(metric)):
-                rows.append((f"{method} @ {target}", metric, v[metric]))
+                label = match_label(result.get("judges", [])) if metric == "llm_match" else metric
+                rows.append((f"{method} @ {target}", label, v[metric]))
     return rows
 
 
 def read_differences(ctx: DemoContext, result: Any) -> list[tuple[str, str, Any]]:
     """Completeness, Density and Token Length of each explainer of how Model A and Model B differ."""
+    parts = {"evaluator": result.evaluator, "summarizer": result.summarizer, "explorer": result.explorer}
+    rules = [part for part, label in parts.items() if not label.startswith("LLM ")]
+    note = f" ({', '.join(rules)}: rules, not LLMs)" if rules else ""
     return [
-        (method, metric, v[metric])
+        (method + note, metric, v[metric])
         for method, v in result.headline().items()
         for metric in ("completeness", "density", "token_length")
     ]
@@ -179,7 +189,7 @@ def read_nemo(ctx: DemoContext, result: Any) -> list[tuple[str, str, Any]]:
     for c in result.cells:
         method = c.label if len({x.target for x in result.cells}) == 1 else f"{c.label} @ {c.target}"
         rows += [
-            (method, metric, getattr(c, metric))
+            (method, match_label(c.per_judge) if metric == "llm_match" else metric, getattr(c, metric))
             for metric in ("llm_match", "grounding", "cei")
             if _finite(getattr(c, metric))
         ]
@@ -366,9 +376,10 @@ STEPS: list[Step] = [
     ),
     Step(
         name="lbee",
-        preset="lbee/nico85.yaml",
+        preset="lbee/nico_base.yaml",
         command="lbee",
         overrides=[
+            "--config={presets}/lbee/nico85.yaml",
             "--out_dir={out}/lbee",
             "--classifier={ckpt[nico85_cnn]}",
             "--encoder.init_args.path={out}/lbee/clip_nico",

@@ -8,6 +8,7 @@ Every output of a run lives under ``trainer.default_root_dir`` (the one path a p
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,28 @@ class ScrubbedSaveConfigCallback(SaveConfigCallback):
             logger.log_hyperparams({"config": config})
 
 
+def processor_loader(model_name_or_path: str) -> Callable[[str], Any]:
+    """The loader of the explainer's processor: :func:`nemo_train.models.vlm.load_processor` takes any id the
+    explainer itself loads (hub id, local folder, ``embedded:tiny-qwen2-vl``)."""
+    from nemo_train.models.vlm import load_processor  # transformers: imported only when an explainer is configured
+
+    return load_processor
+
+
+def link_shared_arguments(parser: Any) -> None:
+    """Values model and data must agree on, given once: the explainer's model id (set on the model; the data
+    renders with the same id's processor) and the number of classes (the datamodule's ``num_classes``
+    attribute becomes the classifier's). A link whose source or target a preset's classes lack is skipped."""
+    parser.link_arguments("model.init_args.model_name_or_path", "data.init_args.model_name_or_path", apply_on="parse")
+    parser.link_arguments(
+        "model.init_args.model_name_or_path",
+        "data.init_args.processor_loader",
+        compute_fn=processor_loader,
+        apply_on="parse",
+    )
+    parser.link_arguments("data.num_classes", "model.init_args.num_classes", apply_on="instantiate")
+
+
 class NemoLightningCLI(LightningCLI):
     """``nemo-train fit|validate|test|predict``: model and data chosen by ``class_path`` in YAML."""
 
@@ -82,6 +105,9 @@ class NemoLightningCLI(LightningCLI):
                 args=args,
                 **kwargs,
             )
+
+    def add_arguments_to_parser(self, parser: Any) -> None:
+        link_shared_arguments(parser)
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config

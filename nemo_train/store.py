@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from nemo_train.errors import UserInputError
+from nemo_train.secrets import scrub_secrets
 
 log = logging.getLogger(__name__)
 
@@ -42,14 +43,15 @@ def write_json_atomic(path: str | Path, value: Any) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     scratch = path.with_name(f".{path.name}.tmp")
-    scratch.write_text(json.dumps(value, indent=1, allow_nan=False) + "\n")
+    scratch.write_text(json.dumps(scrub_secrets(value), indent=1, allow_nan=False) + "\n")  # no secret on disk
     os.replace(scratch, path)
     return path
 
 
 def fingerprint(settings: dict[str, Any]) -> str:
-    """A short stable hash of a JSON-ready settings dict (canonical JSON, SHA-256)."""
-    canonical = json.dumps(settings, sort_keys=True, separators=(",", ":"), default=str)
+    """A short stable hash of a JSON-ready settings dict (canonical JSON, SHA-256; secrets redacted first, as
+    the settings are stored)."""
+    canonical = json.dumps(scrub_secrets(settings), sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
@@ -148,7 +150,8 @@ class ResultStore:
         if record is None:
             return None
         if record.get("fingerprint") != fingerprint(settings):
-            for name in changed_settings(record.get("settings") or {}, settings) or ["(unrecorded settings)"]:
+            changed = changed_settings(record.get("settings") or {}, scrub_secrets(settings))
+            for name in changed or ["(unrecorded settings)"]:
                 self.changed[name] += 1
             return None
         if retry_failed and record.get("failed"):
@@ -165,6 +168,7 @@ class ResultStore:
             raise ValueError(f"a record needs a string 'key'; got {record.get('key')!r}")
         if settings is not None:
             record = {**record, "settings": settings, "fingerprint": fingerprint(settings)}
+        record = scrub_secrets(record)  # settings and texts: no secret reaches the file
         line = (json.dumps(record, ensure_ascii=False, allow_nan=True) + "\n").encode("utf-8")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -182,20 +186,30 @@ class RunLock:
 
     The lock file ``<folder>/.lock`` holds the holder's pid. The OS releases the lock when the process
     ends, however it ends, so a killed run never leaves a stale lock. Use as a context manager.
+    Within one process the lock is re-entrant (a command's own lock inside the run that opened the folder);
+    it is released when its last holder releases it.
     """
 
     FILE_NAME = ".lock"
+    #: the locks this process holds: resolved lock file -> [file descriptor, number of holders]
+    _held: dict[str, list[int]] = {}
 
-    def __init__(self, folder: str | Path) -> None:
+    def __init__(self, folder: str | Path, name: str = FILE_NAME) -> None:
         self.folder = Path(folder)
-        self.path = self.folder / self.FILE_NAME
+        self.path = self.folder / name
         self._fd: int | None = None
+        self._key: str | None = None
 
     def acquire(self) -> RunLock:
         """Take the lock or raise :class:`UserInputError` naming the pid of the run that holds it."""
         if self.folder.exists() and not self.folder.is_dir():
             raise UserInputError(f"out_dir {str(self.folder)!r} is a file; expected a folder (or a new path)")
         self.folder.mkdir(parents=True, exist_ok=True)
+        key = os.path.realpath(self.path)
+        if self._key is None and key in RunLock._held:  # held by this process already
+            RunLock._held[key][1] += 1
+            self._key = key
+            return self
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -207,15 +221,21 @@ class RunLock:
             ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
-        self._fd = fd
+        self._fd, self._key = fd, key
+        RunLock._held[key] = [fd, 1]
         return self
 
     def release(self) -> None:
         """Release the lock (the lock file stays; it is harmless)."""
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+        if self._key is None:
+            return
+        held = RunLock._held[self._key]
+        held[1] -= 1
+        if held[1] == 0:
+            fcntl.flock(held[0], fcntl.LOCK_UN)
+            os.close(held[0])
+            del RunLock._held[self._key]
+        self._fd, self._key = None, None
 
     def __enter__(self) -> RunLock:
         return self.acquire()

@@ -7,8 +7,11 @@ writes its checkpoint, on that seed's images with that seed) and prints every ru
 then per method the mean and standard deviation of ACR / AHR / TPR / JI and the number of runs in which
 its AHR is above TopS's. Nothing else of the preset changes.
 
-    python scripts/lbee_seeds.py --config configs/lbee/nico85.yaml configs/lbee/nico95.yaml \
+    python scripts/lbee_seeds.py --base configs/lbee/nico_base.yaml \
+        --config configs/lbee/nico85.yaml configs/lbee/nico95.yaml \
         --clip-seeds 0 1 2 --data-seeds 0 1 2 --out_dir checkpoints/lbee/seeds
+
+``--base`` names the shared fragments loaded before each preset (``--config base ... --config preset``).
 
 Seed 0 reuses the preset's own CLIP and classifier (train that one first with its ``nemo-train fit`` preset);
 other seeds train theirs once (a CLIP takes about 7 min on 2 cores) next to the preset's CLIP
@@ -25,6 +28,7 @@ import contextlib
 import io
 import math
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 
 from jsonargparse import ArgumentParser
@@ -42,10 +46,15 @@ def _parser() -> ArgumentParser:
     return parser
 
 
-def seed_classifier(config: str, data_seed: int, out_dir: Path) -> Path:
+def config_args(config: str, base: Sequence[str] = ()) -> list[str]:
+    """``--config`` for each shared fragment of ``base``, then for the preset ``config``."""
+    return [arg for path in [*base, config] for arg in ("--config", str(path))]
+
+
+def seed_classifier(config: str, data_seed: int, out_dir: Path, base: Sequence[str] = ()) -> Path:
     """Where the classifier of ``data_seed`` is kept (keyed by the preset's classifier experiment, so presets
     sharing a classifier share its other seeds too): ``<out_dir>/<experiment>/data<s>/checkpoints/best.ckpt``."""
-    checkpoint = Path(_parser().parse_args(["--config", config]).classifier)
+    checkpoint = Path(_parser().parse_args(config_args(config, base)).classifier)
     owner = checkpoint.parent.parent.name if checkpoint.parent.name == "checkpoints" else checkpoint.parent.name
     return out_dir / owner / f"data{data_seed}" / "checkpoints" / "best.ckpt"
 
@@ -64,13 +73,12 @@ def train_classifier(fit_config: str | Path, seed: int, folder: Path) -> Path:
     return best
 
 
-def run_config(config: str, clip_seed: int, data_seed: int, out_dir: Path) -> list[str]:
+def run_config(config: str, clip_seed: int, data_seed: int, out_dir: Path, base: Sequence[str] = ()) -> list[str]:
     """Command-line overrides of one preset run at ``clip_seed`` / ``data_seed``."""
-    cfg = _parser().parse_args(["--config", config])
+    cfg = _parser().parse_args(config_args(config, base))
     stem = Path(config).stem
     args = [
-        "--config",
-        config,
+        *config_args(config, base),
         "--wandb",
         "false",
         "--out_dir",
@@ -81,7 +89,7 @@ def run_config(config: str, clip_seed: int, data_seed: int, out_dir: Path) -> li
         args += ["--encoder.init_args.seed", str(clip_seed), "--encoder.init_args.path", f"{path}_seed{clip_seed}"]
     if data_seed:
         args += ["--data.init_args.seed", str(data_seed), "--seed", str(data_seed)]
-        args += ["--classifier", str(seed_classifier(config, data_seed, out_dir))]
+        args += ["--classifier", str(seed_classifier(config, data_seed, out_dir, base))]
     return args
 
 
@@ -120,6 +128,7 @@ def summary(runs: list[dict[str, dict[str, float]]]) -> list[list[str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", nargs="+", required=True, help="failure-mode presets (configs/lbee/*.yaml)")
+    parser.add_argument("--base", nargs="*", default=[], help="shared fragments loaded before each preset")
     parser.add_argument("--clip-seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--data-seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out_dir", default="checkpoints/lbee/seeds")
@@ -132,15 +141,17 @@ def main() -> None:
         runs, rows = [], []
         for clip_seed in args.clip_seeds:
             for data_seed in args.data_seeds:
-                overrides = run_config(config, clip_seed, data_seed, out_dir)
-                checkpoint = seed_classifier(config, data_seed, out_dir)
+                overrides = run_config(config, clip_seed, data_seed, out_dir, args.base)
+                checkpoint = seed_classifier(config, data_seed, out_dir, args.base)
                 if data_seed and not checkpoint.is_file():
-                    recipe = args.fit_config or fit_preset_for(_parser().parse_args(["--config", config]).classifier)
+                    preset = _parser().parse_args(config_args(config, args.base))
+                    recipe = args.fit_config or fit_preset_for(preset.classifier)
                     if recipe is None:
                         raise SystemExit(f"no fit preset writes the classifier of {config}; name one with --fit-config")
                     train_classifier(recipe, data_seed, checkpoint.parent.parent)
                 key = f"{config} clip {clip_seed} data {data_seed}"
                 settings = {"overrides": " ".join(overrides), "preset": file_digest(config)}
+                settings.update({f"base {path}": file_digest(path) for path in args.base})
                 record = store.lookup(key, settings) or store.append(
                     {"key": key, "scores": run(overrides, args.verbose)}, settings
                 )

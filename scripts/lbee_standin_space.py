@@ -9,7 +9,7 @@ the classifier's predictions, the relevance ``Gamma``, ``omega`` and ``S*`` stay
 target set. It prints the AHR (and ACR) of every method for both scales of the ``tau`` fill (cosine
 0.25 and the sentence-standardised ``tau``), per noise level and seed, and their means.
 
-    python scripts/lbee_standin_space.py --config configs/lbee/nico85.yaml
+    python scripts/lbee_standin_space.py --config configs/lbee/nico_base.yaml configs/lbee/nico85.yaml
 
 The classifier checkpoint of the preset must exist (train it with its `nemo-train fit` preset, e.g.
 configs/nico/nico85_cnn.yaml); the small CLIP is not used.
@@ -46,7 +46,7 @@ def standin_space(attrs, conditions, noise: float, seed: int, dim: int = 64):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True)
+    parser.add_argument("--config", nargs="+", required=True, help="an lbee preset: its fragments, in order")
     parser.add_argument("--noise", type=float, nargs="+", default=[0.5, 1.0, 2.0])
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--tau-z", type=float, default=1.0)
@@ -54,7 +54,7 @@ def main() -> None:
     config = ArgumentParser()
     config.add_function_arguments(lbee)
     config.add_argument("--config", action="config")
-    cfg = config.parse_args(["--config", args.config])
+    cfg = config.parse_args([arg for path in args.config for arg in ("--config", path)])
     cfg.encoder = None  # the small CLIP is not needed here
     init = config.instantiate(cfg)
     data = init.data
@@ -102,7 +102,7 @@ def main() -> None:
     print_table(
         ["noise", "seed", "tau fill", *[f"{m} AHR / ACR" for m in methods]],
         rows,
-        title=f"Selection methods in an attribute stand-in space (not a model), {Path(args.config).name}",
+        title=f"Selection methods in an attribute stand-in space (not a model), {Path(args.config[-1]).name}",
         caption=f"Real classifier predictions, Gamma and S* ({len(metrics.hard_sentences(gamma, omega, beta))} "
         f"sentences); image and sentence vectors built from attribute directions.",
     )

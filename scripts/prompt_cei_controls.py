@@ -19,6 +19,7 @@ import torch
 
 from datamodules.captions import VOCABULARIES
 from nemo_train.console import print_table
+from nemo_train.metrics.nemo import cei_points
 from nemo_train.nemo.components import BenchmarkArgs, CaptionZeroShotModel
 from nemo_train.nemo.prompt_rule import CAPTION_ATTRIBUTES, CaptionPromptRule
 
@@ -59,7 +60,7 @@ def main() -> None:
         p_o = float(target.predict_proba(image)[0, error.label])
         p_e = target.proba_with_prompts(image, error.label, prompts)[0].tolist()
         for (name, _), prompt, p in zip(controls.items(), prompts, p_e):
-            cei.setdefault(name, []).append(100.0 * (p - p_o))
+            cei.setdefault(name, []).append(cei_points(p, p_o))
             example.setdefault(
                 name, f"{VOCABULARIES[args.captions].zero_shot_prompts(rule.class_attribute)[error.label]} -> {prompt}"
             )

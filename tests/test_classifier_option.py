@@ -19,25 +19,27 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: Commands without a classifier to analyse (the demo trains its own in `fit` steps; `explain` reads image pairs).
 NO_CLASSIFIER = {"demo", "explain"}
-#: `explain` writes one JSONL file (`--output`) rather than a folder.
-NO_OUT_DIR = {"explain"}
 
-#: Per command: its shipped preset (whose checkpoint path is relative, so it is missing in an empty folder),
-#: the fit preset that writes that checkpoint, and how the command is given another checkpoint.
+#: Per command: its shipped preset (whose checkpoint path is relative, so it is missing in an empty folder; an lbee
+#: preset is the shared recipe and one correlation, joined by "+"), the fit preset that writes that checkpoint, and
+#: how the command is given another checkpoint.
 COMMANDS = {
     "counterfactuals": ("competency/counterfactuals_cmnist.yaml", "cmnist/model_a.yaml", "--classifier={}"),
-    "lbee": ("lbee/nico85.yaml", "nico/nico85_cnn.yaml", "--classifier={}"),
+    "lbee": ("lbee/nico_base.yaml+lbee/nico85.yaml", "nico/nico85_cnn.yaml", "--classifier={}"),
     "differences": ("differences/cmnist.yaml", "cmnist/model_a.yaml", "--targets=[{}, {}]"),
     "nemo-eval": ("nemo/cmnist.yaml", "cmnist/model_a.yaml", "--targets=[{}]"),
     "distill-teacher": ("distill/cmnist_teacher.yaml", "cmnist/model_a.yaml", "--classifier={}"),
 }
 
 
+def config_args(preset: str) -> list[str]:
+    return [arg for name in preset.split("+") for arg in ("--config", str(ROOT / "configs" / name))]
+
+
 @pytest.mark.parametrize("command", sorted(PIPELINE_COMMANDS))
 def test_every_pipeline_takes_out_dir_and_its_classifier_the_same_way(command):
     help_text = auto_parser(_load(PIPELINE_COMMANDS[command].target), as_positional=False).format_help()
-    if command not in NO_OUT_DIR:
-        assert "--out_dir" in help_text
+    assert "--out_dir" in help_text
     if command not in NO_CLASSIFIER:
         assert "--classifier" in help_text or "--targets" in help_text
     for old in ("--run.out_dir", "--estimator.classifier_checkpoint", "--classifier.checkpoint", "--model_a"):
@@ -52,9 +54,7 @@ def test_the_commands_table_covers_every_command_that_takes_a_classifier():
 def test_missing_checkpoint_names_the_fit_command_and_trains_nothing(command, tmp_path, monkeypatch, capsys):
     preset, fit_preset, _ = COMMANDS[command]
     monkeypatch.chdir(tmp_path)  # the preset's relative checkpoint (and out_dir) would be here
-    err = one_line_error(
-        capsys, [command, "--config", str(ROOT / "configs" / preset), "--out_dir", str(tmp_path / "o")]
-    )
+    err = one_line_error(capsys, [command, *config_args(preset), "--out_dir", str(tmp_path / "o")])
     assert f"`nemo-train fit --config configs/{fit_preset}`" in err and "does not exist" in err
     assert not any(tmp_path.iterdir()), "a command with a missing classifier wrote (or trained) something"
 
@@ -67,7 +67,7 @@ def test_damaged_checkpoint_is_one_line_naming_the_file(command, tmp_path, monke
     for path in (damaged, other):
         path.parent.mkdir(parents=True)
         path.write_bytes(b"PK\x03\x04 truncated checkpoint" * 8)
-    args = [command, "--config", str(ROOT / "configs" / preset), "--out_dir", str(tmp_path / "o")]
+    args = [command, *config_args(preset), "--out_dir", str(tmp_path / "o")]
     args.append(option.format(damaged, other))
     if command == "lbee":  # the data are built before the classifier is read: keep them small
         args += ["--data.init_args.train_size=60", "--data.init_args.test_per_pair=1"]

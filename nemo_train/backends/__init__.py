@@ -15,6 +15,7 @@ from nemo_train.backends.messages import (
     user_message,
 )
 from nemo_train.backends.openai_compat import OpenAICompatibleBackend
+from nemo_train.backends.providers import object_schema
 from nemo_train.backends.scripted import ScriptedBackend
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "ScriptedBackend",
     "assistant_message",
     "image_part",
+    "object_schema",
     "system_message",
     "text_part",
     "user_message",

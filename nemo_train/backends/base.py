@@ -15,8 +15,9 @@ from typing_extensions import Unpack  # typing.Unpack needs Python 3.11
 from nemo_train.backends.cache import ResponseCache, cache_key
 from nemo_train.backends.jsonparse import extract_json
 from nemo_train.backends.messages import Message, assistant_message, to_openai_messages, user_message
+from nemo_train.backends.providers import ANY_OBJECT
 from nemo_train.errors import UserInputError
-from nemo_train.secrets import REDACTED, secret_env_values
+from nemo_train.secrets import scrub_text, secret_env_values, secret_values_in
 
 log = logging.getLogger(__name__)
 
@@ -53,18 +54,33 @@ class BackendError(RuntimeError):
 
 @dataclass
 class BackendStats:
-    """Counters of one backend: requests sent, cache hits, retries, JSON failures."""
+    """Counters of one backend: requests sent, cache hits, retries, JSON replies, re-asks and failures.
+
+    ``json_replies`` counts the first replies read as JSON, ``json_reasked`` those of them that needed at
+    least one re-ask (``json_reasks`` counts the re-ask requests, several rounds each), ``constrained`` the
+    requests whose reply the endpoint was asked to constrain to a JSON schema (or JSON mode) and
+    ``budget_retries`` the requests sent again with a larger budget after hidden reasoning used up the first.
+    """
 
     requests: int = 0
     cache_hits: int = 0
     retries: int = 0
+    json_replies: int = 0
+    json_reasked: int = 0
     json_reasks: int = 0
     json_failures: int = 0
+    constrained: int = 0
+    budget_retries: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, name: str, amount: int = 1) -> None:
         with self._lock:
             setattr(self, name, getattr(self, name) + amount)
+
+    @property
+    def reask_share(self) -> float:
+        """The share of JSON replies that needed a re-ask (NaN before any JSON reply)."""
+        return self.json_reasked / self.json_replies if self.json_replies else float("nan")
 
 
 class ChatBackend(ABC):
@@ -97,6 +113,11 @@ class ChatBackend(ABC):
         """Backend settings that change replies and so belong in the cache key (never secrets)."""
         return {}
 
+    def constrains(self, schema: dict[str, Any] | None) -> bool:
+        """Whether this backend can have its replies constrained to the JSON ``schema`` (``False`` here:
+        replies are parsed and malformed ones re-asked)."""
+        return False
+
     def fingerprint(self) -> dict[str, Any]:
         """What changes this backend's replies (for result fingerprints): class, model and the settings of
         :meth:`cache_params` except the endpoint's address (the same model served elsewhere answers the same)."""
@@ -109,29 +130,44 @@ class ChatBackend(ABC):
             self.cache = ResponseCache(path)
 
     def secret_values(self) -> set[str]:
-        """Secret strings that must never leave this backend: values of secret-looking environment variables."""
-        return secret_env_values()
+        """Secret strings that must never leave this backend: values of secret-looking environment variables and
+        values under secret-looking keys of its options (a key given inline in ``extra_body``)."""
+        return secret_env_values() | secret_values_in({k: v for k, v in vars(self).items() if k != "cache"})
 
     def scrub(self, text: str) -> str:
-        """``text`` with every configured secret replaced (before it is cached, stored or logged)."""
-        for secret in self.secret_values():
-            if secret and secret in text:
-                text = text.replace(secret, REDACTED)
-        return text
+        """``text`` with every configured secret and key-shaped string replaced (before it is cached, stored or
+        logged; :func:`nemo_train.secrets.scrub_text`)."""
+        return scrub_text(text, self.secret_values())
 
     # ----------------------------------------------------------------- public API
-    def chat(self, messages: list[Message], **sampling: Unpack[Sampling]) -> list[str]:
-        """``n`` replies to ``messages``; served from the cache when this exact request was made before."""
+    def chat(
+        self, messages: list[Message], *, schema: dict[str, Any] | None = None, **sampling: Unpack[Sampling]
+    ) -> list[str]:
+        """``n`` replies to ``messages``; served from the cache when this exact request was made before.
+
+        ``schema`` (a JSON schema) asks for replies constrained to it where :meth:`constrains` says the
+        backend can; elsewhere it is ignored."""
         settings = with_defaults(sampling)
-        key = self._cache_key(messages, **settings)
+        schema = schema if self.constrains(schema) else None
+        key = self._cache_key(messages, **settings, **({"schema": schema} if schema is not None else {}))
         cached = self._cached(key, settings["n"])
         if cached is not None:
             return cached
         self.stats.add("requests")
-        return self._store(key, self._generate(messages, **settings), settings["n"])
+        if schema is None:
+            return self._store(key, self._generate(messages, **settings), settings["n"])
+        self.stats.add("constrained")
+        return self._store(key, self._generate(messages, schema=schema, **settings), settings["n"])
 
     def _cache_key(
-        self, messages: list[Message], *, n: int, temperature: float, max_tokens: int, seed: int | None
+        self,
+        messages: list[Message],
+        *,
+        n: int,
+        temperature: float,
+        max_tokens: int,
+        seed: int | None,
+        schema: dict[str, Any] | None = None,
     ) -> str | None:
         """Check the request parameters; the cache key of the request (``None`` without a cache)."""
         if n < 1:
@@ -141,6 +177,8 @@ class ChatBackend(ABC):
         if self.cache is None:
             return None
         params = {"n": n, "temperature": temperature, "max_tokens": max_tokens, "seed": seed}
+        if schema is not None:
+            params["schema"] = schema
         return cache_key(self.model, to_openai_messages(messages), {**params, **self.cache_params()})
 
     def _cached(self, key: str | None, n: int) -> list[str] | None:
@@ -166,29 +204,47 @@ class ChatBackend(ABC):
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
             return list(pool.map(fn, items))
 
-    def chat_batch(self, conversations: list[list[Message]], **sampling: Unpack[Sampling]) -> list[list[str]]:
+    def chat_batch(
+        self, conversations: list[list[Message]], *, schema: dict[str, Any] | None = None, **sampling: Unpack[Sampling]
+    ) -> list[list[str]]:
         """:meth:`chat` on each conversation, ``concurrency`` at a time; results in input order."""
-        return self._map(lambda messages: self.chat(messages, **sampling), conversations)
+        return self._map(lambda messages: self.chat(messages, schema=schema, **sampling), conversations)
 
     def chat_json(
-        self, messages: list[Message], *, max_reasks: int = 2, **sampling: Unpack[Sampling]
+        self,
+        messages: list[Message],
+        *,
+        max_reasks: int = 2,
+        schema: dict[str, Any] | None = None,
+        **sampling: Unpack[Sampling],
     ) -> list[dict[str, Any] | None]:
         """``n`` replies parsed as JSON objects; ``None`` where a reply stays malformed.
 
-        A malformed reply is re-asked (the bad reply plus a request for the bare JSON object) up to
-        ``max_reasks`` times; after that it counts in ``stats.json_failures`` and is returned as
-        ``None``, so one bad reply never stops a run.
+        Where the backend :meth:`constrains` replies, the endpoint is asked for ``schema`` (or for any JSON
+        object when ``schema`` is ``None``), so replies come back well formed. Otherwise, or when a reply is
+        still malformed, it is re-asked (the bad reply plus a request for the bare JSON object) up to
+        ``max_reasks`` times; after that it counts in ``stats.json_failures`` and is returned as ``None``, so
+        one bad reply never stops a run.
         """
-        return self.chat_json_batch([messages], max_reasks=max_reasks, **sampling)[0]
+        return self.chat_json_batch([messages], max_reasks=max_reasks, schema=schema, **sampling)[0]
 
     def chat_json_batch(
-        self, conversations: list[list[Message]], *, max_reasks: int = 2, **sampling: Unpack[Sampling]
+        self,
+        conversations: list[list[Message]],
+        *,
+        max_reasks: int = 2,
+        schema: dict[str, Any] | None = None,
+        **sampling: Unpack[Sampling],
     ) -> list[list[dict[str, Any] | None]]:
         """:meth:`chat_json` on each conversation: the first replies through one :meth:`chat_batch` call (so a
         backend that batches generation does), then each round of re-asks of the still malformed replies
         through one more :meth:`chat_batch` call (one reply each, the same sampling otherwise)."""
+        schema = schema if schema is not None else ANY_OBJECT
+        constrained = {"schema": schema} if self.constrains(schema) else {}
+        sampling = {**sampling, **constrained}
         first = self.chat_batch(conversations, **sampling)
         parsed = [[extract_json(reply) for reply in replies] for replies in first]
+        self.stats.add("json_replies", sum(len(replies) for replies in first))
         # (conversation, reply) of every malformed reply, with the conversation it was given in
         pending = [
             ((i, j), conversations[i], reply)
@@ -196,6 +252,7 @@ class ChatBackend(ABC):
             for j, reply in enumerate(replies)
             if parsed[i][j] is None
         ]
+        self.stats.add("json_reasked", len(pending))
         for _ in range(max_reasks):
             if not pending:
                 break

@@ -15,6 +15,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_aft
 
 from nemo_train.backends.base import BackendError, ChatBackend
 from nemo_train.backends.messages import Message, to_openai_messages
+from nemo_train.backends.providers import RULES, ModelFamily, ReasoningEffort, constrains, family_of, response_format
 from nemo_train.errors import UserInputError
 
 log = logging.getLogger(__name__)
@@ -43,11 +44,21 @@ class OpenAICompatibleBackend(ChatBackend):
     up to that cap). Other HTTP errors (400, 401, 404, ...) raise :class:`BackendError` at once. At
     most ``concurrency`` requests are in flight at a time, however many threads call :meth:`chat`.
 
-    ``native_n=False`` sends ``n`` separate requests (seeds ``seed``, ``seed+1``, ...) for endpoints
-    that ignore the ``n`` field. ``json_mode=True`` asks for ``response_format={"type": "json_object"}``.
-    Some models take other fields: ``max_tokens_field="max_completion_tokens"`` (OpenAI reasoning
-    models), ``drop_params=["temperature", "seed"]`` (fields an endpoint rejects are left out);
-    ``extra_body`` is merged into every request body.
+    Request fields follow the model's ``family`` (``"auto"``: read from the model name, see
+    :func:`nemo_train.backends.providers.family_of`): OpenAI reasoning models get ``max_completion_tokens``,
+    no ``temperature`` and ``reasoning_effort``; Claude gets one reply per request and a temperature of at
+    most 1; Gemini gets ``reasoning_effort``; vLLM (any other model) the plain fields. For families whose
+    hidden reasoning is paid out of the reply budget (OpenAI reasoning models, Gemini) ``reasoning_budget``
+    tokens are added to each request's budget, and a reply that still comes back empty with
+    ``finish_reason: "length"`` is asked once more with four times the budget (then :class:`BackendError`).
+    :meth:`chat_json` asks for its JSON schema (``response_format`` ``json_schema``) where the family
+    constrains output (OpenAI, Gemini, vLLM), JSON mode where only that exists, and falls back to re-asking
+    elsewhere (Claude); ``structured_output=False`` turns this off.
+
+    ``native_n`` (``None``: the family's) ``False`` sends ``n`` separate requests (seeds ``seed``,
+    ``seed+1``, ...). ``json_mode=True`` asks every request for ``response_format={"type": "json_object"}``.
+    ``max_tokens_field`` overrides the family's budget field, ``drop_params`` leaves fields out
+    (``["temperature", "seed"]``); ``extra_body`` is merged into every request body.
     """
 
     def __init__(
@@ -60,12 +71,16 @@ class OpenAICompatibleBackend(ChatBackend):
         concurrency: int = 4,
         backoff: float = 1.0,
         max_backoff: float = 30.0,
-        native_n: bool = True,
+        native_n: bool | None = None,
         json_mode: bool = False,
         extra_body: dict[str, Any] | None = None,
-        max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
+        max_tokens_field: Literal["max_tokens", "max_completion_tokens"] | None = None,
         drop_params: list[Literal["temperature", "seed", "n", "max_tokens", "max_completion_tokens"]] | None = None,
         cache: Any = None,
+        family: ModelFamily = "auto",
+        reasoning_effort: ReasoningEffort | None = "low",
+        reasoning_budget: int = 2048,
+        structured_output: bool = True,
     ) -> None:
         super().__init__(cache=cache, concurrency=concurrency)
         if not base_url.startswith(("http://", "https://")):
@@ -76,19 +91,26 @@ class OpenAICompatibleBackend(ChatBackend):
             raise UserInputError(
                 f"timeout={timeout}, max_retries={max_retries}, backoff={backoff}; expected timeout > 0 and the others >= 0"
             )
+        if reasoning_budget < 0:
+            raise UserInputError(f"reasoning_budget={reasoning_budget}; expected an integer >= 0")
         self.base_url = base_url.rstrip("/")
         self.model = model
+        self.family = family_of(model) if family == "auto" else family
+        self.rules = RULES[self.family]
+        self.reasoning_effort = reasoning_effort if self.rules.effort else None
+        self.reasoning_budget = reasoning_budget if self.rules.thinks else 0
+        self.structured_output = structured_output
         self.api_key_env = api_key_env
         self.timeout = timeout
         self.max_retries = max_retries
         self.backoff = backoff
         self.max_backoff = max_backoff
-        self.native_n = native_n
+        self.native_n = self.rules.native_n if native_n is None else native_n
         self.json_mode = json_mode
         self.extra_body = dict(extra_body or {})
-        self.max_tokens_field = max_tokens_field
+        self.max_tokens_field = max_tokens_field or self.rules.tokens_field
         self.drop_params = list(drop_params or [])
-        droppable = {"temperature", "seed", "n", "max_tokens", max_tokens_field}
+        droppable = {"temperature", "seed", "n", "max_tokens", self.max_tokens_field}
         if not set(self.drop_params) <= droppable:
             raise UserInputError(f"drop_params={self.drop_params}; expected names among {sorted(droppable)}")
         self._slots = threading.BoundedSemaphore(concurrency)
@@ -101,7 +123,13 @@ class OpenAICompatibleBackend(ChatBackend):
             "extra_body": self.extra_body,
             "max_tokens_field": self.max_tokens_field,
             "drop_params": self.drop_params,
+            "family": self.family,
+            "reasoning_effort": self.reasoning_effort,
+            "reasoning_budget": self.reasoning_budget,
         }
+
+    def constrains(self, schema: dict[str, Any] | None) -> bool:
+        return self.structured_output and constrains(self.rules, schema)
 
     def _headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json"}
@@ -110,33 +138,67 @@ class OpenAICompatibleBackend(ChatBackend):
             headers["Authorization"] = f"Bearer {key}"
         return headers
 
-    def _body(self, messages: list[Message], n: int, temperature: float, max_tokens: int, seed: int | None) -> dict:
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": to_openai_messages(messages),
-            "temperature": temperature,
-            self.max_tokens_field: max_tokens,
-        }
+    def _body(
+        self,
+        messages: list[Message],
+        n: int,
+        temperature: float,
+        max_tokens: int,
+        seed: int | None,
+        schema: dict[str, Any] | None = None,
+    ) -> dict:
+        """The request body, with the fields this model's family accepts."""
+        openai_messages = to_openai_messages(messages)
+        body: dict[str, Any] = {"model": self.model, "messages": openai_messages}
+        if self.rules.temperature is not None:
+            low, high = self.rules.temperature
+            body["temperature"] = min(max(temperature, low), high)
+        body[self.max_tokens_field] = max_tokens + self.reasoning_budget
+        if self.reasoning_effort is not None:
+            body["reasoning_effort"] = self.reasoning_effort
         if n != 1:
             body["n"] = n
-        if seed is not None:
+        if seed is not None and self.rules.seed:
             body["seed"] = seed
         if self.json_mode:
             body["response_format"] = {"type": "json_object"}
+        if schema is not None:
+            constraint = response_format(self.rules, schema, openai_messages)
+            if constraint is not None:
+                body["response_format"] = constraint
         for name in self.drop_params:
             body.pop(name, None)
         body.update(self.extra_body)
         return body
 
-    def _generate(self, messages, *, n, temperature, max_tokens, seed) -> list[str]:
+    def _generate(self, messages, *, n, temperature, max_tokens, seed, schema=None) -> list[str]:
         if self.native_n or n == 1:
-            return self._post(self._body(messages, n, temperature, max_tokens, seed), n)
+            return self._post_budgeted(self._body(messages, n, temperature, max_tokens, seed, schema), n)
         replies = []
         for i in range(n):
-            replies += self._post(
-                self._body(messages, 1, temperature, max_tokens, None if seed is None else seed + i), 1
+            body = self._body(messages, 1, temperature, max_tokens, None if seed is None else seed + i, schema)
+            replies += self._post_budgeted(body, 1)
+        return replies
+
+    def _post_budgeted(self, body: dict[str, Any], n: int) -> list[str]:
+        """:meth:`_post`; a reply left empty because hidden reasoning used up the budget is asked once more
+        with four times the budget, and :class:`BackendError` is raised if it is still empty."""
+        replies, finished = self._post(body, n)
+        field = self.max_tokens_field
+        if not self.rules.thinks or field not in body or not self._cut_empty(replies, finished):
+            return replies
+        self.stats.add("budget_retries")
+        replies, finished = self._post({**body, field: 4 * body[field]}, n)
+        if self._cut_empty(replies, finished):
+            raise BackendError(
+                f"{self.model}: replies empty with finish_reason 'length' at {field}={4 * body[field]}: "
+                "hidden reasoning used the budget; raise reasoning_budget or lower reasoning_effort"
             )
         return replies
+
+    @staticmethod
+    def _cut_empty(replies: list[str], finished: list[str | None]) -> bool:
+        return any(not reply and reason == "length" for reply, reason in zip(replies, finished))
 
     def secret_values(self) -> set[str]:
         key = os.environ.get(self.api_key_env) if self.api_key_env else None
@@ -166,8 +228,9 @@ class OpenAICompatibleBackend(ChatBackend):
             state.next_action.sleep if state.next_action else 0.0,
         )
 
-    def _post(self, body: dict[str, Any], n: int) -> list[str]:
-        """One request with its retries (tenacity); :class:`BackendError` when they are used up."""
+    def _post(self, body: dict[str, Any], n: int) -> tuple[list[str], list[str | None]]:
+        """One request with its retries (tenacity): its replies and their finish reasons;
+        :class:`BackendError` when the retries are used up."""
         url = f"{self.base_url}/chat/completions"
         retrying = Retrying(
             stop=stop_after_attempt(self.max_retries + 1),
@@ -239,17 +302,18 @@ class OpenAICompatibleBackend(ChatBackend):
         except ValueError:
             raise _Retryable(self._scrub(f"reply body is not JSON ({len(raw)} bytes): {text[:80]!r}")) from None
 
-    def _replies(self, payload: Any, n: int) -> list[str]:
+    def _replies(self, payload: Any, n: int) -> tuple[list[str], list[str | None]]:
         try:
             choices = sorted(payload["choices"], key=lambda c: c.get("index", 0))
             replies = [c["message"].get("content") or "" for c in choices]
+            finished = [c.get("finish_reason") for c in choices]
         except (KeyError, TypeError, AttributeError) as err:
             raise BackendError(
                 self._scrub(f"{self.model}: unexpected response body ({type(err).__name__}): {str(payload)[:200]!r}")
             ) from None
         if len(replies) != n:
             raise BackendError(f"{self.model}: {len(replies)} choices for n={n}; set native_n=False for this endpoint")
-        return replies
+        return replies, finished
 
     def close(self) -> None:
         """Close the HTTP connection pool."""
@@ -257,6 +321,6 @@ class OpenAICompatibleBackend(ChatBackend):
 
     def __repr__(self) -> str:
         return (
-            f"OpenAICompatibleBackend(base_url={self.base_url!r}, model={self.model!r}, "
+            f"OpenAICompatibleBackend(base_url={self.base_url!r}, model={self.model!r}, family={self.family!r}, "
             f"api_key_env={self.api_key_env!r}, concurrency={self.concurrency})"
         )

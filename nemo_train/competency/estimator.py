@@ -18,7 +18,7 @@ from nemo_train.competency.autoencoder import CompetencyAutoencoder
 from nemo_train.competency.parce import PaRCE
 from nemo_train.errors import UserInputError
 from nemo_train.models.loading import load_classifier
-from nemo_train.models.trainer import quiet_lightning, quiet_trainer
+from nemo_train.models.trainer import fit_quietly
 
 
 def prepare_estimator(
@@ -45,8 +45,7 @@ def prepare_estimator(
             autoencoder_checkpoint, map_location="cpu", weights_only=True
         )
     else:
-        with quiet_lightning():
-            quiet_trainer(epochs, accelerator).fit(autoencoder, datamodule)
+        fit_quietly(autoencoder, datamodule, epochs, accelerator)
     estimator = PaRCE(
         classifier, autoencoder.eval(), datamodule.num_classes, threshold=threshold, loss_scale=loss_scale
     )

@@ -12,7 +12,6 @@ import json
 import math
 import warnings
 from pathlib import Path
-from typing import Literal
 
 import lightning as L
 import torch
@@ -20,6 +19,7 @@ from torchvision.utils import make_grid, save_image
 
 from datamodules.cmnist import CMNISTDataModule
 from datamodules.six_causes import CAUSES, SixCausesDataModule, check_directions
+from nemo_train.artefacts import as_json, record_artefact, recorded_settings, reuse_artefact, source_identity
 from nemo_train.competency.autoencoder import CompetencyAutoencoder
 from nemo_train.competency.counterfactuals import CounterfactualGenerator
 from nemo_train.competency.estimator import prepare_estimator
@@ -38,6 +38,8 @@ from nemo_train.console import print_table
 from nemo_train.errors import UserInputError
 from nemo_train.metrics.perceptual import perceptual_distance
 from nemo_train.models.loading import load_classifier
+from nemo_train.runs import Device, OutDir, Seed, run_command
+from nemo_train.store import changed_settings
 
 
 def _accelerator(device: str) -> tuple[str, torch.device]:
@@ -172,6 +174,23 @@ def save_grid(
     return grid
 
 
+def saved_estimator_matches(parce_dir: Path, out: Path, settings: dict) -> bool:
+    """Whether the estimator saved in ``parce_dir`` was calibrated with ``settings`` (the classifier's digest, the
+    data, the autoencoder): one inside ``out`` calibrated otherwise is removed (so it is calibrated again); a
+    folder given elsewhere is the user's input, never removed: one recorded with other settings is an error."""
+    meta = parce_dir / "parce.json"
+    if Path(parce_dir).resolve().is_relative_to(out.resolve()):
+        return reuse_artefact(meta, settings, "PaRCE estimator", parce_dir / "parce.safetensors")
+    recorded = recorded_settings(meta)
+    if recorded is not None and recorded != as_json(settings):
+        changed = ", ".join(changed_settings(recorded, as_json(settings)))
+        raise UserInputError(
+            f"the estimator in {str(parce_dir)!r} was calibrated with other settings ({changed}); "
+            "leave estimator.dir unset to calibrate one in out_dir, or pass the matching classifier"
+        )
+    return meta.is_file()
+
+
 def print_run(run: CounterfactualRun) -> None:
     """Print a run's calibration, the competency of each cause and Table 1."""
     cal = run.calibration
@@ -189,6 +208,18 @@ def print_run(run: CounterfactualRun) -> None:
     print(f"written to {run.out_dir}")
 
 
+def counterfactual_stand_ins(arguments: dict) -> list[str]:
+    """The substitutes a ``counterfactuals`` run may use for metric networks (for its provenance)."""
+    evaluation = arguments.get("evaluation") or EvalArgs()
+    named = []
+    if evaluation.inception_weights is None:
+        named.append("FID / KID: the classifier's feature space unless torch-fidelity's Inception weights are cached")
+    if evaluation.alexnet_weights is None:
+        named.append("LPIPS: 1-SSIM unless AlexNet weights are in the torch hub cache (the metric's name says which)")
+    return named
+
+
+@run_command("counterfactuals", counterfactual_stand_ins)
 def counterfactuals(
     classifier: str = "checkpoints/cmnist_model_a/checkpoints/best.ckpt",
     datamodule: L.LightningDataModule | None = None,
@@ -198,10 +229,11 @@ def counterfactuals(
     causes: CauseArgs = CauseArgs(),
     train: TrainArgs = TrainArgs(),
     evaluation: EvalArgs = EvalArgs(),
-    out_dir: str = "checkpoints/counterfactuals",
-    device: Literal["auto", "cpu", "cuda"] = "auto",
+    out_dir: OutDir = "checkpoints/counterfactuals",
+    device: Device = "auto",
     channels_last: bool = True,
-    seed: int = 0,
+    seed: Seed = 0,
+    wandb: bool = False,
 ) -> CounterfactualRun:
     """Run counterfactual methods (IGD, FGD, Reco, LGD, LNN) on a six-cause set and print Table 1.
 
@@ -216,12 +248,11 @@ def counterfactuals(
         causes: images per cause, severity range and directions of the six-cause set.
         train: epochs of the competency autoencoder when no saved one is given.
         evaluation: generator batch size and the LPIPS / Inception weight files.
-        out_dir: where table.txt, results.json, grid.png, reliability.png (and, unless set elsewhere, the
-            estimator) are written.
-        device: ``auto``, ``cpu`` or ``cuda``.
         channels_last: keep the convolution weights of the classifier and autoencoder channels-last (NHWC)
             while generating; same values, faster convolutions (see ``scripts/bench_counterfactuals.py``).
-        seed: seed of training and of the six-cause set.
+
+    Writes ``table.txt``, ``results.json``, ``grid.png``, ``reliability.png`` (and, unless set elsewhere, the
+    estimator) under ``out_dir``; ``seed`` also seeds training and the six-cause set.
     """
     methods = list(methods) if methods is not None else paper_methods()
     _method_names(methods)
@@ -260,6 +291,19 @@ def counterfactuals(
         },
         "cause_directions": {k: v for k, v in directions.items() if v is not None},
     }
+    estimator_settings = {
+        "classifier": source_identity(classifier),
+        "datamodule": run_info["datamodule"],
+        "autoencoder": dict(autoencoder.hparams),
+        "autoencoder_checkpoint": source_identity(estimator.autoencoder_checkpoint)
+        if estimator.autoencoder_checkpoint
+        else None,
+        "autoencoder_epochs": train.autoencoder_epochs,
+        "threshold": estimator.threshold,
+        "loss_scale": estimator.loss_scale,
+        "seed": seed,
+    }
+    calibrate = not saved_estimator_matches(parce_dir, out, estimator_settings)
     parce = prepare_estimator(
         classifier_module,
         datamodule,
@@ -271,6 +315,8 @@ def counterfactuals(
         estimator.autoencoder_checkpoint,
         estimator.loss_scale,
     )
+    if calibrate:  # written just now: record what it was calibrated with, beside it
+        record_artefact(parce_dir / "parce.json", estimator_settings)
     parce = parce.to(torch_device).eval()
     if channels_last:
         parce = parce.to(memory_format=torch.channels_last)

@@ -9,6 +9,7 @@ second explainer never renders a condition twice.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,8 @@ import torch
 from nemo_train.differences.conditions import Condition
 from nemo_train.differences.generators import ConditionalGenerator
 from nemo_train.differences.models import ComparedModel
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,17 @@ class Observation:
     @property
     def diff(self) -> float:
         return self.acc_a - self.acc_b
+
+
+def read_cache(path: Path) -> dict[str, tuple[float, float]]:
+    """The values of a cache file; a damaged file (truncated, not JSON, wrong shape) is set aside with one
+    warning and its values are measured again (every key names the models' weights, so a value is never stale)."""
+    try:
+        data = json.loads(path.read_text())
+        return {str(k): (float(v[0]), float(v[1])) for k, v in data.items()}
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, IndexError, KeyError, AttributeError) as err:
+        log.warning("%s is damaged (%s); measuring its conditions again", path, type(err).__name__)
+        return {}
 
 
 class DiffModel:
@@ -62,7 +76,7 @@ class DiffModel:
         self.cache_file = Path(cache_file) if cache_file else None
         self.cache: dict[str, tuple[float, float]] = {}
         if self.cache_file is not None and self.cache_file.is_file():
-            self.cache = {k: tuple(v) for k, v in json.loads(self.cache_file.read_text()).items()}
+            self.cache = read_cache(self.cache_file)
         self.images_generated = 0
 
     def _key(self, condition: Condition) -> str:

@@ -23,6 +23,10 @@ from nemo_train.errors import UserInputError
 log = logging.getLogger(__name__)
 
 
+class EvaluatorFailed(UserInputError):
+    """The evaluator's language model failed for good (after its retries): the run has no valid scores."""
+
+
 class Evaluator(ABC):
     """Answers (explanation, condition) questions with +1 (A better), -1 (B better) or 0."""
 
@@ -34,6 +38,9 @@ class Evaluator(ABC):
         self.task = ""
         self.questions = 0
         self.failures = 0
+
+    def check_answered(self) -> None:
+        """Raise when an answer is missing because a request failed (a language-model evaluator)."""
 
     def bind(self, space: ConditionSpace, task: str) -> None:
         """Tell the evaluator the condition vocabulary and the models' task."""
@@ -95,6 +102,7 @@ class LLMEvaluator(Evaluator):
             "Answer: [1] Model A"
         )
         self.label = f"LLM {backend.model}"
+        self.backend_failures, self.last_error = 0, ""
 
     def prompt(self, explanation: str, condition: Condition) -> str:
         return prompts.EVALUATOR.format(
@@ -109,7 +117,18 @@ class LLMEvaluator(Evaluator):
             return self.backend.chat(messages, temperature=0.0, max_tokens=self.max_tokens)[0]
         except BackendError as err:
             log.warning("evaluator request failed for good: %s", err)
+            self.backend_failures, self.last_error = self.backend_failures + 1, str(err)
             return None
+
+    def check_answered(self) -> None:
+        """Raise :class:`EvaluatorFailed` when a request failed for good: a score built on answers that never
+        came ("cannot be determined" in their place) would look like a real 0."""
+        if self.backend_failures:
+            raise EvaluatorFailed(
+                f"the evaluator {self.backend.model!r} failed for good on {self.backend_failures} of {self.questions} "
+                f"questions ({self.last_error}); no scores were written; rerun when the endpoint answers "
+                "(the answers received are cached)"
+            )
 
     def answer(self, pairs):
         self.questions += len(pairs)
@@ -120,6 +139,8 @@ class LLMEvaluator(Evaluator):
             ]
         except BackendError:
             replies = [self._ask(messages) for messages in conversations]
+            if all(reply is None for reply in replies):  # the endpoint is down: stop before asking thousands more
+                self.check_answered()
         answers = []
         for reply in replies:
             value = parse_option(reply) if reply is not None else None

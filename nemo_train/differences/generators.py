@@ -1,8 +1,9 @@
 """Conditional generators G(c) -> (images, labels) over a condition vocabulary.
 
-The embedded generators wrap the toolkit's CMNIST and CLEVR renderers. Samples of a condition depend
-only on (condition, n, seed), never on which other conditions are drawn in the same batch, so a
-condition's images are the same whether it is rendered alone or with a thousand others.
+The embedded generators wrap the toolkit's CMNIST and CLEVR renderers; their condition vocabularies are read
+from the generators' fact sheets (:func:`attribute_space`). Samples of a condition depend only on (condition,
+n, seed), never on which other conditions are drawn in the same batch, so a condition's images are the same
+whether it is rendered alone or with a thousand others.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import torch
 
 from datamodules import clevr, cmnist
 from datamodules.base import to_uint8
+from datamodules.fact_sheets import SHEETS
+from datamodules.facts import DatasetFacts
 from nemo_train.differences.conditions import Attribute, AttributeSpace, Condition, ConditionSpace
 
 
@@ -47,22 +50,19 @@ class ConditionalGenerator(ABC):
         return self.space.grid() if isinstance(self.space, AttributeSpace) else []
 
 
-CMNIST_SPACE = AttributeSpace(
-    [
-        Attribute("digit", tuple(range(10)), "digit", ordinal=True),
-        Attribute("color", tuple(cmnist.COLOR_NAMES), "colour", synonyms={"grey": ("gray",)}),
-        Attribute("angle", tuple(cmnist.ANGLES), "angle", ordinal=True, unit="degrees"),
-    ]
-)
+def attribute_space(facts: DatasetFacts) -> AttributeSpace:
+    """The conditions of a generator, read from its fact sheet: the class attribute (numbers when the classes are
+    digits), then every factor with its values, word, unit and other spellings of its values."""
+    digits = all(c.isdigit() for c in facts.classes)
+    classes = tuple(int(c) for c in facts.classes) if digits else facts.classes
+    attributes = [Attribute(facts.class_attribute, classes, facts.class_attribute, ordinal=digits)]
+    for f in facts.factors:
+        attributes.append(Attribute(f.name, f.values, f.word, ordinal=not f.named, unit=f.unit, synonyms=f.spellings))
+    return AttributeSpace(attributes)
 
-CLEVR_SPACE = AttributeSpace(
-    [
-        Attribute("shape", tuple(clevr.SHAPES), "shape"),
-        Attribute("material", tuple(clevr.MATERIALS), "material", synonyms={"metal": ("metallic",)}),
-        Attribute("color", tuple(clevr.COLOR_NAMES), "colour", synonyms={"gray": ("grey",)}),
-        Attribute("size", tuple(clevr.SIZE_NAMES), "size"),
-    ]
-)
+
+CMNIST_SPACE = attribute_space(SHEETS["cmnist"])
+CLEVR_SPACE = attribute_space(SHEETS["clevr"])
 
 
 class CMNISTGenerator(ConditionalGenerator):

@@ -28,6 +28,7 @@ from nemo_train.differences.plots import attribution_figure, heatmap, token_rati
 from nemo_train.differences.report import DifferencesResult, MethodScore, log_wandb, print_result
 from nemo_train.differences.summarizers import Summarizer, TreeSummarizer
 from nemo_train.errors import UserInputError
+from nemo_train.runs import Device, OutDir, Seed, run_command
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +87,36 @@ class Explainers:
             self.summarizer or TreeSummarizer(),
             self.explorer or NeighbourhoodExplorer(),
         )
+
+
+#: upper bounds of the sizes (a run above them would not fit in memory or time, e.g. 10^8 images per condition)
+MAX_CONDITIONS, MAX_SAMPLES, MAX_BATCH, MAX_REPEATS = 100_000, 100_000, 1 << 20, 1_000
+
+
+def check_ranges(sampling: SamplingArgs, protocol: ProtocolArgs, optimization: OptimizationArgs) -> None:
+    """A one-line error naming the first option out of range."""
+    bounds = [
+        ("sampling.samples_per_condition", sampling.samples_per_condition, 1, MAX_SAMPLES),
+        ("sampling.seed", sampling.seed, 0, 2**32 - 1),
+        ("sampling.images_per_batch", sampling.images_per_batch, 1, MAX_BATCH),
+        ("protocol.observed_conditions", protocol.observed_conditions, 1, MAX_CONDITIONS),
+        ("protocol.test_conditions", protocol.test_conditions, 1, MAX_CONDITIONS),
+        ("protocol.density_repeats", protocol.density_repeats, 1, MAX_REPEATS),
+        ("protocol.attribution_questions", protocol.attribution_questions, 0, MAX_CONDITIONS),
+        ("optimization.iterations", optimization.iterations, 0, MAX_REPEATS),
+        ("optimization.conditions_per_iteration", optimization.conditions_per_iteration, 1, MAX_CONDITIONS),
+        ("optimization.candidates", optimization.candidates, 1, MAX_REPEATS),
+        ("optimization.initial_conditions", optimization.initial_conditions, 1, MAX_CONDITIONS),
+    ]
+    for name, value, low, high in bounds:
+        if not low <= value <= high:
+            raise UserInputError(f"{name}={value} is out of range; expected {low:,} to {high:,}")
+    if not 0.0 < protocol.drop_ratio < 1.0:
+        raise UserInputError(
+            f"protocol.drop_ratio={protocol.drop_ratio} is out of range; expected a share above 0 and below 1"
+        )
+    if protocol.test_set is not None and not protocol.test_set:
+        raise UserInputError("protocol.test_set is empty; give at least one test condition (or leave it out)")
 
 
 def _device(device: str) -> torch.device:
@@ -159,6 +190,7 @@ def run_differences(
     methods = list(methods or ["raw_differences", "summarization", "optimization"])
     sampling, protocol = sampling or SamplingArgs(), protocol or ProtocolArgs()
     optimization = optimization or OptimizationArgs()
+    check_ranges(sampling, protocol, optimization)  # before anything is loaded, rendered or written
     evaluator, summarizer, explorer = (explainers or Explainers()).resolved()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -224,6 +256,7 @@ def run_differences(
             heatmap(shown, space, out_dir / "heatmap.png", f"Diff_Model ({len(shown)} conditions)")
         )
     result.llm = _llm_stats(evaluator, summarizer, explorer)
+    evaluator.check_answered()  # an answer that never came is no 0: nothing is saved as a result
     result.save(out_dir / "results.json")
     result.files["results"] = str(out_dir / "results.json")
     if not quiet:
@@ -233,6 +266,17 @@ def run_differences(
     return result
 
 
+def differences_stand_ins(arguments: dict) -> list[str]:
+    """The non-model parts a ``differences`` run uses (for its provenance)."""
+    parts = {
+        "evaluator": "keyword reader of explanations (not a language model)",
+        "summarizer": "decision-tree rules (not a language model)",
+        "explorer": "neighbourhood sampler (not a language model)",
+    }
+    return [f"{name}: {what}" for name, what in parts.items() if arguments.get(name) is None]
+
+
+@run_command("differences", differences_stand_ins)
 def differences(
     generator: ConditionalGenerator,
     targets: list[str | ComparedModel] | None = None,
@@ -244,10 +288,11 @@ def differences(
     protocol: ProtocolArgs = ProtocolArgs(),
     optimization: OptimizationArgs = OptimizationArgs(),
     human: str | None = None,
-    out_dir: str = "checkpoints/differences",
-    device: Literal["auto", "cpu", "cuda"] = "auto",
+    out_dir: OutDir = "checkpoints/differences",
+    device: Device = "auto",
     heatmap_grid: bool = True,
     wandb: bool = False,
+    seed: Seed = 0,
 ) -> DifferencesResult:
     """Explain how two vision models differ (Raw Differences, Summarization, Optimization) and score it.
 
@@ -264,10 +309,10 @@ def differences(
         protocol: observed and test conditions, Density and attribution settings.
         optimization: Optimization settings (T, conditions per round, n candidates).
         human: a user-written explanation to score the same way (row "Human").
-        out_dir: folder for results.json, figures and the Diff_Model cache.
-        device: where the models run.
         heatmap_grid: measure every condition of a finite grid for the heat map (else the test set).
-        wandb: log tables and figures to Weights & Biases (offline without a key).
+
+    Writes ``results.json``, the figures and the Diff_Model cache under ``out_dir``; with ``wandb`` the tables and
+    figures are logged too (``sampling.seed`` draws the conditions).
     """
     model_a, model_b = model_pair(targets)  # checked before anything is written
     explainers = Explainers(evaluator, summarizer, explorer)

@@ -85,27 +85,31 @@ def print_result(result: DifferencesResult, title: str) -> None:
 def log_wandb(result: DifferencesResult, attributions: dict[str, Attribution], out_dir: Path, run_name: str) -> None:
     """Results, per-iteration explanations and scores, heat map, attribution and token-ratio plots."""
     import wandb  # heavy; only when logging
+    from nemo_train.loggers import init_run
 
-    from nemo_train.loggers import default_wandb_mode
-
-    run = wandb.init(
-        project="nemo-train",
-        job_type="differences",
-        name=run_name,
-        dir=str(out_dir),
-        mode=default_wandb_mode(),
-        settings=wandb.Settings(silent=True),
-    )
-    columns = ["method", "completeness", "density", "token_length", "conditions", "explanation"]
+    # the run the command opened (nemo_train.runs: quiet, redacted, no command line); else one like it
+    started = wandb.run is None
+    run = wandb.run or init_run(out_dir, project="nemo-train", job_type="differences", name=run_name)
+    # every score is the evaluator's reading: its label (a stand-in says "not an LLM") goes next to the numbers
+    columns = ["method", "completeness", "density", "token_length", "conditions", "explanation", "scored by"]
     table = wandb.Table(columns=columns)
     for r in result.rows:
-        table.add_data(r.method, r.completeness, r.density, r.token_length, r.conditions, r.explanation)
+        table.add_data(
+            r.method, r.completeness, r.density, r.token_length, r.conditions, r.explanation, result.evaluator
+        )
     iterations = wandb.Table(
-        columns=["iteration", "origin", "kept", "completeness", "density", "token_length", "explanation"]
+        columns=["iteration", "origin", "kept", "completeness", "density", "token_length", "explanation", "scored by"]
     )
     for h in result.history:
         iterations.add_data(
-            h["iteration"], h["origin"], h["kept"], h["completeness"], h["density"], h["token_length"], h["explanation"]
+            h["iteration"],
+            h["origin"],
+            h["kept"],
+            h["completeness"],
+            h["density"],
+            h["token_length"],
+            h["explanation"],
+            result.evaluator,
         )
     payload: dict[str, Any] = {"differences/results": table, "differences/optimization": iterations}
     for key in ("heatmap", "attribution", "ratio_curve"):
@@ -120,8 +124,11 @@ def log_wandb(result: DifferencesResult, attributions: dict[str, Attribution], o
             xname="threshold",
         )
     run.log(payload)
+    for part in ("evaluator", "summarizer", "explorer"):
+        run.summary[part] = getattr(result, part)
     for r in result.rows:
         run.summary[f"{r.method}/completeness"] = r.completeness
         run.summary[f"{r.method}/density"] = r.density
         run.summary[f"{r.method}/token_length"] = r.token_length
-    run.finish()
+    if started:
+        run.finish()

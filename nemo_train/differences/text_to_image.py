@@ -2,9 +2,9 @@
 
 :class:`DiffusersTextToImage` draws ``n`` images per caption (Stable Diffusion 3.5 by hub id, or any
 diffusers text-to-image pipeline folder); :class:`SiglipZeroShot` classifies by the highest
-image-text similarity over one prompt per class, as the gender experiment of "Towards automatic
+image-text logit over one prompt per class, as the gender experiment of "Towards automatic
 discovery and explanation of differences between vision models" (Sec. 5.3) does with two prompt sets.
-Both are heavy optional dependencies, imported when built.
+The diffusers pipeline is a heavy optional dependency, imported when built.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import torch
 from nemo_train.differences.conditions import TextSpace
 from nemo_train.differences.generators import ConditionalGenerator, condition_rng
 from nemo_train.differences.models import ComparedModel, state_digest
+from nemo_train.models.image_text import ImageTextEncoder
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -108,47 +109,36 @@ class DiffusersTextToImage(ConditionalGenerator):
         return torch.cat(images), torch.tensor(labels, dtype=torch.long)
 
 
-def _pooled(output) -> torch.Tensor:
-    """The embedding tensor (transformers returns a tensor or, in newer versions, an output object)."""
-    return output if isinstance(output, torch.Tensor) else output.pooler_output
-
-
 class SiglipZeroShot(ComparedModel):
-    """A SigLIP zero-shot classifier: label = argmax over classes of sim(image, prompt of the class).
+    """A SigLIP / SigLIP 2 (or CLIP) zero-shot classifier: label = argmax over classes of the image-text logit
+    of the class's prompt (:class:`~nemo_train.models.image_text.ImageTextEncoder`).
 
     Args:
         name: short name.
         prompts: one prompt per class, in label order (e.g. "a photo of a man with black hair").
-        model_id: hub id or local folder of a SigLIP model and processor.
+        model_id: hub id or local folder of a SigLIP / SigLIP 2 model and processor.
     """
 
     def __init__(self, name: str, prompts: Sequence[str], model_id: str = "google/siglip-base-patch16-224") -> None:
         self.name, self.prompts, self.model_id = name, list(prompts), model_id
-        self.model = self.processor = self.text_features = None
+        self.encoder: ImageTextEncoder | None = None
+        self.classifier = None
         self._identity: str | None = None
         self.device = torch.device("cpu")
 
-    @torch.no_grad()
+    @property
+    def model(self) -> torch.nn.Module | None:
+        return None if self.encoder is None else self.encoder.model
+
     def prepare(self, work_dir: Path, device: torch.device) -> None:
-        if self.model is not None:
+        if self.encoder is not None:
             return
-        from transformers import AutoModel, AutoProcessor  # heavy optional dependency
-        from transformers.utils import logging as transformers_logging
-
-        transformers_logging.disable_progress_bar()
-        transformers_logging.set_verbosity_error()
         self.device = device
-        self.model = AutoModel.from_pretrained(self.model_id).eval().to(device)
-        self.processor = AutoProcessor.from_pretrained(self.model_id)
-        text = self.processor(text=self.prompts, padding="max_length", return_tensors="pt").to(device)
-        self.text_features = torch.nn.functional.normalize(_pooled(self.model.get_text_features(**text)), dim=-1)
+        self.encoder = ImageTextEncoder.from_pretrained(self.model_id).to(device)
+        self.classifier = self.encoder.zero_shot(self.prompts)
 
-    @torch.no_grad()
     def predict(self, images: torch.Tensor) -> torch.Tensor:
-        pixels = self.processor.image_processor(images=list(images), do_rescale=False, return_tensors="pt")
-        features = self.model.get_image_features(pixel_values=pixels["pixel_values"].to(self.device))
-        features = torch.nn.functional.normalize(_pooled(features), dim=-1)
-        return (features @ self.text_features.T).argmax(-1).cpu()
+        return self.classifier.predict(images)
 
     @property
     def identity(self) -> str:

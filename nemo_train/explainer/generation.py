@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from collections.abc import Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,11 +23,14 @@ from datamodules.explanations import (
     side_by_side,
     to_pil,
 )
+from nemo_train.artefacts import path_digest, source_identity
 from nemo_train.errors import UserInputError
 from nemo_train.explainer.module import ExplainerModule
 from nemo_train.explainer.report import print_accuracy_table
 from nemo_train.models.vlm import is_explainer_folder
 from nemo_train.quiet import progress_bar
+from nemo_train.runs import Device, OutDir, Seed, run_command
+from nemo_train.store import ResultStore
 from nemo_train.vocabulary import CAUSES, cause_candidates, per_cause_accuracy, predicted_cause
 
 
@@ -192,26 +197,60 @@ def _records(pairs: str | None, images: list[str] | None, counterfactuals: list[
     ]
 
 
+def record_key(index: int, record: ExplanationRecord, counterfactual_shown: bool) -> str:
+    """An input's key: its position and a digest of the record and of the image files it shows."""
+    shown = [record.image] + ([record.counterfactual] if counterfactual_shown and record.counterfactual else [])
+    content = json.dumps([record.to_json(), [path_digest(p) for p in shown]], sort_keys=True)
+    return f"{index}:{hashlib.sha256(content.encode()).hexdigest()[:16]}"
+
+
+def write_jsonl_atomic(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Replace ``path`` by ``rows`` (one JSON line each) through a temporary file and a rename."""
+    scratch = path.with_name(f".{path.name}.tmp")
+    with scratch.open("w") as sink:
+        sink.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+        sink.flush()
+        os.fsync(sink.fileno())
+    os.replace(scratch, path)
+
+
+#: The explanations ``explain`` writes under its ``out_dir``.
+EXPLANATIONS_FILE = "explanations.jsonl"
+
+
+def explain_stand_ins(arguments: dict) -> list[str]:
+    """The non-model parts an ``explain`` run uses (for its provenance)."""
+    return ["correct: a keyword rule reads the cause an explanation names (standing in for manual grading)"]
+
+
+@run_command("explain", explain_stand_ins)
 def explain(
     model: str,
     pairs: str | None = None,
     images: list[str] | None = None,
     counterfactuals: list[str] | None = None,
-    output: str = "explanations.jsonl",
+    out_dir: OutDir = "checkpoints/explain",
     prompting: PromptArgs = PromptArgs(),
     generation: GenerationArgs = GenerationArgs(),
+    wandb: bool = False,
+    seed: Seed = 0,
+    device: Device = "cpu",
 ) -> Path:
     """Write explanations of classifier errors (JSONL) with a fine-tuned explainer or a base MLLM.
+
+    Writes ``<out_dir>/explanations.jsonl``: one line per input with ``explanations`` (and ``correct`` when a
+    ``cause`` is known), its ``key`` (position and digest of the input and its image files) and the ``settings``
+    it was generated with (the model folder's digest, prompting, generation); a rerun keeps the lines whose key
+    and settings match and computes the rest (another model's file: all of it), then leaves exactly one line per
+    input, in input order. When causes are known, the per-cause accuracy table is printed and the mean is
+    written to ``<out_dir>/explanations.jsonl.accuracy.json`` (``{"average": ..., "<cause>": ...}``). The
+    explainer runs on ``device``.
 
     Args:
         model: a saved adapter folder (``<run>/adapter``), or a hub id / local folder of a base model.
         pairs: a JSONL of errors (the pair format; ``explanation`` is not needed); or give ``images``.
         images: image files to explain (instead of ``pairs``).
         counterfactuals: one counterfactual image per entry of ``images`` (optional).
-        output: the JSONL written, one line per input with ``explanations`` (and ``correct`` when a
-            ``cause`` is known); an interrupted run resumes after the last line written. When causes are
-            known, the per-cause accuracy table is printed and the mean is written to
-            ``<output>.accuracy.json`` (``{"average": ..., "<cause>": ...}``).
         prompting: what the explainer is asked (:class:`PromptArgs`).
         generation: generation settings (:class:`GenerationArgs`).
     """
@@ -221,47 +260,54 @@ def explain(
         for path in (record.image, record.counterfactual if show_cf else None):
             if path is not None and not Path(path).is_file():
                 raise UserInputError(f"{record.origin or 'image'}: image {path!r} does not exist")
-    out = Path(output)
+    out = Path(out_dir) / EXPLANATIONS_FILE
     if out.is_dir():
-        raise UserInputError(f"output {str(out)!r} is a folder; expected a JSONL file path")
+        raise UserInputError(f"{str(out)!r} is a folder; expected the explanations file (JSONL) of out_dir")
     out.parent.mkdir(parents=True, exist_ok=True)
-    done = [json.loads(line) for line in out.read_text().splitlines() if line.strip()] if out.is_file() else []
+    store = ResultStore(out)  # a torn last line is cut, unreadable lines (an older format) are recomputed
     module = load_explainer(model)
+    if module.device.type != device:
+        module = module.to(device)
     trained = module.prompting or {}
     use_cf = bool(trained.get("use_counterfactual", True)) if prompting.counterfactual == "as_trained" else show_cf
-    todo = records[len(done) :]
     g = generation
-    with out.open("a") as sink:
-        for start in progress_bar(range(0, len(todo), g.batch_size), desc="explaining", disable=not todo):
-            chunk = todo[start : start + g.batch_size]
-            try:
-                texts = generate_explanations(
-                    module,
-                    [r.image for r in chunk],
-                    prompts=[question_for(r, use_cf, prompting.prompt, trained.get("prompt")) for r in chunk],
-                    num_samples=g.num_samples,
-                    temperature=g.temperature,
-                    top_p=g.top_p,
-                    max_new_tokens=g.max_new_tokens,
-                    batch_size=g.batch_size,
-                    counterfactuals=[r.counterfactual for r in chunk]
-                    if use_cf and any(r.counterfactual for r in chunk)
-                    else None,
-                    system_prompt=prompting.system_prompt,
-                    seed=g.seed + len(done) + start,
-                )
-            except UserInputError as err:
-                where = f"{chunk[0].origin}..{chunk[-1].origin}" if chunk[0].origin else "images"
-                raise UserInputError(f"{where}: {err}") from None
-            for record, samples in zip(chunk, texts):
-                row: dict[str, Any] = {**record.to_json(), "explanations": samples}
-                if record.cause:
-                    row["correct"] = [
-                        predicted_cause(s, cause_candidates(record.cause)) == record.cause for s in samples
-                    ]
-                sink.write(json.dumps(row) + "\n")
-                done.append(row)
-            sink.flush()
+    settings = {
+        "model": source_identity(model) if isinstance(model, (str, Path)) else {"id": type(model).__name__},
+        "prompting": asdict(prompting),
+        "counterfactual_shown": use_cf,
+        "generation": {k: v for k, v in asdict(g).items() if k != "batch_size"},
+    }
+    keys = [record_key(i, r, use_cf) for i, r in enumerate(records)]
+    todo = [i for i, key in enumerate(keys) if store.lookup(key, settings) is None]
+    for start in progress_bar(range(0, len(todo), g.batch_size), desc="explaining", disable=not todo):
+        chunk = [records[i] for i in todo[start : start + g.batch_size]]
+        try:
+            texts = generate_explanations(
+                module,
+                [r.image for r in chunk],
+                prompts=[question_for(r, use_cf, prompting.prompt, trained.get("prompt")) for r in chunk],
+                num_samples=g.num_samples,
+                temperature=g.temperature,
+                top_p=g.top_p,
+                max_new_tokens=g.max_new_tokens,
+                batch_size=g.batch_size,
+                counterfactuals=[r.counterfactual for r in chunk]
+                if use_cf and any(r.counterfactual for r in chunk)
+                else None,
+                system_prompt=prompting.system_prompt,
+                seed=g.seed + todo[start],  # the input's position: the same seed whichever inputs were done
+            )
+        except UserInputError as err:
+            where = f"{chunk[0].origin}..{chunk[-1].origin}" if chunk[0].origin else "images"
+            raise UserInputError(f"{where}: {err}") from None
+        for i, record, samples in zip(todo[start : start + g.batch_size], chunk, texts):
+            row: dict[str, Any] = {"key": keys[i], **record.to_json(), "explanations": samples}
+            if record.cause:
+                row["correct"] = [predicted_cause(s, cause_candidates(record.cause)) == record.cause for s in samples]
+            store.append(row, settings)
+    done = [store.records[key] for key in keys]
+    if not out.is_file() or out.read_bytes().count(b"\n") != len(keys):  # stale lines: keep the current ones
+        write_jsonl_atomic(out, done)
     scored = [r for r in done if "cause" in r]
     if scored:
         columns = (*CAUSES, *sorted({r["cause"] for r in scored} - set(CAUSES)))

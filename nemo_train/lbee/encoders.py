@@ -1,7 +1,9 @@
-"""Joint image-text spaces for the failure-mode search: a released Open-CLIP model, or our trained small CLIP.
+"""Joint image-text spaces for the failure-mode search: a released Open-CLIP model, a transformers CLIP /
+SigLIP / SigLIP 2 model, or our trained small CLIP.
 
 Every encoder has ``encode_image(images float[B, 3, H, W] in [0, 1]) -> [B, D]`` and
-``encode_text(texts) -> [T, D]``, both L2-normalised, computed in batches.
+``encode_text(texts) -> [T, D]``, both L2-normalised, computed in batches by one
+:class:`~nemo_train.models.image_text.ImageTextEncoder`; the classes here are the configurable specs.
 """
 
 from __future__ import annotations
@@ -13,19 +15,31 @@ from pathlib import Path
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 
 from datamodules.captions import CaptionDataModule, Source
-from nemo_train.errors import UserInputError
-from nemo_train.lbee.training import fit_quietly
-from nemo_train.models.clip import BatchedEncoder, CLIPEncoder, CLIPModule
+from nemo_train.models.clip import CLIPEncoder, CLIPModule
+from nemo_train.models.image_text import ImageTextEncoder
+from nemo_train.models.trainer import fit_quietly
 
 log = logging.getLogger(__name__)
 
 
-class OpenCLIPEncoder(BatchedEncoder):
-    """A released Open-CLIP model, e.g. ``ViT-B-32`` / ``laion2b_s34b_b79k`` (LAION-2B), by name and
-    pretrained tag, or a local weights file as ``pretrained``. Weights come from the hub (or the file)."""
+class _Space:
+    """A loaded joint space behind the failure-mode search's two calls."""
+
+    space: ImageTextEncoder
+
+    def encode_image(self, images: torch.Tensor) -> torch.Tensor:
+        return self.space.encode_image(images)
+
+    def encode_text(self, texts: Sequence[str]) -> torch.Tensor:
+        return self.space.encode_text(texts)
+
+
+class OpenCLIPEncoder(_Space):
+    """A released Open-CLIP model, e.g. ``ViT-B-32`` / ``laion2b_s34b_b79k`` (LAION-2B) or ``ViT-B-16-SigLIP2`` /
+    ``webli``, by name and pretrained tag, or a local weights file as ``pretrained``. Weights come from the hub
+    (or the file)."""
 
     def __init__(
         self,
@@ -34,28 +48,17 @@ class OpenCLIPEncoder(BatchedEncoder):
         device: str = "cpu",
         batch_size: int = 256,
     ) -> None:
-        import open_clip  # heavy optional dependency: only loaded when a released model is asked for
+        self.space = ImageTextEncoder.from_open_clip(model_name, pretrained, device=device, batch_size=batch_size)
 
-        if model_name not in open_clip.list_models():
-            raise UserInputError(f"unknown Open-CLIP model {model_name!r}; see open_clip.list_models()")
-        self.model, _, preprocess = open_clip.create_model_and_transforms(model_name, pretrained=pretrained)
-        self.model = self.model.to(device).eval()
-        self.tokenizer = open_clip.get_tokenizer(model_name)
-        size = self.model.visual.image_size
-        self.image_size = tuple(size) if isinstance(size, (tuple, list)) else (size, size)
-        normalize = next(t for t in preprocess.transforms if type(t).__name__ == "Normalize")
-        self.mean = torch.tensor(normalize.mean).view(1, 3, 1, 1).to(device)
-        self.std = torch.tensor(normalize.std).view(1, 3, 1, 1).to(device)
-        self.device, self.batch_size = device, batch_size
 
-    def _encode_image(self, images: torch.Tensor) -> torch.Tensor:
-        images = F.interpolate(
-            images.float().to(self.device), size=self.image_size, mode="bicubic", antialias=True, align_corners=False
-        ).clamp(0, 1)
-        return F.normalize(self.model.encode_image((images - self.mean) / self.std).float(), dim=-1)
+class PretrainedEncoder(_Space):
+    """A transformers CLIP / SigLIP / SigLIP 2 model by hub id or local folder, e.g.
+    ``google/siglip2-base-patch16-naflex`` or ``google/siglip2-base-patch16-224``."""
 
-    def _encode_text(self, texts: list[str]) -> torch.Tensor:
-        return F.normalize(self.model.encode_text(self.tokenizer(texts).to(self.device)).float(), dim=-1)
+    def __init__(
+        self, model: str = "google/siglip2-base-patch16-224", device: str = "cpu", batch_size: int = 256
+    ) -> None:
+        self.space = ImageTextEncoder.from_pretrained(model, batch_size=batch_size).to(device)
 
 
 class SyntheticCLIP:
@@ -132,4 +135,4 @@ class SyntheticCLIP:
         return self.encoder().encode_text(texts)
 
 
-Encoder = SyntheticCLIP | OpenCLIPEncoder
+Encoder = SyntheticCLIP | OpenCLIPEncoder | PretrainedEncoder

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import itertools
 import re
+import string
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from datamodules.captions import VOCABULARIES
+from datamodules.captions import VOCABULARIES, CaptionVocabulary
 from nemo_train.backends import ChatBackend, user_message
 from nemo_train.errors import UserInputError
 
@@ -61,16 +62,23 @@ class SentenceSet:
         return out
 
 
+def pair_template(vocab: CaptionVocabulary, a: str, b: str) -> str:
+    """The first caption template of ``vocab`` whose slots are exactly ``a`` and ``b``, else ``a {a} and a {b}``."""
+    for template in vocab.templates:
+        if {slot for _, slot, _, _ in string.Formatter().parse(template) if slot} == {a, b}:
+            return template
+    return "a {" + a + "} and a {" + b + "}"
+
+
 class AttributeSentences:
     """Ground-truth sentences of a generator: every value of each attribute and every pair of values.
 
-    ``source`` picks the vocabulary (``nico``: "a photo of a <object>", "a photo taken in <context>", and
-    "a photo of a <object> in <context>" for the 36 pairs, 48 sentences). ``pair_template`` is used for
-    the attribute pairs (with ``{a}`` / ``{b}`` placeholders filled by the words of the two values);
-    attributes listed in ``attributes`` (all by default) are combined.
+    ``source`` picks the caption vocabulary (:data:`datamodules.captions.VOCABULARIES`, whose words come from
+    the generator's fact sheet; ``nico``: "a photo of a <object>", "a photo taken in <context>", and
+    "a photo of a <object> in <context>" for the 36 pairs, 48 sentences). A pair of attributes reads as the
+    first caption template naming exactly those two (NICO's "a photo of a {object} in {context}"), else as
+    "a <a> and a <b>"; attributes listed in ``attributes`` (all by default) are combined.
     """
-
-    PAIR_TEMPLATES = {"nico": "a photo of a {object} in {context}"}
 
     def __init__(self, source: str = "nico", attributes: list[str] | None = None, pairs: bool = True) -> None:
         if source not in VOCABULARIES:
@@ -91,7 +99,7 @@ class AttributeSentences:
                 conds.append({attr: value})
         if self.pairs:
             for a, b in itertools.combinations(self.attributes, 2):
-                template = self.PAIR_TEMPLATES.get(self.source, "a {" + a + "} and a {" + b + "}")
+                template = pair_template(vocab, a, b)
                 for va, vb in itertools.product(range(len(vocab.words[a])), range(len(vocab.words[b]))):
                     texts.append(template.format(**{a: vocab.words[a][va], b: vocab.words[b][vb]}))
                     conds.append({a: va, b: vb})

@@ -22,16 +22,25 @@ from torchmetrics.image.kid import KernelInceptionDistance
 from nemo_train.metrics.perceptual import realism_features
 
 
+def successes(scores: torch.Tensor, threshold: float) -> torch.Tensor:
+    """Which ``scores`` reach ``threshold`` (a boolean per counterfactual)."""
+    return scores >= threshold
+
+
 def success_rate(scores: torch.Tensor, threshold: float) -> torch.Tensor:
     """Fraction of ``scores`` at least ``threshold``."""
-    return (scores >= threshold).float().mean()
+    return successes(scores, threshold).float().mean()
+
+
+def cosine_similarities(a: torch.Tensor, b: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+    """Cosine similarity (float64) of each row of ``a`` and ``b`` (flattened), for the rows where ``valid`` is True."""
+    sims = F.cosine_similarity(a.flatten(1).double(), b.flatten(1).double(), dim=1)
+    return sims if valid is None else sims[valid.bool()]
 
 
 def mean_cosine_similarity(a: torch.Tensor, b: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
     """Mean cosine similarity of the rows of ``a`` and ``b`` (flattened), over rows where ``valid`` is True."""
-    sims = F.cosine_similarity(a.flatten(1).double(), b.flatten(1).double(), dim=1)
-    if valid is not None:
-        sims = sims[valid.bool()]
+    sims = cosine_similarities(a, b, valid)
     return sims.mean().float() if len(sims) else torch.tensor(float("nan"))
 
 
@@ -70,7 +79,7 @@ class SuccessRate(_Float64Mean):
         self.threshold = threshold
 
     def update(self, scores: torch.Tensor) -> None:
-        super().update((scores.detach() >= self.threshold).double())
+        super().update(successes(scores.detach(), self.threshold).double())
 
 
 class MeanCosineSimilarity(_Float64Mean):
@@ -79,8 +88,7 @@ class MeanCosineSimilarity(_Float64Mean):
     higher_is_better = True
 
     def update(self, a: torch.Tensor, b: torch.Tensor, valid: torch.Tensor | None = None) -> None:
-        sims = F.cosine_similarity(a.detach().flatten(1).double(), b.detach().flatten(1).double(), dim=1)
-        super().update(sims if valid is None else sims[valid.bool()])
+        super().update(cosine_similarities(a.detach(), b.detach(), valid))
 
 
 class PerceptualDistance(_Float64Mean):

@@ -1,8 +1,11 @@
-"""NEMO metrics: Counterfactual Explanation Impact (CEI) and LLM Match.
+"""NEMO metrics: Counterfactual Explanation Impact (CEI), LLM Match and the mean of per-error scores.
 
 CEI (NEMO Eq. 6) is the change, in percentage points, of the classifier's probability of the true
-class once the cause named by an explanation is neutralised: ``100 * (P(y|s_e) - P(y|s_o))``.
-LLM Match is the judges' 1 / 0.5 / 0 score of an explanation, averaged over judges then samples.
+class once the cause named by an explanation is neutralised: ``100 * (P(y|s_e) - P(y|s_o))``;
+:func:`cei_points` is the one place the formula is written (a trial's CEI, a teacher's label, the
+:class:`CEI` metric all call it). LLM Match is the judges' 1 / 0.5 / 0 score of an explanation, averaged
+over judges then samples. :class:`ScoreMean` averages stored per-error scores (CEI, LLM Match,
+grounding) for the tables of ``nemo-eval``, ``distill-eval`` and the distillation teacher.
 """
 
 from __future__ import annotations
@@ -23,6 +26,12 @@ def _true_class_probability(probs: torch.Tensor, target: torch.Tensor | None) ->
     return probs.gather(1, target.long().view(-1, 1)).squeeze(1)
 
 
+def cei_points(p_edited: float | torch.Tensor, p_original: float | torch.Tensor) -> float | torch.Tensor:
+    """The CEI formula, ``100 * (P(y|s_e) - P(y|s_o))`` in percentage points, on true-class probabilities:
+    Python floats (float64 arithmetic) or tensors (in their own dtype; :func:`cei` passes float64)."""
+    return 100.0 * (p_edited - p_original)
+
+
 def cei(edited_probs: torch.Tensor, original_probs: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor:
     """Per-sample CEI in percentage points.
 
@@ -35,7 +44,7 @@ def cei(edited_probs: torch.Tensor, original_probs: torch.Tensor, target: torch.
         raise ValueError(
             f"edited {tuple(p_edit.shape)} and original {tuple(p_orig.shape)} probabilities differ in shape"
         )
-    return 100.0 * (p_edit.double() - p_orig.double())
+    return cei_points(p_edit.double(), p_orig.double())
 
 
 def llm_match(scores: torch.Tensor) -> torch.Tensor:
@@ -59,7 +68,64 @@ def _per_sample_means(scores: torch.Tensor) -> torch.Tensor:
     return torch.where(counts > 0, sums / counts.clamp(min=1), torch.full_like(sums, float("nan")))
 
 
-class CEI(Metric):
+Scores = float | None | torch.Tensor | Sequence[float | None]
+
+
+def _accumulate(
+    total: float, count: float, values: Scores, weights: Sequence[float] | None = None
+) -> tuple[float, float]:
+    """``(total + sum(w * v), count + sum(w))`` over the scored values (``None`` = not scored, skipped),
+    added one at a time in the given order: the same float64 sum as Python's left-to-right ``+``, where a
+    tensor's vectorised ``sum`` would round differently in the last bits."""
+    if isinstance(values, torch.Tensor):
+        values = values.reshape(-1).tolist()
+    elif values is None or isinstance(values, (int, float)):
+        values = [values]
+    if weights is None:
+        for value in values:
+            if value is not None:
+                total, count = total + value, count + 1.0
+        return total, count
+    if len(weights) != len(values):
+        raise ValueError(f"{len(weights)} weights for {len(values)} scores; expected one weight per score")
+    for value, weight in zip(values, weights):
+        if value is not None:
+            total, count = total + value * weight, count + weight
+    return total, count
+
+
+def score_mean(values: Scores, weights: Sequence[float] | None = None) -> float:
+    """Mean of per-error scores (``None`` skipped; ``weights``: a weighted mean), ``nan`` when none is scored."""
+    total, count = _accumulate(0.0, 0.0, values, weights)
+    return total / count if count else math.nan
+
+
+class ScoreMean(Metric):
+    """Mean of per-error scores in float64: CEI, LLM Match or grounding of stored evaluation records.
+
+    ``update(values, weights=None)`` takes one score, a sequence (``None`` = not scored, skipped) or a tensor;
+    scores are summed in update order (see :func:`score_mean`, its functional form). ``compute`` is ``nan``
+    while nothing was scored; ``count`` is the number of scores (or their total weight).
+    """
+
+    is_differentiable = False
+    full_state_update = False
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.add_state("total", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("count", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+
+    def update(self, values: Scores, weights: Sequence[float] | None = None) -> None:
+        total, count = _accumulate(float(self.total), float(self.count), values, weights)
+        self.total.fill_(total)
+        self.count.fill_(count)
+
+    def compute(self) -> torch.Tensor:
+        return self.total / self.count if self.count > 0 else torch.tensor(math.nan, dtype=torch.float64)
+
+
+class CEI(ScoreMean):
     """Mean Counterfactual Explanation Impact in percentage points (higher: the explanation's
     intervention moves the prediction further toward the true class).
 
@@ -67,26 +133,18 @@ class CEI(Metric):
     returns every sample's CEI in update order (gathered across processes under DDP).
     """
 
-    is_differentiable = False
     higher_is_better = True
-    full_state_update = False
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.add_state("total", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("count", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
         self.add_state("values", default=[], dist_reduce_fx="cat")
 
     def update(
         self, edited_probs: torch.Tensor, original_probs: torch.Tensor, target: torch.Tensor | None = None
     ) -> None:
         values = cei(edited_probs, original_probs, target)
-        self.total += values.sum()
-        self.count += values.numel()
+        super().update(values)
         self.values.append(values)
-
-    def compute(self) -> torch.Tensor:
-        return self.total / self.count if self.count > 0 else torch.tensor(float("nan"), dtype=torch.float64)
 
     def per_sample(self) -> torch.Tensor:
         """Every sample's CEI (``[N]``, float64)."""

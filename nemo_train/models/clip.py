@@ -30,6 +30,9 @@ from transformers.convert_slow_tokenizer import bytes_to_unicode
 from transformers.utils import logging as hf_logging
 
 from nemo_train.errors import UserInputError
+from nemo_train.models.image_text import BatchedEncoder, ImageTextEncoder, PixelPreprocess
+
+__all__ = ["BatchedEncoder", "CLIPEncoder", "CLIPModule", "clip_tokenizer", "recall_at_k"]
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -58,31 +61,6 @@ def recall_at_k(similarity: torch.Tensor, k: int) -> float:
     k = min(k, similarity.shape[1])
     top = similarity.topk(k, dim=1).indices
     return float((top == torch.arange(len(similarity), device=top.device)[:, None]).any(1).float().mean())
-
-
-class BatchedEncoder:
-    """``encode_image`` / ``encode_text`` of a joint space, computed in chunks of :attr:`batch_size` without
-    gradients; a subclass encodes one chunk in ``_encode_image`` / ``_encode_text`` (L2-normalised)."""
-
-    batch_size: int = 256
-
-    @torch.no_grad()
-    def encode_image(self, images: torch.Tensor) -> torch.Tensor:
-        """L2-normalised image embeddings ``[B, D]`` (on the CPU) of images in ``[0, 1]`` (any size)."""
-        return torch.cat([self._encode_image(chunk).cpu() for chunk in images.split(self.batch_size)])
-
-    @torch.no_grad()
-    def encode_text(self, texts: Sequence[str]) -> torch.Tensor:
-        """L2-normalised text embeddings ``[T, D]`` (on the CPU)."""
-        texts = list(texts)
-        step = self.batch_size
-        return torch.cat([self._encode_text(texts[i : i + step]).cpu() for i in range(0, len(texts), step)])
-
-    def _encode_image(self, images: torch.Tensor) -> torch.Tensor:  # pragma: no cover - interface
-        raise NotImplementedError
-
-    def _encode_text(self, texts: list[str]) -> torch.Tensor:  # pragma: no cover - interface
-        raise NotImplementedError
 
 
 class CLIPModule(L.LightningModule):
@@ -154,8 +132,7 @@ class CLIPModule(L.LightningModule):
             projection_dim=embed_dim,
         )
         self.model = CLIPModel(config)
-        self.register_buffer("mean", torch.tensor(CLIP_MEAN).view(1, 3, 1, 1), persistent=False)
-        self.register_buffer("std", torch.tensor(CLIP_STD).view(1, 3, 1, 1), persistent=False)
+        self.preprocess = PixelPreprocess(image_size, CLIP_MEAN, CLIP_STD, resample="bilinear")
         self.zero_shot: dict[str, list[str]] = {}
         self.heads = torch.nn.ModuleDict()  # auxiliary attribute heads, built in setup from the datamodule
         self._val: list[dict] = []
@@ -163,18 +140,13 @@ class CLIPModule(L.LightningModule):
     # ----------------------------------------------------------------- encoders
     def pixels(self, images: torch.Tensor) -> torch.Tensor:
         """Images in ``[0, 1]`` (any size) -> normalised pixel values at the model's input size."""
-        if images.ndim != 4 or images.shape[1] != 3:
-            raise UserInputError(f"expected images of shape [B, 3, H, W] in [0, 1], got {list(images.shape)}")
-        size = self.hparams.image_size
-        if images.shape[-1] != size or images.shape[-2] != size:
-            images = F.interpolate(images, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
-        return (images.to(self.mean.device) - self.mean) / self.std
+        return self.preprocess.normalised(images)
 
     def tokens(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
         tok = self.tokenizer(
             list(texts), padding=True, truncation=True, max_length=self.hparams.max_length, return_tensors="pt"
         )
-        return {k: tok[k].to(self.mean.device) for k in ("input_ids", "attention_mask")}
+        return {k: tok[k].to(self.preprocess.mean.device) for k in ("input_ids", "attention_mask")}
 
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
         """L2-normalised image embeddings ``[B, D]``."""
@@ -299,46 +271,24 @@ class CLIPModule(L.LightningModule):
         return folder
 
 
-class CLIPEncoder(BatchedEncoder, torch.nn.Module):
-    """Inference wrapper of a trained CLIP: ``encode_image`` / ``encode_text`` (L2-normalised), batched.
+class CLIPEncoder(ImageTextEncoder):
+    """A trained CLIP as an :class:`~nemo_train.models.image_text.ImageTextEncoder` (batched, L2-normalised).
 
     ``source`` is a Hugging Face folder or hub id of a CLIP model (e.g. one exported by
-    :meth:`CLIPModule.export`) or a :class:`CLIPModule` Lightning checkpoint (``.ckpt``).
+    :meth:`CLIPModule.export`) or a :class:`CLIPModule` Lightning checkpoint (``.ckpt``). Images are resized
+    bilinearly, as the failure-mode search has always fed this encoder.
     """
 
     def __init__(self, source: str | Path, batch_size: int = 256) -> None:
-        super().__init__()
         source = str(source)
-        if source.endswith(".ckpt"):
-            if not Path(source).is_file():
-                raise UserInputError(f"CLIP checkpoint {source!r} does not exist")
-            module = CLIPModule.load_from_checkpoint(
-                source, map_location="cpu", weights_only=True, strict=False
-            )  # auxiliary heads are not needed
-            self.model, self.tokenizer = module.model, module.tokenizer
-            self.image_size = module.hparams.image_size
-        else:
-            hf_logging.disable_progress_bar()  # quiet output: no weight-loading bar
-            try:
-                self.model = CLIPModel.from_pretrained(source)
-                self.tokenizer = CLIPTokenizer.from_pretrained(source)
-            except OSError as err:
-                raise UserInputError(f"cannot load a CLIP model from {source!r}: {str(err).splitlines()[0]}") from err
-            self.image_size = self.model.config.vision_config.image_size
-        self.model.eval()
-        self.batch_size = batch_size
-        self.register_buffer("mean", torch.tensor(CLIP_MEAN).view(1, 3, 1, 1), persistent=False)
-        self.register_buffer("std", torch.tensor(CLIP_STD).view(1, 3, 1, 1), persistent=False)
-
-    def _encode_image(self, images: torch.Tensor) -> torch.Tensor:
-        size = (self.image_size, self.image_size)
-        images = F.interpolate(
-            images.float().to(self.mean.device), size=size, mode="bilinear", antialias=True, align_corners=False
-        )
-        pixels = (images - self.mean) / self.std
-        return F.normalize(self.model.get_image_features(pixel_values=pixels).pooler_output, dim=-1)
-
-    def _encode_text(self, texts: list[str]) -> torch.Tensor:
-        tok = self.tokenizer(texts, padding=True, truncation=True, return_tensors="pt")
-        tok = {k: tok[k].to(self.mean.device) for k in ("input_ids", "attention_mask")}
-        return F.normalize(self.model.get_text_features(**tok).pooler_output, dim=-1)
+        if not source.endswith(".ckpt"):
+            loaded = ImageTextEncoder.from_pretrained(source, resample="bilinear")
+            super().__init__(loaded.model, loaded.tokenizer, loaded.pixels, batch_size=batch_size)
+            return
+        if not Path(source).is_file():
+            raise UserInputError(f"CLIP checkpoint {source!r} does not exist")
+        module = CLIPModule.load_from_checkpoint(
+            source, map_location="cpu", weights_only=True, strict=False
+        )  # auxiliary heads are not needed
+        pixels = PixelPreprocess(module.hparams.image_size, CLIP_MEAN, CLIP_STD, resample="bilinear")
+        super().__init__(module.model, module.tokenizer, pixels, batch_size=batch_size)

@@ -25,10 +25,9 @@ from typing import Any
 
 import torch
 
-from datamodules.cmnist import FACTS as CMNIST_FACTS
+from datamodules.fact_sheets import SHEETS
 from datamodules.facts import DatasetFacts
 from datamodules.folder import UNREADABLE, read_image
-from datamodules.shifts_render import FACTS as SHIFTS_FACTS
 from nemo_train.errors import UserInputError
 from nemo_train.nemo.targets import load_checkpoint_target
 from nemo_train.quiet import progress_bar
@@ -166,44 +165,16 @@ def classify(
     return torch.cat(preds), torch.cat(feats)
 
 
-def cmnist_caption(attrs: dict[str, Any], vocabulary: dict[str, list]) -> str:
-    """A caption of a CMNIST image from its generator attributes (``"a red digit 3, rotated -10 degrees"``)."""
-    color = vocabulary["color"][int(attrs["color"])]
-    angle = int(attrs["angle"])
-    pose = "upright" if angle == 0 else f"rotated {angle} degrees"
-    return f"a {color} digit {int(attrs['digit'])}, {pose}"
+#: Benchmarks whose errors are graded against their fact sheet (the grounded judge, the Constant row, the
+#: reference explainers). CLEVR has a sheet too (:data:`datamodules.fact_sheets.SHEETS`) but its benchmark is still
+#: graded by its criterion's keywords, as before the sheet existed.
+FACT_SHEETS: dict[str, DatasetFacts] = {name: SHEETS[name] for name in ("cmnist", "shifts")}
 
-
-def clevr_caption(attrs: dict[str, Any], vocabulary: dict[str, list]) -> str:
-    """A caption of a CLEVR image from its attributes (``"a small red metal cube"``)."""
-    return " ".join(["a"] + [vocabulary[k][int(attrs[k])] for k in ("size", "color", "material", "shape")])
-
-
-#: Fact sheets of the generated benchmarks (judges and explainers read factors and values from them).
-FACT_SHEETS: dict[str, DatasetFacts] = {"cmnist": CMNIST_FACTS, "shifts": SHIFTS_FACTS}
-
-#: The generated datasets with a planted bias: datamodule, class attribute, cause, editable attributes.
+#: The generated datasets with a planted bias: datamodule, default bias preset and fact sheet (class attribute,
+#: cause, editable factors, distractor, object word and caption are read from the sheet).
 SYNTHETIC: dict[str, dict[str, Any]] = {
-    "cmnist": {
-        "datamodule": "datamodules.cmnist:CMNISTDataModule",
-        "bias": "model_a",
-        "class_attribute": "digit",
-        "cause": "color",
-        "editable": ("color", "angle"),
-        "distractor": "angle",
-        "object": "digit",
-        "caption": cmnist_caption,
-    },
-    "clevr": {
-        "datamodule": "datamodules.clevr:CLEVRDataModule",
-        "bias": "rubber",
-        "class_attribute": "shape",
-        "cause": "material",
-        "editable": ("material", "color", "size"),
-        "distractor": "size",
-        "object": "object",
-        "caption": clevr_caption,
-    },
+    "cmnist": {"datamodule": "datamodules.cmnist:CMNISTDataModule", "bias": "model_a", "facts": SHEETS["cmnist"]},
+    "clevr": {"datamodule": "datamodules.clevr:CLEVRDataModule", "bias": "rubber", "facts": SHEETS["clevr"]},
 }
 
 
@@ -294,7 +265,7 @@ def benchmark_from_grid(
     errors get ids ``<id_prefix>-<index>``; every other image is the reference database, captioned from its
     attributes. ``what`` names the grid in messages and the progress bar.
     """
-    spec = SYNTHETIC[dataset]
+    facts: DatasetFacts = SYNTHETIC[dataset]["facts"]
     vocabulary = dict(renderer.attributes)
     predictions, features = classify(target, data.images, desc=f"classifying the {what}")
     eligible = data.groups == 1 if only_conflicting else torch.ones_like(data.groups, dtype=torch.bool)
@@ -322,16 +293,16 @@ def benchmark_from_grid(
         labels=data.labels[rest],
         predictions=predictions[rest],
         features=features[rest],
-        captions=[spec["caption"](a, vocabulary) for a in ref_attrs],
+        captions=[facts.caption(a) for a in ref_attrs],
         attrs=ref_attrs,
         image_size=data.images.shape[-1],
     )
     cause = {
-        "attribute": spec["cause"],
+        "attribute": facts.cause,
         "values": _bias_values(dataset, dm),
-        "editable": list(spec["editable"]),
-        "distractor": spec["distractor"],
-        "object": spec["object"],
+        "editable": facts.editable,
+        "distractor": facts.distractors[0],
+        "object": facts.object_word,
     }
     return NemoBenchmark(
         dataset, list(dm.class_names), dataset, errors, reference, renderer, vocabulary, cause, FACT_SHEETS.get(dataset)

@@ -173,9 +173,11 @@ def run_target(
     keep_images: bool = False,
     show_bar: bool = True,
     batch_size: int = 16,
+    shard: Callable[[list[ErrorSample]], list[ErrorSample]] = list,
 ) -> None:
     """Evaluate every method on every error of one target, resuming from ``store``; the pending errors of a
-    method are explained ``batch_size`` at a time."""
+    method are explained ``batch_size`` at a time. ``shard`` picks this process's share of the pending errors
+    (:meth:`nemo_train.sharding.Ranks.shard`; all of them in a one-process run)."""
     bar = progress_bar(
         total=len(job.methods) * len(job.benchmark.errors),
         desc=f"nemo-eval {job.name}",
@@ -193,8 +195,10 @@ def run_target(
                 bar.update(1)
             else:
                 pending.append(sample)
-        for start in range(0, len(pending), batch_size):
-            chunk = pending[start : start + batch_size]
+        mine = shard(pending)
+        bar.update(len(pending) - len(mine))  # the other ranks' share
+        for start in range(0, len(mine), batch_size):
+            chunk = mine[start : start + batch_size]
             _compute(job, method, chunk, settings, store, progress, keep_images)
             bar.update(len(chunk))
     bar.close()
@@ -227,11 +231,29 @@ def run_global(
     backend: ChatBackend | None,
     settings: dict[str, Any],
     say: Callable[[str], None] = print,
+    shard: Callable[[list[ErrorSample]], list[ErrorSample]] = list,
+    agree: Callable[[Callable[[], str | None]], str | None] = lambda write: write(),
 ) -> str | None:
     """Summarise this target's SciTX explanations into one global explanation and score it on every error.
 
-    Returns the global explanation (``None`` when SciTX produced none or the summary failed).
+    ``agree`` runs the summary once for all processes (:meth:`nemo_train.sharding.Ranks.on_main`: rank 0
+    writes it, the others receive it); ``shard`` splits the scoring. Returns the global explanation
+    (``None`` when SciTX produced none or the summary failed).
     """
+    text = agree(lambda: global_text(job, store, backend, say))
+    if text is None:
+        return None
+    method = GlobalExplanation(text)
+    settings = {**settings, "method.class": "GlobalExplanation", "method.text": text}
+    one_row = TargetJob(job.name, job.benchmark, job.scorer, job.panel, [(method, settings)])
+    run_target(one_row, store, progress, show_bar=False, shard=shard)
+    return text
+
+
+def global_text(
+    job: TargetJob, store: ResultStore, backend: ChatBackend | None, say: Callable[[str], None] = print
+) -> str | None:
+    """The global explanation of a target's SciTX explanations (``None``, with the reason said, when none)."""
     bench = job.benchmark
     texts = [
         r["explanation"]
@@ -257,9 +279,6 @@ def run_global(
     if not text:
         say(f"global explanation ({job.name}): the summary came back empty; skipped")
         return None
-    method = GlobalExplanation(text)
-    settings = {**settings, "method.class": "GlobalExplanation", "method.text": text}
-    run_target(TargetJob(job.name, bench, job.scorer, job.panel, [(method, settings)]), store, progress, show_bar=False)
     return text
 
 
@@ -280,9 +299,10 @@ def run_constant(
     text: str,
     settings: dict[str, Any],
     keep_images: bool = False,
+    shard: Callable[[list[ErrorSample]], list[ErrorSample]] = list,
 ) -> None:
     """Score one fixed explanation (``text``) on every error of the target as the row ``Constant``."""
     method = ConstantExplainer(text)
     settings = {**settings, "method.class": "ConstantExplainer", "method.text": text}
     one_row = TargetJob(job.name, job.benchmark, job.scorer, job.panel, [(method, settings)])
-    run_target(one_row, store, progress, keep_images=keep_images, show_bar=False)
+    run_target(one_row, store, progress, keep_images=keep_images, show_bar=False, shard=shard)

@@ -21,6 +21,7 @@ from typing import Any, Literal
 from datamodules.facts import DatasetFacts
 from nemo_train.backends.base import ChatBackend
 from nemo_train.backends.messages import system_message, user_message
+from nemo_train.backends.providers import object_schema
 from nemo_train.errors import UserInputError
 from nemo_train.nemo.criteria import (
     CRITERIA,
@@ -129,6 +130,11 @@ class Judge(ABC):
         return out
 
 
+#: the reply of :data:`JUDGE_PROMPT` and of :data:`GROUNDED_PROMPT`, asked of endpoints that constrain output
+JUDGE_SCHEMA = object_schema(reasoning="string", score="number")
+GROUNDED_SCHEMA = object_schema(reasoning="string", score="number", grounding=("number", "null"))
+
+
 class LLMJudge(Judge):
     """A chat model grading explanations against a dataset's :class:`FactorCriterion` (JSON reply).
 
@@ -185,12 +191,14 @@ class LLMJudge(Judge):
 
     def judge(self, items: list[JudgeItem]) -> list[Judgement]:
         """Score each item (requests run ``backend.concurrency`` at a time)."""
+        grounded = {item.cause is not None or item.attributes is not None for item in items}
         replies = self.backend.chat_json_batch(
             [self.messages(item) for item in items],
             n=1,
             temperature=0.0,
             max_tokens=self.max_tokens,
             max_reasks=self.max_reasks,
+            schema=(GROUNDED_SCHEMA if True in grounded else JUDGE_SCHEMA) if len(grounded) == 1 else None,
         )
         out = []
         for (reply,) in replies:

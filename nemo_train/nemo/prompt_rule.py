@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-from datamodules.captions import TILT_WORDS, VOCABULARIES, tilt_index
+from datamodules.captions import CAPTION_NAMES, TILT_WORDS, VOCABULARIES, tilt_index
+from datamodules.fact_sheets import SHEETS
 from nemo_train.errors import UserInputError
 from nemo_train.nemo.benchmark import ErrorSample
 
@@ -28,11 +29,14 @@ PROMPT_FORMS: dict[str, str] = {
     "cmnist": "a[ {color}] digit {digit}[ {tilt}]",
     "clevr": "a[ {size}][ {color}] {shape}[ made of {material}]",
 }
-#: Per generator: the class attribute (caption words) and, for every other attribute an explanation may
-#: name, its caption attribute (CMNIST rotations are captioned as three tilt words).
+#: Per generator, read from its fact sheet: the class attribute (caption words) and, for every factor an
+#: explanation may name, its caption attribute (CMNIST rotations are captioned as three tilt words).
 CAPTION_ATTRIBUTES: dict[str, tuple[str, dict[str, str]]] = {
-    "cmnist": ("digit", {"color": "color", "angle": "tilt"}),
-    "clevr": ("shape", {"material": "material", "color": "color", "size": "size"}),
+    name: (
+        SHEETS[name].class_attribute,
+        {f.name: CAPTION_NAMES.get(name, {}).get(f.name, f.name) for f in SHEETS[name].factors},
+    )
+    for name in PROMPT_FORMS
 }
 #: Words that mean "not rotated" (tilt "upright").
 UPRIGHT_WORDS = ("upright", "straight", "level", "unrotated", "not rotated")

@@ -9,9 +9,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import wandb
-
 from nemo_train.console import print_table
-from nemo_train.loggers import default_wandb_mode
+from nemo_train.loggers import init_run
+from nemo_train.metrics.nemo import score_mean
+from nemo_train.nemo.labels import match_label
 
 
 @dataclass
@@ -81,8 +82,10 @@ class NemoEvalSummary:
         raise KeyError((method, target))
 
 
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else math.nan
+def _mean(values: list[float | None]) -> float:
+    """Mean of the scored values (``None`` skipped; ``math.nan`` if none): the functional core of
+    :class:`~nemo_train.metrics.nemo.ScoreMean`."""
+    return score_mean(values)
 
 
 def summarize(records: Iterable[dict], stand_ins: dict[str, str] | None = None) -> list[CellScore]:
@@ -106,8 +109,8 @@ def summarize(records: Iterable[dict], stand_ins: dict[str, str] | None = None) 
             CellScore(
                 method=method,
                 target=target,
-                llm_match=_mean([r["llm_match"] for r in ok if r["llm_match"] is not None]),
-                grounding=_mean([r["grounding"] for r in ok if r.get("grounding") is not None]),
+                llm_match=_mean([r["llm_match"] for r in ok]),
+                grounding=_mean([r.get("grounding") for r in ok]),
                 cei=_mean([r["cei"] for r in ok]),
                 n=len(ok),
                 failed=len(rows) - len(ok),
@@ -188,11 +191,12 @@ def known_cause_win_rate(records: Iterable[dict], target: str | None = None) -> 
 
 def log_wandb(records: list[dict], cells: list[CellScore], benchmark: str, images: dict[str, tuple]) -> None:
     """Log the table and one row per sample (image, edit, edited image, scores) to Weights & Biases."""
-    run = wandb.run or wandb.init(project="nemo-train", job_type="nemo-eval", mode=default_wandb_mode())
-    table = wandb.Table(columns=["method", "target", "llm_match", "grounding", "cei", "n", "failed"])
+    run = wandb.run or init_run("wandb", project="nemo-train", job_type="nemo-eval")  # nemo-eval opens one in out_dir
+    judge_names = sorted({j for r in records for j in r["judges"]})
+    match = match_label(judge_names)  # names the judges that are rules, not models
+    table = wandb.Table(columns=["method", "target", match, "grounding", "cei", "n", "failed"])
     for c in cells:
         table.add_data(c.label, c.target, c.llm_match, c.grounding, c.cei, c.n, c.failed)
-    judge_names = sorted({j for r in records for j in r["judges"]})
     samples = wandb.Table(
         columns=["image", "y", "y_hat", "method", "target", "explanation", "edit", "edited image", "cei", *judge_names]
     )

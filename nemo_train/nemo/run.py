@@ -28,9 +28,9 @@ from nemo_train.nemo.components import (
     BenchmarkArgs,
     BuildContext,
     EditorSpec,
+    EvalOptions,
     ExactEdit,
     MethodSpec,
-    RunArgs,
     TargetSpec,
     default_methods,
 )
@@ -54,9 +54,25 @@ from nemo_train.nemo.report import (
     summarize,
 )
 from nemo_train.nemo.shift_benchmark import print_causes
-from nemo_train.store import ResultStore, RunLock
+from nemo_train.runs import Device, OutDir, Seed, run_command
+from nemo_train.sharding import ShardedResultStore, Strategy, current_ranks, merge_shards
+from nemo_train.store import ResultStore
 
 
+def nemo_stand_ins(arguments: dict) -> list[str]:
+    """The non-model parts a ``nemo-eval`` run uses (for its provenance)."""
+    named = []
+    if arguments.get("explainer") is None:
+        named += [f"{method}: {what}" for method, what in OFFLINE_STAND_INS.items()]
+    if not arguments.get("judges"):
+        named.append("judge: grounded judge (an attribute parser, not a model)")
+    editor = arguments.get("editor") or ExactEdit()
+    if editor.offline_note(arguments.get("explainer")):
+        named.append(f"editor: {editor.offline_note(arguments.get('explainer'))}")
+    return named
+
+
+@run_command("nemo-eval", nemo_stand_ins)
 def nemo_eval(
     benchmark: BenchmarkArgs = BenchmarkArgs(),
     targets: list[str | TargetSpec] | None = None,
@@ -64,9 +80,15 @@ def nemo_eval(
     explainer: ChatBackend | None = None,
     judges: list[Judge] | None = None,
     editor: EditorSpec | None = None,
-    out_dir: str = "checkpoints/nemo_eval",
-    run: RunArgs = RunArgs(),
-) -> NemoEvalSummary:
+    out_dir: OutDir = "checkpoints/nemo_eval",
+    wandb: bool = False,
+    seed: Seed = 0,
+    device: Device = "cpu",
+    devices: int = 1,
+    num_nodes: int = 1,
+    strategy: Strategy = "auto",
+    run: EvalOptions = EvalOptions(),
+) -> NemoEvalSummary | None:
     """Run explanation methods on a NEMO benchmark and print LLM Match and CEI per method and target.
 
     Args:
@@ -83,11 +105,16 @@ def nemo_eval(
             benchmarks only). A judge without a ``criterion`` takes the benchmark's.
         editor: ``ExactEdit`` (generated data; default), ``DiffusersEdit`` or ``PromptEdit`` (zero-shot targets;
             offline on generated data the class prompts are rewritten by the caption rule, not a model).
-        out_dir: results (``results.jsonl``), the reply cache and the run lock; a rerun resumes here.
-        run: ``wandb``, ``batched``, ``error_batch``, ``global_explanation``.
+        run: how the evaluation is computed: ``batched``, ``error_batch``, ``global_explanation``.
+
+    Writes ``results.jsonl`` and the reply cache ``llm_cache/`` under ``out_dir``; ``device`` runs the targets.
+
+    With ``devices`` > 1 (or several nodes) every process builds the targets once, computes its shard of the
+    pending samples into ``results.rank-<r>.jsonl``, and process 0 merges them and prints the table.
 
     Returns:
-        the table and the run's counts (:class:`~nemo_train.nemo.report.NemoEvalSummary`).
+        the table and the run's counts (:class:`~nemo_train.nemo.report.NemoEvalSummary`; ``None`` on the
+        processes other than the first).
     """
     editor = editor or ExactEdit()
     if not targets:
@@ -98,64 +125,73 @@ def nemo_eval(
     names = unique_names(specs)
     method_specs = list(methods) if methods else default_methods()
     panel_judges = list(judges) if judges else [GroundedJudge()]
-    out = Path(out_dir)
-    with RunLock(out):
-        store = ResultStore(out / "results.jsonl")
-        _attach_caches(explainer, panel_judges, out / "llm_cache")
-        facts = FACT_SHEETS.get(benchmark.name)
-        panel = JudgePanel([j.for_benchmark(benchmark.name, facts) for j in panel_judges])
-        _note_offline_parts(explainer, judges, editor)
-        mapping, class_names = benchmark.classes()
-        shared = {
-            "benchmark": benchmark.settings(),
-            "explainer": explainer.fingerprint() if explainer is not None else None,
-            "judges": [j.fingerprint() for j in panel_judges],
-            "editor": editor.settings(),
-        }
-        started, progress, global_texts, cause_counts = time.perf_counter(), Progress(), {}, {}
-        for spec, name in zip(specs, names):
-            target = spec.build(class_names, mapping)
-            bench = benchmark.build(target, mapping)
-            if bench.cause_counts is not None:
-                cause_counts[name] = dict(bench.cause_counts)
-                print_causes(bench.cause_counts, name)
-            scorer = editor.build_scorer(bench, target, explainer, benchmark.seed, run.batched)
-            base = {"target": spec.identity(), **shared}
-            job = TargetJob(
-                name, bench, scorer, panel, _build_methods(method_specs, bench, target, explainer, scorer, base)
-            )
-            run_target(
-                job, store, progress, keep_images=run.wandb, show_bar=sys.stderr.isatty(), batch_size=run.error_batch
-            )
-            constant = most_frequent_explanation(store, name, "KnownCause", [s.sample_id for s in bench.errors])
-            if constant is not None and bench.facts is not None:  # what one sentence for every error scores
-                constant_settings = flatten({**base, "method": {"class": "Constant"}})
-                run_constant(job, store, progress, constant, constant_settings, keep_images=run.wandb)
-            if run.global_explanation:
-                text = run_global(job, store, progress, explainer, flatten(base))
-                if text is not None:
-                    global_texts[name] = text
-                    print(f"global explanation ({name}): {text}")
-        records = [store.get(key) for key in dict.fromkeys(progress.keys)]
-        cells = summarize(records, OFFLINE_STAND_INS if explainer is None else None)
-        print_report(cells, benchmark.name, editor.offline_note(explainer))
-        rate, pairs = known_cause_win_rate(records)
-        summary = NemoEvalSummary(
-            benchmark=benchmark.name,
-            cells=cells,
-            computed=progress.computed,
-            resumed=progress.resumed,
-            failed=progress.failed,
-            failed_per_method=failures_per_method(cells),
-            recomputed_because=dict(store.changed),
-            global_explanations=global_texts,
-            known_cause_win_rate=rate if pairs else None,
-            cause_counts=cause_counts,
-            results=str(store.path),
+    out, ranks = Path(out_dir), current_ranks()
+    store = ShardedResultStore(out / "results.jsonl", ranks.rank, ranks.world_size)
+    ranks.barrier()  # every process has read the finished work before any writes
+    _attach_caches(explainer, panel_judges, out / "llm_cache")
+    facts = FACT_SHEETS.get(benchmark.name)
+    panel = JudgePanel([j.for_benchmark(benchmark.name, facts) for j in panel_judges])
+    _note_offline_parts(explainer, judges, editor)
+    mapping, class_names = benchmark.classes()
+    shared = {
+        "benchmark": benchmark.settings(),
+        "explainer": explainer.fingerprint() if explainer is not None else None,
+        "judges": [j.fingerprint() for j in panel_judges],
+        "editor": editor.settings(),
+    }
+    started, progress, global_texts, cause_counts = time.perf_counter(), Progress(), {}, {}
+    for spec, name in zip(specs, names):
+        target = spec.build(class_names, mapping).to(device)
+        bench = benchmark.build(target, mapping)
+        if bench.cause_counts is not None:
+            cause_counts[name] = dict(bench.cause_counts)
+            print_causes(bench.cause_counts, name)
+        scorer = editor.build_scorer(bench, target, explainer, benchmark.seed, run.batched)
+        base = {"target": spec.identity(), **shared}
+        job = TargetJob(
+            name, bench, scorer, panel, _build_methods(method_specs, bench, target, explainer, scorer, base)
         )
-        _print_counts(summary, explainer, time.perf_counter() - started)
-        if run.wandb:
-            log_wandb(records, cells, benchmark.name, progress.images)
+        show_bar = sys.stderr.isatty() and ranks.is_main
+        run_target(job, store, progress, wandb, show_bar, run.error_batch, shard=ranks.shard)
+        if ranks.world_size > 1:  # the Constant and Global rows read every process's records
+            ranks.barrier()
+            store = store.reopen()
+        constant = most_frequent_explanation(store, name, "KnownCause", [s.sample_id for s in bench.errors])
+        if constant is not None and bench.facts is not None:  # what one sentence for every error scores
+            constant_settings = flatten({**base, "method": {"class": "Constant"}})
+            run_constant(job, store, progress, constant, constant_settings, wandb, shard=ranks.shard)
+        if run.global_explanation:
+            text = run_global(job, store, progress, explainer, flatten(base), shard=ranks.shard, agree=ranks.on_main)
+            if text is not None:
+                global_texts[name] = text
+                print(f"global explanation ({name}): {text}")
+    ranks.barrier()
+    progress.computed, progress.failed = ranks.total(progress.computed), ranks.total(progress.failed)
+    if not ranks.is_main:
+        return None
+    changed = store.changed
+    merge_shards(store.path)
+    store = ResultStore(store.path)
+    records = [store.get(key) for key in dict.fromkeys(progress.keys)]
+    cells = summarize(records, OFFLINE_STAND_INS if explainer is None else None)
+    print_report(cells, benchmark.name, editor.offline_note(explainer))
+    rate, pairs = known_cause_win_rate(records)
+    summary = NemoEvalSummary(
+        benchmark=benchmark.name,
+        cells=cells,
+        computed=progress.computed,
+        resumed=progress.resumed,
+        failed=progress.failed,
+        failed_per_method=failures_per_method(cells),
+        recomputed_because=dict(changed),
+        global_explanations=global_texts,
+        known_cause_win_rate=rate if pairs else None,
+        cause_counts=cause_counts,
+        results=str(store.path),
+    )
+    _print_counts(summary, explainer, time.perf_counter() - started)
+    if wandb:
+        log_wandb(records, cells, benchmark.name, progress.images)
     return summary
 
 
@@ -214,4 +250,8 @@ def _print_counts(summary: NemoEvalSummary, explainer: ChatBackend | None, secon
     if summary.known_cause_win_rate is not None:
         print(f"known cause beats the distractor on CEI for {summary.known_cause_win_rate:.0%} of errors")
     if explainer is not None:
-        print(f"explainer calls: {explainer.stats.requests} sent, {explainer.stats.cache_hits} from cache")
+        stats = explainer.stats
+        line = f"explainer calls: {stats.requests} sent, {stats.cache_hits} from cache"
+        if stats.json_replies:  # schema-constrained endpoints should need none
+            line += f", {stats.json_reasked}/{stats.json_replies} JSON replies re-asked ({stats.reask_share:.0%})"
+        print(line)

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from datamodules import sentences
+from datamodules.fact_sheets import DEFAULT_EDITABLE
 from datamodules.sentences import (  # noqa: F401  (re-exported: NEMO's callers read the sentences from here)
     ATTRIBUTE_WORDS,
     DISTILL_CAM_PROMPT,
@@ -66,7 +67,7 @@ class StructuredEditDeriver:
     """
 
     def __init__(
-        self, vocabulary: Mapping[str, Sequence] | None = None, editable: Sequence[str] = ("color", "angle")
+        self, vocabulary: Mapping[str, Sequence] | None = None, editable: Sequence[str] = DEFAULT_EDITABLE
     ) -> None:
         self.vocabulary = None if vocabulary is None else {k: list(v) for k, v in vocabulary.items()}
         self.editable = list(editable)

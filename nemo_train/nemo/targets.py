@@ -31,11 +31,12 @@ import torch
 import torch.nn.functional as F
 from timm.data import ImageNetInfo
 from torch import nn
-from transformers import AutoImageProcessor, AutoModel, AutoTokenizer, CLIPConfig, CLIPModel, CLIPTokenizer
+from transformers import CLIPConfig, CLIPModel, CLIPTokenizer
 from transformers.convert_slow_tokenizer import bytes_to_unicode
-from transformers.utils import logging as hf_logging
 
 from nemo_train.errors import UserInputError
+from nemo_train.models.clip import CLIP_MEAN, CLIP_STD
+from nemo_train.models.image_text import ImageTextEncoder, PixelPreprocess
 from nemo_train.models.loading import load_classifier
 from nemo_train.nemo.class_mapping import ClassMapping
 
@@ -224,19 +225,22 @@ def _imagenet_names(n: int) -> list[str]:
 
 
 class ZeroShotTarget(Target):
-    """CLIP or SigLIP zero-shot classifier through transformers: one prompt per class.
+    """CLIP, SigLIP or SigLIP 2 zero-shot classifier: one prompt per class, over an
+    :class:`~nemo_train.models.image_text.ImageTextEncoder`.
 
-    ``P(.|x)`` is the softmax over image-text logits (``logit_scale * cos``; SigLIP's bias cancels in
-    the softmax). :meth:`proba_with_prompts` evaluates the same image with other class prompts, which
-    is how a counterfactual *prompt* intervention is scored.
+    ``P(.|x)`` is the softmax over the encoder's image-text logits (``logit_scale * cos``, plus SigLIP's bias,
+    which cancels in the softmax). :meth:`proba_with_prompts` evaluates the same image with other class
+    prompts, which is how a counterfactual *prompt* intervention is scored.
 
     Args:
-        model: a transformers ``CLIPModel`` / ``SiglipModel`` (or a hub id / local path to load one).
-        tokenizer: its tokenizer (loaded with ``AutoTokenizer`` when ``model`` is a string and this is None).
+        model: a hub id / local folder (loaded by :meth:`ImageTextEncoder.from_pretrained`), an
+            :class:`ImageTextEncoder`, or a transformers ``CLIPModel`` / ``SiglipModel`` module built in code.
         class_names: benchmark classes; ``template`` is filled with each (``"a photo of a {}"``).
+        tokenizer: the module's tokenizer (only when ``model`` is a module).
         class_prompts: one prompt per class instead of the template (e.g. written like a CLIP's training
             captions, ``"the digit three"``).
-        image_size, mean, std: pixel preprocessing (read from the hub image processor when loading by id).
+        image_size: the input side (default: the processor's, or the module's vision config).
+        mean, std: pixel normalisation of a module (a loaded model uses its processor's).
     """
 
     def __init__(
@@ -247,41 +251,52 @@ class ZeroShotTarget(Target):
         template: str = "a photo of a {}",
         image_size: int | None = None,
         class_prompts: Sequence[str] | None = None,
-        mean: Sequence[float] = (0.48145466, 0.4578275, 0.40821073),
-        std: Sequence[float] = (0.26862954, 0.26130258, 0.27577711),
+        mean: Sequence[float] = CLIP_MEAN,
+        std: Sequence[float] = CLIP_STD,
     ) -> None:
         super().__init__()
         if "{}" not in template:
             raise UserInputError(f"prompt template {template!r} must contain '{{}}' where the class name goes")
         if isinstance(model, str):
-            name = model
-            hf_logging.disable_progress_bar()  # quiet output: no weight-loading bar
-            try:
-                processor = AutoImageProcessor.from_pretrained(name)
-                tokenizer = tokenizer or AutoTokenizer.from_pretrained(name)
-                model = AutoModel.from_pretrained(name)
-            except (OSError, ValueError) as err:  # not on the hub / offline / not a CLIP or SigLIP folder
-                raise UserInputError(
-                    f"cannot load zero-shot model {name!r} ({type(err).__name__}: {str(err).splitlines()[0][:150]}); "
-                    "expected a hub id or a local folder with the model and its processor"
-                ) from None
-            size = processor.size
-            image_size = image_size or size.get("shortest_edge") or size.get("height")
-            mean, std = processor.image_mean, processor.image_std
-        if tokenizer is None:
-            raise UserInputError("ZeroShotTarget needs a tokenizer when the model is passed as a module")
-        self.model = model.eval()
-        self.tokenizer = tokenizer
+            self.encoder = ImageTextEncoder.from_pretrained(model, image_size=image_size)
+        elif isinstance(model, ImageTextEncoder):
+            self.encoder = model
+        else:
+            if tokenizer is None:
+                raise UserInputError("ZeroShotTarget needs a tokenizer when the model is passed as a module")
+            size = image_size or model.config.vision_config.image_size
+            self.encoder = ImageTextEncoder(model, tokenizer, PixelPreprocess(size, mean, std, resample="bicubic"))
         self.template = template
         self.class_names = list(class_names)
         if class_prompts is not None and len(class_prompts) != len(self.class_names):
             raise UserInputError(f"{len(class_prompts)} class prompts for {len(self.class_names)} classes")
         self.class_prompts = None if class_prompts is None else list(class_prompts)
-        self.image_size = image_size or self.model.config.vision_config.image_size
-        self.is_siglip = "siglip" in type(self.model).__name__.lower()
-        self.register_buffer("mean", torch.tensor(mean).view(1, 3, 1, 1), persistent=False)
-        self.register_buffer("std", torch.tensor(std).view(1, 3, 1, 1), persistent=False)
-        self._class_text: torch.Tensor | None = None
+        self.classifier = self.encoder.zero_shot(self.prompts)
+
+    @property
+    def model(self) -> nn.Module:
+        return self.encoder.model
+
+    @property
+    def tokenizer(self):
+        return self.encoder.tokenizer
+
+    @property
+    def is_siglip(self) -> bool:
+        return self.encoder.is_siglip
+
+    @property
+    def image_size(self) -> int | None:
+        size = self.encoder.pixels.size
+        return None if size is None else size[0]
+
+    @property
+    def mean(self) -> torch.Tensor:
+        return self.encoder.pixels.mean
+
+    @property
+    def std(self) -> torch.Tensor:
+        return self.encoder.pixels.std
 
     @property
     def prompts(self) -> list[str]:
@@ -291,49 +306,29 @@ class ZeroShotTarget(Target):
     def prompt_for(self, class_index: int) -> str:
         return self.prompts[class_index]
 
-    @staticmethod
-    def _pooled(out) -> torch.Tensor:
-        return out if isinstance(out, torch.Tensor) else out.pooler_output
-
     @torch.no_grad()
     def encode_text(self, texts: Sequence[str]) -> torch.Tensor:
         """L2-normalised text embeddings ``[T, D]``."""
-        padding = "max_length" if self.is_siglip else True
-        tok = self.tokenizer(list(texts), padding=padding, truncation=True, return_tensors="pt")
-        tok = {k: v.to(self.device) for k, v in tok.items() if k in ("input_ids", "attention_mask")}
-        if self.is_siglip:
-            tok.pop("attention_mask", None)
-        return F.normalize(self._pooled(self.model.get_text_features(**tok)).float(), dim=-1)
+        return self.encoder.embed_text(texts)
 
     @torch.no_grad()
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
         """L2-normalised image embeddings ``[B, D]``."""
-        return self._embed_image(images)
-
-    def _embed_image(self, images: torch.Tensor) -> torch.Tensor:
-        images = _check_images(images).to(self.device)
-        images = F.interpolate(
-            images, size=(self.image_size, self.image_size), mode="bicubic", antialias=True, align_corners=False
-        ).clamp(0, 1)
-        pixels = (images - self.mean) / self.std
-        return F.normalize(self._pooled(self.model.get_image_features(pixel_values=pixels)).float(), dim=-1)
+        return self.encoder.embed_image(images)
 
     def class_text(self) -> torch.Tensor:
-        if self._class_text is None or self._class_text.device != self.device:
-            self._class_text = self.encode_text(self.prompts)
-        return self._class_text
-
-    def _scale(self) -> torch.Tensor:
-        return self.model.logit_scale.exp().float()
+        return self.classifier.text()
 
     def logits(self, images: torch.Tensor) -> torch.Tensor:
-        return self._scale() * self._embed_image(images) @ self.class_text().T
+        return self.classifier(images)
 
     def gradcam_layer(self) -> nn.Module:
         """Grad-CAM layer: the first norm of the vision tower's last layer."""
         return self.model.vision_model.encoder.layers[-1].layer_norm1
 
     def gradcam_reshape(self):
+        if self.encoder.family == "siglip2":  # a padded patch sequence on the last batch's grid
+            return _grid_to_map(self.encoder.pixels)
         return _tokens_to_map(0 if self.is_siglip else 1)
 
     @torch.no_grad()
@@ -344,14 +339,23 @@ class ZeroShotTarget(Target):
     def proba_with_prompts(self, images: torch.Tensor, class_index: int, prompts: Sequence[str]) -> torch.Tensor:
         """``P(class_index | x)`` ``[B, P]`` when that class's prompt is replaced by each of ``prompts``."""
         image = self.encode_image(images)  # [B, D]
-        base = self._scale() * image @ self.class_text().T  # [B, K]
-        new = self._scale() * image @ self.encode_text(prompts).T  # [B, P]
+        base = self.encoder.logits(image, self.class_text())  # [B, K]
+        new = self.encoder.logits(image, self.encode_text(prompts))  # [B, P]
         out = []
         for p in range(new.shape[1]):
             logits = base.clone()
             logits[:, class_index] = new[:, p]
             out.append(logits.softmax(-1)[:, class_index])
         return torch.stack(out, -1)
+
+
+def _grid_to_map(pixels: PixelPreprocess):
+    def reshape(tokens: torch.Tensor) -> torch.Tensor:
+        rows, cols = pixels.last_grid
+        tokens = tokens[:, : rows * cols]
+        return tokens.reshape(tokens.shape[0], rows, cols, tokens.shape[2]).permute(0, 3, 1, 2)
+
+    return reshape
 
 
 def tiny_random_clip(class_names: Sequence[str], seed: int = 0, image_size: int = 32) -> ZeroShotTarget:

@@ -96,7 +96,9 @@ def test_logs_hand_computed_cei_and_llm_match_and_skips_sanity_check():
     cei_colour = 100 * (p_true(1, 0) - p_true(0, 1))  # green -> red
     expected_cei = (cei_colour + 0.0) / 2  # rotation edit leaves the toy image unchanged
     assert callback.last_result["nemo/cei"] == pytest.approx(expected_cei)
-    assert callback.last_result["nemo/llm_match"] == pytest.approx(0.5)  # colour named once out of two
+    # colour named once out of two; the keyword judge is no language model, so the metric says "rule_match"
+    assert callback.last_result["nemo/rule_match"] == pytest.approx(0.5)
+    assert not any("llm_match" in key for key in callback.last_result)
     assert trainer.callback_metrics["nemo/cei"].item() == pytest.approx(expected_cei, rel=1e-5)
 
 
@@ -125,6 +127,7 @@ def test_wandb_table_only_with_a_wandb_logger(table_loggers):
     ((key, columns, rows),) = wandb_logger.tables
     assert key == "nemo/explanations" and columns[3] == "explanation" and len(rows) == 2
     assert rows[0][4] == '{"attribute": "color", "value": 0}' and rows[0][7] == 1.0
+    assert columns[7] == "rule_match [keyword-judge (closed-vocabulary synthetic only), not a model]"
 
 
 def test_needs_error_sets_or_ready_objects():

@@ -163,6 +163,8 @@ def test_wandb_offline_log_holds_tables_and_figures(tmp_path, monkeypatch):
     media = run / "files" / "media"
     (results,) = media.glob("table/differences/results_*.table.json")
     assert "Model A is better for digits 5, 6 and 7." in results.read_text()
+    logged = json.loads(results.read_text())  # the evaluator's label on every row
+    assert logged["columns"][-1] == "scored by" and logged["data"][0][-1] == "keyword"
     (iterations,) = media.glob("table/differences/optimization_*.table.json")
     assert "update t=1" in iterations.read_text()
     assert list(media.glob("images/differences/heatmap_*.png"))

@@ -24,14 +24,14 @@ def adapter(tmp_path_factory, explainer_cache):
 
 
 def test_explain_writes_one_line_per_pair_and_resumes(explain_command, adapter, six_cause_pairs, tmp_path, capsys):
-    output = tmp_path / "out.jsonl"
+    output = tmp_path / "explanations.jsonl"
     args = [
         "--model",
         str(adapter),
         "--pairs",
         str(six_cause_pairs["val"]),
-        "--output",
-        str(output),
+        "--out_dir",
+        str(tmp_path),
         "--generation.max_new_tokens",
         "6",
     ]
@@ -42,7 +42,7 @@ def test_explain_writes_one_line_per_pair_and_resumes(explain_command, adapter, 
     assert all(len(r["explanations"]) == 2 and len(r["correct"]) == 2 and r["cause"] for r in rows)
     assert "Spatial" in capsys.readouterr().out  # the per-cause table is printed
     # the headline number: mean over causes of the first explanation's hit rate, worked out from the rows
-    accuracy = json.loads((tmp_path / "out.jsonl.accuracy.json").read_text())
+    accuracy = json.loads((tmp_path / "explanations.jsonl.accuracy.json").read_text())
     per_cause = {}
     for row in rows:
         per_cause.setdefault(row["cause"], []).append(row["correct"][0])
@@ -59,7 +59,7 @@ def test_explain_images_with_counterfactuals(explain_command, adapter, six_cause
     from datamodules.explanations import read_records
 
     records = read_records(six_cause_pairs["val"])[:2]
-    output = tmp_path / "out.jsonl"
+    output = tmp_path / "explanations.jsonl"
     run_pipeline(
         "explain",
         [
@@ -69,8 +69,8 @@ def test_explain_images_with_counterfactuals(explain_command, adapter, six_cause
             json.dumps([r.image for r in records]),
             "--counterfactuals",
             json.dumps([r.counterfactual for r in records]),
-            "--output",
-            str(output),
+            "--out_dir",
+            str(tmp_path),
             "--generation.max_new_tokens",
             "4",
         ],
@@ -80,11 +80,11 @@ def test_explain_images_with_counterfactuals(explain_command, adapter, six_cause
 
 
 def test_explain_bad_input(explain_command, adapter, tmp_path):
+    model = ["--model", str(adapter), "--out_dir", str(tmp_path / "out")]
     with pytest.raises(UserInputError, match="exactly one of --pairs"):
-        run_pipeline("explain", ["--model", str(adapter)])
+        run_pipeline("explain", model)
     with pytest.raises(UserInputError, match="does not exist"):
-        run_pipeline("explain", ["--model", str(adapter), "--images", json.dumps([str(tmp_path / "gone.png")])])
+        run_pipeline("explain", [*model, "--images", json.dumps([str(tmp_path / "gone.png")])])
     with pytest.raises(UserInputError, match="2 counterfactuals for 1 images"):
-        run_pipeline(
-            "explain", ["--model", str(adapter), "--images", '["a.png"]', "--counterfactuals", '["b.png", "c.png"]']
-        )
+        run_pipeline("explain", [*model, "--images", '["a.png"]', "--counterfactuals", '["b.png", "c.png"]'])
+    assert not (tmp_path / "out").exists()  # refused runs leave nothing behind

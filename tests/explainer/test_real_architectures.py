@@ -94,7 +94,7 @@ def test_explain_command_and_chat_backend_generate_for_eight_images_at_once(fitt
     if mode != "bf16":
         pytest.skip("one generation check per family is enough")
     images = _eight_images(six_cause_pairs)
-    output = tmp_path / "out.jsonl"
+    output = tmp_path / "explanations.jsonl"
     run_pipeline(
         "explain",
         [
@@ -102,8 +102,8 @@ def test_explain_command_and_chat_backend_generate_for_eight_images_at_once(fitt
             str(adapter),
             "--images",
             json.dumps(images),
-            "--output",
-            str(output),
+            "--out_dir",
+            str(tmp_path),
             "--generation.batch_size=8",
             "--generation.max_new_tokens=5",
         ],

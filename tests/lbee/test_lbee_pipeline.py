@@ -21,27 +21,39 @@ from nemo_train.lightning_cli import NemoLightningCLI
 from tests.models.tiny_clip import TINY_CLIP
 
 ROOT = Path(__file__).resolve().parents[2]
-LBEE_CONFIGS = sorted((ROOT / "configs" / "lbee").glob("*.yaml"))
+#: The lbee presets, each a list of configs/lbee files loaded in order: the shared NICO-like recipe with one
+#: correlation (and the per-class search), and the two real settings.
+NICO_LIKE = [("nico_base.yaml", f"nico{c}.yaml", *extra) for c in (75, 85, 95) for extra in ((), ("per_class.yaml",))]
 REAL = {"imagenet_per_class.yaml", "nico85_real.yaml"}  # need data folders / hub weights: parsed, not built
+LBEE_PRESETS = [*NICO_LIKE, *((name,) for name in sorted(REAL))]
+
+
+def preset_parser() -> ArgumentParser:
+    parser = ArgumentParser()
+    parser.add_function_arguments(lbee)
+    parser.add_argument("--config", action="config")
+    return parser
+
+
+def config_args(names: tuple[str, ...]) -> list[str]:
+    return [arg for name in names for arg in ("--config", str(ROOT / "configs" / "lbee" / name))]
 
 
 def test_lbee_command_is_registered():
     assert PIPELINE_COMMANDS["lbee"].target == "nemo_train.lbee.pipeline:lbee"
 
 
-@pytest.mark.parametrize("path", LBEE_CONFIGS, ids=lambda p: p.name)
-def test_lbee_preset_parses(path):
-    parser = ArgumentParser()
-    parser.add_function_arguments(lbee)
-    parser.add_argument("--config", action="config")
-    cfg = parser.parse_args(["--config", str(path)])
-    if path.name in REAL:  # Open-CLIP: the cosine threshold as set for it
+@pytest.mark.parametrize("names", LBEE_PRESETS, ids="+".join)
+def test_lbee_preset_parses(names):
+    parser = preset_parser()
+    cfg = parser.parse_args(config_args(names))
+    if names[-1] in REAL:  # Open-CLIP: the cosine threshold as set for it
         assert (cfg.search.init_args.tau, cfg.search.init_args.tau_scale) == (0.25, "cosine")
     else:
         init = parser.instantiate(cfg)
         assert isinstance(init.data, NICODataModule) and isinstance(init.encoder, SyntheticCLIP)
         assert init.search.k == 3 and (init.search.tau, init.search.tau_scale) == (1.0, "sentence_z")
-        assert init.search.per_class == ("per_class" in path.name)
+        assert init.search.per_class == ("per_class.yaml" in names)
 
 
 def test_clip_preset_parses(tmp_path):
@@ -67,8 +79,8 @@ def tiny_classifier(tmp_path_factory, lightning_checkpoint) -> str:
     """A bias_cnn fitted for one epoch on the tiny NICO-like data, saved as a checkpoint (what `fit` writes)."""
     import lightning as L
 
-    from nemo_train.lbee.training import fit_quietly
     from nemo_train.models import ClassifierModule
+    from nemo_train.models.trainer import fit_quietly
 
     L.seed_everything(0, verbose=False)
     module = ClassifierModule(backbone="bias_cnn", num_classes=6, lr=3e-3)
@@ -135,8 +147,7 @@ def test_missing_file_is_one_line_error(tmp_path, capsys):
         main(
             [
                 "lbee",
-                "--config",
-                str(ROOT / "configs/lbee/nico85.yaml"),
+                *config_args(("nico_base.yaml", "nico85.yaml")),
                 "--out_dir",
                 str(tmp_path),
                 "--sentences",
@@ -155,15 +166,15 @@ def test_missing_file_is_one_line_error(tmp_path, capsys):
     assert "nemo-train: error:" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("path", [p for p in LBEE_CONFIGS if p.name not in REAL], ids=lambda p: p.name)
-def test_preset_analyses_the_classifier_of_its_fit_preset_on_that_data(path):
+@pytest.mark.parametrize("names", NICO_LIKE, ids="+".join)
+def test_preset_analyses_the_classifier_of_its_fit_preset_on_that_data(names):
     # the classifier comes from the `fit` preset that writes its checkpoint (nothing is trained by lbee), and the
     # target set is drawn from the data that classifier was trained on
     from nemo_train.models.loading import fit_preset_for
 
-    preset = yaml.safe_load(path.read_text())
-    fit = fit_preset_for(preset["classifier"])
-    assert fit is not None and fit.parent.name == "nico", preset["classifier"]
-    fit_data = yaml.safe_load(fit.read_text())["data"]
-    assert fit_data["class_path"] == preset["data"]["class_path"]
-    assert {k: v for k, v in fit_data["init_args"].items() if v is not None} == preset["data"]["init_args"]
+    parser = preset_parser()
+    preset = parser.parse_args(config_args(names))
+    fit = fit_preset_for(preset.classifier)
+    assert fit is not None and fit.parent.name == "nico", preset.classifier
+    fit_data = parser.parse_object({"data": yaml.safe_load(fit.read_text())["data"]}).data
+    assert fit_data == preset.data  # class and every argument, given or default

@@ -36,12 +36,13 @@ def test_summary_by_hand():
 
 
 def test_seed_zero_keeps_the_preset_paths():
-    config = str(ROOT / "configs" / "lbee" / "nico95.yaml")
-    args = SCRIPT["run_config"](config, 0, 0, Path("/x"))
+    config, base = (str(ROOT / "configs" / "lbee" / name) for name in ("nico95.yaml", "nico_base.yaml"))
+    args = SCRIPT["run_config"](config, 0, 0, Path("/x"), [base])
     assert "--encoder.init_args.path" not in args and "--classifier" not in args
-    args = SCRIPT["run_config"](config, 2, 1, Path("/x"))
-    options = dict(zip(args[::2], args[1::2], strict=True))
-    preset_clip = yaml.safe_load(Path(config).read_text())["encoder"]["init_args"]["path"]
+    assert args[:4] == ["--config", base, "--config", config]  # the shared recipe first, then the preset
+    args = SCRIPT["run_config"](config, 2, 1, Path("/x"), [base])
+    options = dict(zip(args[4::2], args[5::2], strict=True))
+    preset_clip = yaml.safe_load(Path(base).read_text())["encoder"]["init_args"]["path"]
     assert options["--encoder.init_args.path"] == f"{preset_clip}_seed2"
     assert options["--encoder.init_args.seed"] == "2"
     assert options["--data.init_args.seed"] == options["--seed"] == "1"

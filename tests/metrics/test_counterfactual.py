@@ -16,9 +16,11 @@ from nemo_train.metrics.counterfactual import (  # noqa: E402
     PerceptualDistance,
     SuccessRate,
     TimePerImage,
+    cosine_similarities,
     mean_cosine_similarity,
     realism_metrics,
     success_rate,
+    successes,
 )
 
 
@@ -31,6 +33,19 @@ def test_success_rate_on_a_crafted_batch():
     assert metric.compute() == pytest.approx(0.6)
     with pytest.raises(ValueError, match="threshold"):
         SuccessRate(1.0)
+    assert successes(scores, 0.9).tolist() == [True, True, False, False, True]
+
+
+def test_cosine_similarities_per_row_by_hand():
+    # rows: (1,0)·(1,1) -> 1/sqrt(2); (0,2)·(0,-1) -> -1; (3,4)·(6,8) -> 1; only rows 0 and 2 valid
+    a = torch.tensor([[1.0, 0.0], [0.0, 2.0], [3.0, 4.0]])
+    b = torch.tensor([[1.0, 1.0], [0.0, -1.0], [6.0, 8.0]])
+    sims = cosine_similarities(a, b)
+    assert sims.dtype == torch.float64 and sims.tolist() == pytest.approx([2**-0.5, -1.0, 1.0])
+    assert cosine_similarities(a, b, torch.tensor([True, False, True])).tolist() == pytest.approx([2**-0.5, 1.0])
+    metric = MeanCosineSimilarity()
+    metric.update(a, b, torch.tensor([True, False, True]))
+    assert metric.compute().item() == pytest.approx((2**-0.5 + 1.0) / 2)
 
 
 def test_mean_cosine_similarity_matches_sklearn_and_counts_valid_rows_only():

@@ -1,4 +1,4 @@
-"""CEI and LLM Match against hand-computed values and scripted judges."""
+"""CEI, LLM Match and the per-error score mean against hand-computed values and scripted judges."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from nemo_train.backends import ScriptedBackend
-from nemo_train.metrics.nemo import CEI, LLMMatch, cei, llm_match
+from nemo_train.metrics.nemo import CEI, LLMMatch, ScoreMean, cei, cei_points, llm_match, score_mean
 from nemo_train.nemo.judges import JudgeItem, JudgePanel, KeywordJudge, LLMJudge
 
 
@@ -19,6 +19,19 @@ def test_cei_hand_values_from_true_class_probabilities():
     # P(y|s_e) - P(y|s_o): 0.9-0.2, 0.3-0.5, 0.6-0.6 -> 70, -20, 0 points
     values = cei(torch.tensor([0.9, 0.3, 0.6]), torch.tensor([0.2, 0.5, 0.6]))
     assert values.tolist() == pytest.approx([70.0, -20.0, 0.0])
+
+
+def test_cei_points_on_floats_and_tensors():
+    # 100 * (7/8 - 1/4) = 62.5 exactly; floats stay floats, tensors keep their dtype
+    assert cei_points(0.875, 0.25) == 62.5
+    assert isinstance(cei_points(0.875, 0.25), float)
+    value = cei_points(
+        torch.tensor([0.875, 0.25], dtype=torch.float64), torch.tensor([0.25, 0.875], dtype=torch.float64)
+    )
+    assert value.dtype == torch.float64 and value.tolist() == [62.5, -62.5]
+    # cei() computes in float64 whatever the input dtype: float32 0.1 is 0.100000001490116..., not 0.1
+    p = torch.tensor([0.1], dtype=torch.float32)
+    assert cei(p, torch.zeros(1)).item() == 100.0 * float(p)
 
 
 def test_cei_gathers_true_class_from_probability_matrices():
@@ -53,6 +66,42 @@ def test_cei_states_reduce_like_one_process():
     a.merge_state(b)
     assert a.compute().item() == pytest.approx(whole.compute().item())
     assert sorted(a.per_sample().tolist()) == pytest.approx(sorted(whole.per_sample().tolist()))
+
+
+def test_score_mean_skips_unscored_and_weights():
+    # (1 + 0.5 + 0) / 3 with None left out; (2 * 3 + 4 * 1) / (3 + 1) = 2.5
+    assert score_mean([1.0, None, 0.5, 0.0]) == pytest.approx(0.5)
+    assert score_mean(0.25) == 0.25
+    assert score_mean([2.0, 4.0], weights=[3, 1]) == 2.5
+    assert math.isnan(score_mean([])) and math.isnan(score_mean([None]))
+    with pytest.raises(ValueError, match="one weight per score"):
+        score_mean([1.0, 2.0], weights=[1])
+
+
+def test_score_mean_adds_left_to_right():
+    # 1 + 1e-16 rounds back to 1 (half an ulp of 1 is 1.1e-16), twenty times: the sum is exactly 1, the mean
+    # exactly 1/21, as a Python loop gets it; a tensor's vectorised sum keeps some of the small terms
+    values = [1.0] + [1e-16] * 20
+    assert score_mean(values) == 1.0 / 21
+    metric = ScoreMean()
+    metric.update(values[:7])
+    metric.update(torch.tensor(values[7:], dtype=torch.float64))
+    assert metric.compute().item() == 1.0 / 21 and metric.count.item() == 21
+    # (1e16 + 1) rounds to 1e16 (ties to even), - 1e16 gives 0, + 1 gives 1: mean 1/4, not the exact 1/2
+    assert score_mean([1e16, 1.0, -1e16, 1.0]) == 0.25
+
+
+def test_score_mean_metric_over_updates_and_merge():
+    a, b, whole = ScoreMean(), ScoreMean(), ScoreMean()
+    a.update([0.5, None])
+    b.update(1.0)
+    b.update([None, 0.0])
+    whole.update([0.5, None, 1.0, None, 0.0])
+    a.merge_state(b)
+    assert a.compute().item() == whole.compute().item() == pytest.approx(0.5)
+    empty = ScoreMean()
+    empty.update([None])
+    assert math.isnan(empty.compute().item())
 
 
 def test_llm_match_functional_averages_judges_then_samples():

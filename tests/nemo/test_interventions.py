@@ -22,6 +22,7 @@ from nemo_train.nemo.interventions import (  # noqa: E402
     KeywordAttributeDeriver,
     LLMAttributeDeriver,
     LLMInstructionDeriver,
+    Trial,
 )
 from nemo_train.nemo.targets import tiny_random_clip  # noqa: E402
 
@@ -119,13 +120,11 @@ def test_cei_by_hand_on_toy_classifier_and_editor():
     assert target.batch_sizes == [5]  # original + 4 counterfactuals in ONE forward pass
 
 
-def test_cei_agrees_with_metric_function():
-    from nemo_train.metrics.nemo import cei
-
-    target = RedGreenTarget()
-    scorer = CounterfactualScorer(target, KeywordAttributeDeriver(VOCAB), ExactAttributeEditor(SolidRenderer()))
-    (trial,) = scorer.score(green_sample(), ["green where correct ones are red"], target.class_names)
-    assert trial.cei == pytest.approx(float(cei(torch.tensor([trial.p_edited]), torch.tensor([trial.p_original]))[0]))
+def test_trial_cei_by_hand():
+    # P(y|s_o) = 1/4, P(y|s_e) = 7/8 -> 100 * 5/8 = 62.5 points; the reverse edit -62.5 (exact in binary)
+    assert Trial("h", {"attribute": "color", "value": 0}, 0.25, 0.875).cei == 62.5
+    assert Trial("h", {"attribute": "color", "value": 0}, 0.875, 0.25).cei == -62.5
+    assert Trial("h", None, 0.5, 0.5).cei == 0.0
 
 
 def test_batched_equals_one_at_a_time():

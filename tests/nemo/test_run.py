@@ -25,12 +25,12 @@ from nemo_train.nemo.components import (  # noqa: E402
     CheckpointTarget,
     DistractorMethod,
     KnownCauseMethod,
-    RunArgs,
     SciTXMethod,
 )
 from nemo_train.nemo.report import known_cause_win_rate, print_report, summarize  # noqa: E402
 from nemo_train.nemo.run import nemo_eval  # noqa: E402
 from nemo_train.store import ResultStore  # noqa: E402
+from tests.test_configs import preset_runs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 METHODS = [SciTXMethod(), ChangeMLLMMethod(), KnownCauseMethod(), DistractorMethod()]
@@ -152,6 +152,10 @@ def test_cli_with_config_file_and_llm_cache(checkpoint, tmp_path, monkeypatch, c
         assert second.cells == first.cells
     out = capsys.readouterr().out
     assert "sk-secret-123" not in out
+    # the endpoint was asked for the hypotheses' JSON schema, so no reply needed a re-ask (printed share)
+    assert "JSON replies re-asked (0%)" in out and "explainer calls: " in out
+    asked = [r["body"] for r in server.requests if "cause_of_error" in json.dumps(r["body"]["messages"])]
+    assert asked and all(b["response_format"]["type"] == "json_schema" for b in asked)
     for path in (tmp_path / "out").rglob("*"):
         if path.is_file():
             assert b"sk-secret-123" not in path.read_bytes()
@@ -253,13 +257,18 @@ def test_table_layout(capsys):
     assert math.isnan(summarize([{**records[3], "method": "X"}])[0].cei)
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "configs" / "nemo").glob("*.yaml")), ids=lambda p: p.name)
-def test_nemo_configs_parse(path):
+#: Every nemo-eval preset, as the files its usage comment loads together (a shared recipe, then a benchmark).
+NEMO_PRESETS = [configs for command, configs in preset_runs() if command == "nemo-eval"]
+
+
+@pytest.mark.parametrize("configs", NEMO_PRESETS, ids="+".join)
+def test_nemo_configs_parse(configs):
     parser = ArgumentParser(exit_on_error=False)
     parser.add_function_arguments(nemo_eval)
-    config = parser.parse_path(str(path))
+    parser.add_argument("--config", action="config")
+    config = parser.parse_args([arg for path in configs for arg in ("--config", str(ROOT / path))])
     assert config.targets and config.benchmark.name
-    assert "kind:" not in path.read_text()
+    assert not any("kind:" in (ROOT / path).read_text() for path in configs)
     for spec in [config.explainer, *(config.judges or [])]:
         if spec:
             assert "api_key" not in str(spec.init_args).replace("api_key_env", "")  # keys only via api_key_env
@@ -274,7 +283,7 @@ def test_wandb_table_per_sample(checkpoint, tmp_path, monkeypatch):
     fake_run = type("FakeRun", (), {"log": lambda self, data: logged.append(data)})()
     monkeypatch.setattr(wandb, "run", None)
     monkeypatch.setattr(wandb, "init", lambda **kwargs: fake_run)
-    nemo_eval(small(3), [checkpoint], [KnownCauseMethod()], out_dir=str(tmp_path), run=RunArgs(wandb=True))
+    nemo_eval(small(3), [checkpoint], [KnownCauseMethod()], out_dir=str(tmp_path), wandb=True)
     ((data,),) = [logged]
     table, samples = data["nemo/cmnist/table"], data["nemo/cmnist/samples"]
     assert table.data[0][:2] == ["KnownCause", "model_a"]

@@ -147,7 +147,7 @@ def test_timm_target_from_a_local_weights_file_and_a_missing_hub_model(tmp_path,
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # no network here either way
     with pytest.raises(UserInputError, match="cannot load weights of timm model .* from the hub"):
         TimmTarget("vit_tiny_patch16_224.augreg_in21k_ft_in1k", model_kwargs=kwargs)
-    with pytest.raises(UserInputError, match="cannot load zero-shot model 'no-such-org/no-such-clip'"):
+    with pytest.raises(UserInputError, match="cannot load image-text model .no-such-org/no-such-clip."):
         ZeroShotTarget("no-such-org/no-such-clip", ["a", "b"])
 
 

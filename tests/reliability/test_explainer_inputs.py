@@ -49,7 +49,7 @@ def _bomb(path: Path) -> str:
 def _explain(adapter: Path, pairs: Path, cache: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO), "NEMO_TRAIN_CACHE": str(cache), "WANDB_MODE": "disabled"}
     command = [sys.executable, "-m", "nemo_train.cli", "explain", "--model", str(adapter), "--pairs", str(pairs)]
-    command += ["--output", str(pairs.with_suffix(".out.jsonl")), "--generation.max_new_tokens=2"]
+    command += ["--out_dir", str(pairs.with_suffix(".out")), "--generation.max_new_tokens=2"]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=pairs.parent)
 
 

@@ -16,7 +16,7 @@ from nemo_train.nemo.components.methods import (
     SciTXMethod,
     default_methods,
 )
-from nemo_train.nemo.components.settings import SYNTHETIC_BENCHMARKS, BenchmarkArgs, BenchmarkName, RunArgs
+from nemo_train.nemo.components.settings import SYNTHETIC_BENCHMARKS, BenchmarkArgs, BenchmarkName, EvalOptions
 from nemo_train.nemo.components.targets import (
     CaptionZeroShotModel,
     CheckpointTarget,
@@ -42,7 +42,7 @@ __all__ = [
     "KnownCauseMethod",
     "MethodSpec",
     "PromptEdit",
-    "RunArgs",
+    "EvalOptions",
     "SciTXMethod",
     "TargetSpec",
     "TimmModel",

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from jsonargparse.typing import PositiveInt
 
 from datamodules.captions import VOCABULARIES
+from datamodules.fact_sheets import DEFAULT_EDITABLE, DEFAULT_FACTS
 from nemo_train.backends.base import ChatBackend
 from nemo_train.errors import UserInputError
 from nemo_train.nemo.benchmark import SYNTHETIC, NemoBenchmark
@@ -75,7 +76,9 @@ class SciTXMethod(MethodSpec):
                 raise UserInputError("SciTX without an explainer endpoint works only on generated benchmarks")
             cause = bench.cause or {}
             hyp = scitx.AttributeContrastHypothesizer(
-                bench.vocabulary, cause.get("editable", ("color", "angle")), cause.get("object", "digit")
+                bench.vocabulary,
+                cause.get("editable", DEFAULT_EDITABLE),
+                cause.get("object", DEFAULT_FACTS.object_word),
             )
         elif backend is None:
             raise UserInputError(f"SciTX hypotheses={self.hypotheses!r} needs an explainer backend")
@@ -128,6 +131,10 @@ class ErrorRetrievalMethod(_Baseline):
         super().__init__(validation, m)
         self.clip_model, self.corpus, self.k = clip_model, corpus, k
 
+    def settings(self) -> dict[str, Any]:
+        # a CLIP folder replaced at the same path ranks otherwise: its digest is part of every result's settings
+        return {**super().settings(), **error_retrieval.clip_identity(self.clip_model)}
+
     def make(self, ctx: BuildContext) -> Method:
         bench = ctx.benchmark
         if not self.clip_model:
@@ -138,7 +145,7 @@ class ErrorRetrievalMethod(_Baseline):
         vocabulary = VOCABULARIES.get(bench.name) if bench.vocabulary is not None else None
         if vocabulary is None or self.corpus == "generic":
             return error_retrieval.ErrorRetrieval(ZeroShotTarget(self.clip_model, bench.class_names))
-        class_attribute = SYNTHETIC[bench.name]["class_attribute"]
+        class_attribute = SYNTHETIC[bench.name]["facts"].class_attribute
         # class prompts written as the space's training captions ("the digit three", not "a photo of a 3")
         encoder = ZeroShotTarget(self.clip_model, vocabulary.zero_shot_prompts(class_attribute), template="{}")
         return error_retrieval.ContrastRetrieval(

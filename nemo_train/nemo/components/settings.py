@@ -32,8 +32,10 @@ class BenchmarkArgs:
         test_styles: generated data only: exemplars / views per cell of the test attribute grid.
         data_kwargs: generated data only: extra datamodule arguments (e.g. ``{image_size: 32}`` for CLEVR).
         data_root: image folder of a real benchmark (``<root>/<class>/<image>``).
-        reference_root: an ImageNet subset with the same class folders (more reference images).
-        mapping_file: class mapping JSON ``{class: [imagenet ids]}`` (ImageNet-R folders map by WordNet id).
+        reference_root: more reference images: an ImageNet validation folder as distributed (WordNet-id folders,
+            or flat with its ground-truth file) or a folder with the benchmark's class folders.
+        mapping_file: class mapping JSON ``{class: [imagenet ids]}`` (default: the shipped ObjectNet / ImageNet-D
+            mapping; ImageNet-R folders map by WordNet id).
     """
 
     name: BenchmarkName = "cmnist"
@@ -62,13 +64,8 @@ class BenchmarkArgs:
             raise UserInputError(
                 f"benchmark {self.name!r} needs data_root, an existing image folder; got {self.data_root!r}"
             )
-        folders = sorted(p.name for p in Path(self.data_root).iterdir() if p.is_dir())
-        mapping = None
-        if self.mapping_file is not None:
-            mapping = ClassMapping.from_json(self.mapping_file)
-        elif self.name == "imagenet_r":
-            mapping = ClassMapping.from_wnids(folders)
-        return mapping, (mapping.class_names if mapping is not None else folders)
+        mapping = ClassMapping.for_benchmark(self.name, self.data_root, self.mapping_file)
+        return mapping, mapping.class_names
 
     def build(self, target, mapping: ClassMapping | None) -> NemoBenchmark:
         """The target's errors on this benchmark (classifies the whole test set once)."""
@@ -95,15 +92,16 @@ class BenchmarkArgs:
             seed=self.seed,
             class_folders=folders,
             extra_reference=self.reference_root,
+            imagenet_ids=mapping.ids if mapping is not None else None,
         )
 
 
 @dataclass(frozen=True)
-class RunArgs:
-    """How the run is computed and what is reported (where it goes is ``nemo_eval``'s ``out_dir``).
+class EvalOptions:
+    """How a ``nemo-eval`` run is computed and what it reports (its folder, W&B, seed and device are the
+    command's run arguments, :mod:`nemo_train.runs`).
 
     Args:
-        wandb: log the table and a per-sample table to Weights & Biases.
         batched: classify all counterfactuals of an error in one batch.
         error_batch: errors a method explains together: one batched request to the explainer (a local
             model generates their replies in padded ``generate`` calls, an endpoint gets them concurrently).
@@ -111,7 +109,6 @@ class RunArgs:
             every error (row ``Global``; NEMO Sec. 4.2.7).
     """
 
-    wandb: bool = False
     batched: bool = True
     error_batch: PositiveInt = 16
     global_explanation: bool = False

@@ -110,10 +110,12 @@ class TimmModel(TargetSpec):
 
 
 class ZeroShotModel(TargetSpec):
-    """A CLIP or SigLIP model through transformers, one prompt per class.
+    """A CLIP, SigLIP or SigLIP 2 model through transformers, one prompt per class
+    (:class:`~nemo_train.models.image_text.ImageTextEncoder`).
 
     Args:
-        model: hub id or local folder (``openai/clip-vit-base-patch32``, ``google/siglip-base-patch16-224``).
+        model: hub id or local folder (``openai/clip-vit-base-patch32``, ``google/siglip-base-patch16-224``,
+            ``google/siglip2-base-patch16-224``, ``google/siglip2-base-patch16-naflex``).
         template: the class prompt, with ``{}`` where the class name goes.
     """
 
@@ -160,7 +162,7 @@ class CaptionZeroShotModel(TargetSpec):
 
     @property
     def class_prompts(self) -> list[str]:
-        return VOCABULARIES[self.captions].zero_shot_prompts(SYNTHETIC[self.captions]["class_attribute"])
+        return VOCABULARIES[self.captions].zero_shot_prompts(SYNTHETIC[self.captions]["facts"].class_attribute)
 
     def check(self) -> None:
         check_clip_folder(self.clip_model)
@@ -176,7 +178,7 @@ class CaptionZeroShotModel(TargetSpec):
 
     def build(self, class_names: list[str] | None, mapping: ClassMapping | None) -> Target:
         self.check()
-        words = VOCABULARIES[self.captions].words[SYNTHETIC[self.captions]["class_attribute"]]
+        words = VOCABULARIES[self.captions].words[SYNTHETIC[self.captions]["facts"].class_attribute]
         return ZeroShotTarget(self.clip_model, words, template="{}", class_prompts=self.class_prompts)
 
 

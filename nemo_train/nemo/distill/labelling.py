@@ -19,17 +19,21 @@ rerun with the same ``out_dir`` skips labelled errors, and language-model replie
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
 from jsonargparse.typing import PositiveInt
 
 from nemo_train.backends.base import BackendError, ChatBackend
 from nemo_train.backends.cache import ResponseCache
 from nemo_train.console import print_table
 from nemo_train.errors import UserInputError
+from nemo_train.metrics.nemo import score_mean
 from nemo_train.nemo.components.editors import DiffusersEdit
 from nemo_train.nemo.components.targets import CheckpointTarget, TargetSpec, TimmModel
 from nemo_train.nemo.distill.mining import mine_folder_errors, mine_synthetic_errors
@@ -45,6 +49,7 @@ from nemo_train.nemo.methods.scitx import MLLMCaptioner, MLLMHypothesizer, SciTX
 from nemo_train.nemo.shift_benchmark import build_shift_benchmark
 from nemo_train.nemo.targets import ClassMapping
 from nemo_train.quiet import progress_bar
+from nemo_train.runs import Device, OutDir, Seed, run_command
 from nemo_train.store import ResultStore, fingerprint
 
 
@@ -105,11 +110,42 @@ class PoolClassifier:
     bias: str | dict[int, list[str]] | None = None
 
 
+def mining_identity(dataset, n, seed, styles, bias, data_kwargs, mining_root) -> dict[str, Any]:
+    """What decides the mined errors and their reference set (a label is recomputed when any of it changes)."""
+    folder = str(Path(mining_root).resolve()) if mining_root else None
+    found = {"dataset": dataset, "n": n, "seed": seed, "styles": styles, "bias": bias, "data_kwargs": data_kwargs}
+    return json.loads(json.dumps({**found, "folder": folder}, default=str))  # as it reads back from the store
+
+
+#: upper bounds of distill-teacher's sizes (the mining grid holds ``styles`` images per attribute cell; the
+#: shifts data ``10 * n`` images)
+MAX_STYLES, MAX_ERRORS = 50, 100_000
+
+
+def check_teacher_ranges(n: int, seed: int, styles: int, m: int, k: int, val_fraction: float) -> None:
+    """A one-line error for an option out of range, before anything is built or written."""
+    for name, value, low, high in (("n", n, 1, MAX_ERRORS), ("styles", styles, 1, MAX_STYLES), ("m", m, 1, 1000),
+                                   ("k", k, 1, 1000), ("seed", seed, 0, 2**32 - 1)):  # fmt: skip
+        if not low <= value <= high:
+            raise UserInputError(f"{name}={value} is out of range; expected {low} to {high:,}")
+    if not 0.0 <= val_fraction < 1.0:
+        raise UserInputError(f"val_fraction={val_fraction} is out of range; expected a share from 0 to below 1")
+
+
+def image_digest(image: torch.Tensor) -> str:
+    """SHA-256 of an error image's values (its identity in a label's settings)."""
+    return hashlib.sha256(image.detach().cpu().contiguous().numpy().tobytes()).hexdigest()
+
+
 def _label_errors(teacher, bench, store: ResultStore, name: str, settings: dict, min_cei: float, error_batch: int):
     """Label the errors of ``bench`` not in ``store`` yet, ``error_batch`` at a time, appending each label;
     returns ``(records of every labelled error, errors labelled now, reasons of the errors that failed)``."""
     failed: list[str] = []
-    pending = [s for s in bench.errors if store.lookup(record_key(name, teacher.name, s.sample_id), settings) is None]
+    # a label is paired with the very image it was computed on: the image's digest is part of its settings
+    own = {s.sample_id: {**settings, "image_sha256": image_digest(s.image)} for s in bench.errors}
+    pending = [
+        s for s in bench.errors if store.lookup(record_key(name, teacher.name, s.sample_id), own[s.sample_id]) is None
+    ]
     total = len(bench.errors)
     bar = progress_bar(total=total, initial=total - len(pending), desc=f"teacher {name}", unit="error")
     computed = 0
@@ -120,21 +156,35 @@ def _label_errors(teacher, bench, store: ResultStore, name: str, settings: dict,
             record["sample_id"] = sample.sample_id
             if label is not None:
                 record.update(label.to_json(), kept=label.cei >= min_cei)
-            store.append(record, settings)
+            else:  # no readable hypothesis or edit (e.g. replies that are not JSON): a failure, retried on rerun
+                record.update(failed=True, reason="the teacher gave no readable hypothesis with an edit")
+                failed.append(record["reason"])
+            store.append(record, own[sample.sample_id])
             computed += 1
         bar.update(len(chunk))
     bar.close()
-    keys = [record_key(name, teacher.name, s.sample_id) for s in bench.errors]
-    labels = [r for r in (store.records.get(k) for k in keys) if r and r.get("fingerprint") == fingerprint(settings)]
+    labels = [
+        r
+        for r in (store.records.get(record_key(name, teacher.name, s.sample_id)) for s in bench.errors)
+        if r and not r.get("failed") and r.get("fingerprint") == fingerprint(own[r["sample_id"]])
+    ]
     return labels, computed, failed
 
 
+def teacher_stand_ins(arguments: dict[str, Any]) -> list[str]:
+    """The non-model parts a ``distill-teacher`` run uses (for its provenance)."""
+    if arguments.get("hypotheses") is None:
+        return ["teacher: exhaustive attribute search over the generator's factors (not a language model)"]
+    return []
+
+
+@run_command("distill-teacher", teacher_stand_ins)
 def distill_teacher(
     classifier: str | TargetSpec,
     dataset: Literal["cmnist", "clevr", "shifts", "folder"] = "cmnist",
-    out_dir: str = "checkpoints/distill_cmnist/teacher",
+    out_dir: OutDir = "checkpoints/distill_cmnist/teacher",
     n: int = 300,
-    seed: int = 1,
+    seed: Seed = 1,
     styles: int = 2,
     bias: str | dict[int, list[str]] | None = None,
     pool: list[PoolClassifier] | None = None,
@@ -151,8 +201,13 @@ def distill_teacher(
     reference_class: ReferenceClass = "either",
     val_fraction: float = 0.1,
     error_batch: PositiveInt = 8,
+    wandb: bool = False,
+    device: Device = "cpu",
 ) -> dict[str, Any]:
     """Label a classifier's errors on a mining split with a teacher and write the student's training pairs.
+
+    Writes the labels (``teacher.jsonl``), the reply cache and the pairs (``pairs/``) under ``out_dir``; the
+    classifiers run on ``device``; ``seed`` also samples the mined errors.
 
     Args:
         classifier: the target: a classifier checkpoint path, ``timm:<name>`` (hub weights) or a target object
@@ -164,8 +219,7 @@ def distill_teacher(
         mining_root, evaluation_root, mapping_file: folder data (``<root>/<class>/<image>``): the mining
             split, the evaluation folder it must not overlap, and the class mapping JSON of an ImageNet
             target (``{class: [imagenet ids]}``; default: the folder names are WordNet ids).
-        out_dir: labels (``teacher.jsonl``), LLM cache and the pairs (``pairs/``); reruns resume here.
-        n, seed, styles: errors to mine, sampling seed, exemplars / views per cell of the mining grid.
+        n, styles: errors to mine, exemplars / views per cell of the mining grid.
         bias, data_kwargs: generated data: the classifier's training bias (a preset of the datamodule or, for
             CMNIST, ``{digit: [colour, ...]}``; its conflicting errors are mined) and extra datamodule
             arguments (CLEVR ``image_size``).
@@ -188,6 +242,7 @@ def distill_teacher(
         error_batch: errors the teacher labels together (one batched request per stage with an MLLM); the
             labels do not depend on it unless a local model samples the hypotheses.
     """
+    check_teacher_ranges(n, seed, styles, m, k, val_fraction)
     views = list(views or ["error", "gradcam", "change"])
     out = Path(out_dir)
     if dataset == "folder":
@@ -211,18 +266,18 @@ def distill_teacher(
     for spec, member_bias in members:
         if dataset == "folder":
             mapping = ClassMapping.for_folder(mining_root, mapping_file)
-            target = build_target(spec, mapping)
+            target = build_target(spec, mapping).to(device)
             bench = mine_folder_errors(
                 "folder", mining_root, evaluation_root, target, "folder", n=n, seed=seed, class_folders=mapping.folders
             )
         elif dataset == "shifts":
-            target = build_target(spec)
+            target = build_target(spec).to(device)
             gaps = member_bias if isinstance(member_bias, str) else "gaps_a"
             bench = build_shift_benchmark(
                 target, gaps, n=n, seed=seed, split="mining", size=10 * n, datamodule_kwargs=data_kwargs
             )
         else:
-            target = build_target(spec)
+            target = build_target(spec).to(device)
             bench = mine_synthetic_errors(dataset, target, n, seed, styles, member_bias, datamodule_kwargs=data_kwargs)
         if hypotheses is None:
             teacher = ExhaustiveAttributeTeacher(target)
@@ -238,15 +293,20 @@ def distill_teacher(
             "editor": editor.settings() if editor is not None else None,
             "target": spec.identity(),
             "hypotheses": hypotheses.fingerprint() if hypotheses is not None else None,
+            "mining": mining_identity(dataset, n, seed, styles, member_bias, data_kwargs, mining_root),
         }
         labels, done, lost = _label_errors(teacher, bench, store, spec.label, settings, min_cei, error_batch)
         computed, failed = computed + done, failed + lost
         kept = [r for r in labels if r["kept"]]
         groups.append(LabelledErrors(spec.label, kept, bench, target))
-        mean_kept = sum(r["cei"] for r in kept) / len(kept) if kept else float("nan")
-        mean = sum(r["cei"] for r in labels) / len(labels) if labels else float("nan")
+        mean, mean_kept = score_mean([r["cei"] for r in labels]), score_mean([r["cei"] for r in kept])
         rows.append([spec.label, teacher.name, len(labels), len(kept), mean, mean_kept])
     labelled = sum(row[2] for row in rows)
+    if failed and not any(group.labels for group in groups):
+        raise UserInputError(
+            f"the teacher's backend failed for {len(failed)} error(s) and no label was kept: {failed[0]}; "
+            "rerun when the endpoint answers (labelled errors are kept)"
+        )
     if not any(group.labels for group in groups):
         raise UserInputError(f"no teacher label reaches min_cei={min_cei}; lower it or mine more errors")
     paths = pairs_from_labels(groups, out / "pairs", views, val_fraction, seed, reference_class)
@@ -258,7 +318,7 @@ def distill_teacher(
     )
     print(f"{computed} errors labelled in {time.perf_counter() - started:.1f} s; pairs: {paths['train']}")
     if failed:
-        print(f"{len(failed)} error(s) left unlabelled (the backend failed: {failed[0]}); rerun to retry them")
-    mean = sum(row[4] * row[2] for row in rows if row[2]) / max(labelled, 1)
+        print(f"{len(failed)} error(s) left unlabelled ({failed[0]}); rerun to retry them")
+    mean = score_mean([row[4] for row in rows if row[2]], weights=[row[2] for row in rows if row[2]])
     kept_total = sum(len(group.labels) for group in groups)
     return {"labels": labelled, "kept": kept_total, "mean_cei": mean, **{k: str(v) for k, v in paths.items()}}

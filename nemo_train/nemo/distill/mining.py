@@ -30,6 +30,7 @@ from nemo_train.nemo.benchmark import (
     SYNTHETIC,
     NemoBenchmark,
     benchmark_from_grid,
+    check_classes,
 )
 from nemo_train.nemo.folder_benchmark import build_folder_benchmark, list_image_folder
 
@@ -85,6 +86,7 @@ def mine_synthetic_errors(
     kwargs = {"train_size": 12, "test_styles": 1, **(datamodule_kwargs or {})}
     dm = datamodule_cls(data_dir=None, bias=bias or spec["bias"], **kwargs)
     data, renderer = mining_grid(dataset, dm, styles, seed)
+    check_classes(target, len(dm.class_names), f"the {dataset} mining grid", data.images[:1].float() / 255.0)
     return benchmark_from_grid(
         dataset,
         dm,

@@ -27,9 +27,11 @@ from typing import Literal
 
 from jsonargparse.typing import PositiveInt
 
+from nemo_train.artefacts import path_digest
 from nemo_train.backends.student import StudentBackend
 from nemo_train.console import print_table
 from nemo_train.errors import UserInputError
+from nemo_train.metrics.nemo import score_mean
 from nemo_train.nemo.benchmark import FACT_SHEETS, NemoBenchmark, build_synthetic_benchmark
 from nemo_train.nemo.class_mapping import ClassMapping
 from nemo_train.nemo.components.editors import DiffusersEdit
@@ -57,6 +59,7 @@ from nemo_train.nemo.judges import CriterionName, GroundedJudge, Judge, JudgePan
 from nemo_train.nemo.methods.reference import KnownCauseExplainer
 from nemo_train.nemo.shift_benchmark import build_shift_benchmark, print_causes
 from nemo_train.nemo.structured import StructuredEditDeriver
+from nemo_train.runs import Device, OutDir, Seed, run_command
 from nemo_train.store import ResultStore
 
 
@@ -70,12 +73,11 @@ def mean_scores(records) -> dict[tuple[str, str], tuple[float | None, float | No
     for key, rows in groups.items():
         done = [r for r in rows if not r.get("failed")]
         judged = [r["llm_match"] for r in done if r.get("llm_match") is not None]
-        cei = sum(r["cei"] for r in done) / len(done) if done else None
         grounded = [r["grounding"] for r in done if r.get("grounding") is not None]
         out[key] = (
-            sum(judged) / len(judged) if judged else None,
-            cei,
-            sum(grounded) / len(grounded) if grounded else None,
+            score_mean(judged) if judged else None,
+            score_mean([r["cei"] for r in done]) if done else None,
+            score_mean(grounded) if grounded else None,
         )
     return out
 
@@ -96,6 +98,14 @@ def edit_scorers(
     return structured, CounterfactualScorer(target, KeywordAttributeDeriver(bench.vocabulary, editable), exact)
 
 
+def eval_stand_ins(arguments: dict) -> list[str]:
+    """The non-model parts a ``distill-eval`` run uses (for its provenance)."""
+    if arguments.get("judges"):
+        return []
+    return ["judge: grounded judge (an attribute parser, not a model)"]
+
+
+@run_command("distill-eval", eval_stand_ins)
 def distill_eval(
     student: str,
     targets: list[str | TargetSpec],
@@ -103,7 +113,7 @@ def distill_eval(
     dataset: Literal["cmnist", "clevr", "shifts", "folder"] = "cmnist",
     methods: list[DistillMethod] | None = None,
     n: PositiveInt = 32,
-    seed: int = 0,
+    seed: Seed = 0,
     test_styles: PositiveInt = 2,
     data_kwargs: dict | None = None,
     evaluation_root: str | None = None,
@@ -114,9 +124,14 @@ def distill_eval(
     error_batch: PositiveInt = 32,
     max_new_tokens: PositiveInt = 128,
     distilled_on: str | None = None,
-    out_dir: str = "checkpoints/distill_cmnist/eval",
+    out_dir: OutDir = "checkpoints/distill_cmnist/eval",
+    wandb: bool = False,
+    device: Device = "cpu",
 ) -> dict:
     """Evaluate a distilled explainer with NEMO (CEI, LLM Match) on held-out errors, next to its teacher and KnownCause.
+
+    Writes ``results.jsonl`` and the reply cache under ``out_dir`` (a rerun resumes; a row whose options changed
+    is recomputed); ``seed`` also samples the held-out errors; the targets run on ``device``.
 
     Args:
         student: the distilled explainer's adapter folder (``<fit root>/adapter``).
@@ -129,7 +144,6 @@ def distill_eval(
             ``StudentCamMLLM``, ``StudentChangeMLLM``, ``KnownCause`` from ``nemo_train.nemo.distill.rows``
             (on folder data the teacher and KnownCause do not exist: default the four student rows).
         n: held-out errors (test grid) per target.
-        seed: their sampling seed.
         test_styles: exemplars / views per cell of the test attribute grid.
         data_kwargs: extra datamodule arguments (e.g. ``{image_size: 32}`` for CLEVR).
         evaluation_root: folder data: the evaluation folder ``<root>/<class>/<image>`` (the one the teacher's
@@ -147,7 +161,6 @@ def distill_eval(
             cap keeps one sampled answer that never ends from holding its whole batch).
         distilled_on: what the student was distilled on, for the table's title (default: the first target;
             e.g. a pool of classifiers that includes it).
-        out_dir: ``results.jsonl`` and the reply cache; reruns resume (a row whose options changed recomputes).
     """
     if not Path(student).is_dir():
         raise UserInputError(f"student adapter folder {student!r} does not exist; run the distilled explainer's fit")
@@ -169,9 +182,10 @@ def distill_eval(
     facts = FACT_SHEETS.get(dataset)
     panel = JudgePanel([j.for_benchmark(criterion or dataset, facts) for j in judges or [GroundedJudge()]])
     mapping = ClassMapping.for_folder(evaluation_root, mapping_file) if folder else None
+    student_digest = path_digest(student)
     started, progress, constant, cause_counts = time.perf_counter(), Progress(), None, None
     for i, (spec, target_name) in enumerate(zip(specs, unique_names(specs))):
-        target = spec.build(None if mapping is None else mapping.class_names, mapping)
+        target = spec.build(None if mapping is None else mapping.class_names, mapping).to(device)
         bias = biases[i] if biases else None
         if folder:
             bench = build_folder_benchmark(
@@ -205,6 +219,7 @@ def distill_eval(
         shared = {
             "target": spec.identity(),
             "student": backend.fingerprint(),
+            "student_sha256": student_digest,  # an adapter replaced at the same path recomputes its rows
             "errors": errors,
             "data_kwargs": data_kwargs or {},
             "judges": [j.fingerprint() for j in panel.judges],
@@ -247,6 +262,7 @@ def distill_eval(
     return {
         "summary": {f"{mm}|{t}": {"llm_match": v[0], "cei": v[1], "grounding": v[2]} for (mm, t), v in summary.items()},
         "constant": constant,
+        "judges": panel.names,  # names the judges that are rules, not models (demo recap)
         "cause_counts": cause_counts,
         "results": str(store.path),
     }

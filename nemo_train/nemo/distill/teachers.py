@@ -23,10 +23,10 @@ from typing import Any, Literal
 import torch
 
 from nemo_train.errors import UserInputError
-from nemo_train.nemo.batched_scoring import with_derived_edits
+from nemo_train.metrics.nemo import cei_points
+from nemo_train.nemo.batched_scoring import select_many, with_derived_edits
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
 from nemo_train.nemo.interventions import ExactAttributeEditor
-from nemo_train.nemo.methods.base import select_by_cei
 from nemo_train.nemo.methods.cam_mllm import gradcam_overlay
 from nemo_train.nemo.methods.change_mllm import ChangeMLLM, ReferenceClass
 from nemo_train.nemo.methods.scitx import hypothesize_many
@@ -114,7 +114,7 @@ class ExhaustiveAttributeTeacher:
             sample.prediction,
             text,
             edit,
-            100.0 * (p_e - p_o),
+            cei_points(p_e, p_o),
             p_o,
             p_e,
             self.name,
@@ -151,8 +151,7 @@ class SciTXTeacher:
         hypotheses = hypothesize_many(scitx.hypothesizer, samples, observations, names, scitx.m)
         scorer = with_derived_edits(scitx.scorer, samples, hypotheses, names)
         out: list[TeacherLabel | None] = []
-        for sample, found in zip(samples, hypotheses):
-            trial, _ = select_by_cei(scorer, sample, found, names)
+        for sample, found, (trial, _) in zip(samples, hypotheses, select_many(scorer, samples, hypotheses, names)):
             if trial is None or trial.instruction is None:
                 out.append(None)
                 continue

@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 import torch
 
+from nemo_train.backends.providers import object_schema
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
 from nemo_train.nemo.interventions import Trial
 
@@ -55,7 +56,8 @@ def ask_causes_batch(
     dropped). All first replies come from one ``chat_json_batch`` call (a local model generates them in
     batched ``generate`` calls, an endpoint gets them ``concurrency`` at a time)."""
     out: list[list[str]] = []
-    for replies in backend.chat_json_batch(conversations, n=n, temperature=temperature):
+    schema = object_schema(**{key: "string"})
+    for replies in backend.chat_json_batch(conversations, n=n, temperature=temperature, schema=schema):
         causes: list[str] = []
         for reply in replies:
             text = (reply or {}).get(key)

@@ -8,6 +8,7 @@ from typing import Literal
 
 import torch
 
+from datamodules.fact_sheets import DEFAULT_FACTS, SHEETS
 from nemo_train.backends.messages import user_message
 from nemo_train.nemo import prompts
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
@@ -18,6 +19,9 @@ from nemo_train.nemo.methods.scitx import reference_index
 #: predicted class (``either``, as in the NEMO paper), of only one of them (``true`` / ``predicted``), or the
 #: true class's ``prototype`` (:func:`prototype_reference`).
 ReferenceClass = Literal["either", "true", "predicted", "prototype"]
+#: The attributes the offline comparison lists, in this order, where both images have them (a factor of the
+#: benchmark's fact sheet, or CLEVR's class attribute): the shifts digits' style, background and size are not listed.
+COMPARED: tuple[str, ...] = ("color", "angle", "material", "shape", "size")
 
 
 def prototype_reference(target, benchmark: NemoBenchmark, label: int) -> int | None:
@@ -71,17 +75,20 @@ class ChangeMLLM:
 
     def _offline(self, sample: ErrorSample, benchmark: NemoBenchmark, index: int) -> str:
         ref_attrs, vocab = benchmark.reference.attrs[index], benchmark.vocabulary or {}
+        # how a factor and its values read (word, unit) comes from the fact sheet; the default benchmark's without one
+        facts = benchmark.facts or SHEETS.get(benchmark.name, DEFAULT_FACTS)
         diffs = []
-        for name in ("color", "angle", "material", "shape", "size"):
+        for name in COMPARED:
             if name not in sample.attrs or name not in ref_attrs or sample.attrs[name] == ref_attrs[name]:
                 continue
-            values = vocab.get(name, [])
+            factor = facts.factor(name) if name in facts.factor_names else None
+            values, unit = vocab.get(name, []), factor.unit if factor is not None else ""
             named = (
                 (lambda v: values[int(v)])
                 if values and isinstance(values[0], str)
-                else (lambda v: f"{int(v)} degrees" if name == "angle" else str(v))
+                else (lambda v: f"{int(v)} {unit}" if unit else str(v))
             )
-            label = "rotation" if name == "angle" else name.replace("color", "colour")
+            label = factor.word if factor is not None else name
             diffs.append(f"its {label} is {named(sample.attrs[name])} where the reference is {named(ref_attrs[name])}")
         true = benchmark.class_names[sample.label]
         if not diffs:

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from datamodules.captions import CaptionVocabulary
+from nemo_train.artefacts import source_identity
 from nemo_train.errors import UserInputError
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
 from nemo_train.nemo.methods.base import Explanation
@@ -34,6 +35,13 @@ DEFAULT_CORPUS: tuple[str, ...] = (
     "The object is shiny and reflects its surroundings.",
     "The strokes of the figure are thin or drawn in an unusual handwriting style.",
 )
+
+
+def clip_identity(clip_model: str | None) -> dict[str, str | None]:
+    """``{"clip_sha256": ...}``: the digest of a local CLIP folder's weight and configuration files (``None``
+    for a hub id or the random tiny CLIP), so results computed with a replaced folder are recomputed."""
+    found = source_identity(clip_model) if clip_model else {}
+    return {"clip_sha256": found.get("sha256")}
 
 
 class ErrorRetrieval:

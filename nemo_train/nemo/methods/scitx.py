@@ -20,11 +20,13 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 
+from datamodules.fact_sheets import DEFAULT_EDITABLE, DEFAULT_FACTS
 from nemo_train.backends.messages import user_message
 from nemo_train.errors import UserInputError
 from nemo_train.nemo import prompts
+from nemo_train.nemo.batched_scoring import select_many
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark, ReferenceSet
-from nemo_train.nemo.methods.base import Explanation, ask_causes_batch, select_by_cei
+from nemo_train.nemo.methods.base import Explanation, ask_causes_batch
 from nemo_train.nemo.retrieval import ReferenceIndex
 from nemo_train.vocabulary import BIAS_PROMPT
 
@@ -201,7 +203,10 @@ class AttributeContrastHypothesizer:
     }
 
     def __init__(
-        self, vocabulary: dict[str, list], attributes: Sequence[str] = ("color", "angle"), obj: str = "digit"
+        self,
+        vocabulary: dict[str, list],
+        attributes: Sequence[str] = DEFAULT_EDITABLE,
+        obj: str = DEFAULT_FACTS.object_word,
     ) -> None:
         self.vocabulary, self.attributes, self.obj = vocabulary, list(attributes), obj
 
@@ -322,8 +327,8 @@ class SciTX:
         observations = self.observe_batch(samples, benchmark)
         hypotheses = hypothesize_many(self.hypothesizer, samples, observations, names, self.m)
         out = []
-        for sample, seen, found in zip(samples, observations, hypotheses):
-            best, trials = select_by_cei(self.scorer, sample, found, names)
+        selected = select_many(self.scorer, samples, hypotheses, names)  # the chunk's edits and forwards shared
+        for seen, found, (best, trials) in zip(observations, hypotheses, selected):
             text = best.hypothesis if best is not None else ""
             out.append(Explanation(text, list(found), trials, best, {"observations": [o.caption for o in seen]}))
         return out

@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from nemo_train.errors import UserInputError
+from nemo_train.nemo.batched_scoring import select_many
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
-from nemo_train.nemo.methods.base import Explanation, select_by_cei
+from nemo_train.nemo.methods.base import Explanation
 
 
 class WithValidation:
@@ -34,7 +35,7 @@ class WithValidation:
         else:
             found = [self.base.candidates(sample, benchmark, self.m) for sample in samples]
         out = []
-        for sample, candidates in zip(samples, found):
-            best, trials = select_by_cei(self.scorer, sample, candidates, benchmark.class_names)
+        selected = select_many(self.scorer, samples, found, benchmark.class_names)  # the chunk tested together
+        for candidates, (best, trials) in zip(found, selected):
             out.append(Explanation(best.hypothesis if best else "", candidates, trials, best))
         return out

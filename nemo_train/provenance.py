@@ -1,0 +1,237 @@
+"""What a run was: the record :mod:`nemo_train.runs` writes to ``<out_dir>/provenance.json`` (and W&B's config).
+
+* ``git``: the commit of the source tree and whether it had uncommitted changes (``null`` outside a git
+  checkout or without ``git``);
+* ``packages``: versions of the libraries a number depends on (torch, lightning, transformers, ...);
+* ``settings``: the command's arguments as JSON (objects as ``class_path`` / ``init_args``), secrets redacted;
+* ``files``: every local file a setting names, with its SHA-256, and every model folder (a ``config.json``,
+  an adapter or weight files at its top level) with the digest of each of those files; data folders are named,
+  not hashed;
+* ``model_ids``: hub ids and other model names a setting gives that are not local paths;
+* ``stand_ins``: the non-model parts standing in for models (a keyword judge, a rule-based parser, ...).
+
+No command line, environment or host is recorded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import inspect
+import math
+import platform
+import re
+import subprocess
+import sys
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from nemo_train.secrets import scrub_secrets
+
+#: Distributions whose versions are recorded (those not installed are left out).
+PACKAGES = (
+    "nemo-train",
+    "torch",
+    "torchvision",
+    "lightning",
+    "torchmetrics",
+    "transformers",
+    "peft",
+    "accelerate",
+    "bitsandbytes",
+    "diffusers",
+    "timm",
+    "open_clip_torch",
+    "scikit-learn",
+    "numpy",
+    "safetensors",
+    "jsonargparse",
+    "wandb",
+)
+#: Setting names whose values name models (hub ids, checkpoint paths, adapters).
+MODEL_KEY = re.compile(r"model|checkpoint|classifier|student|target|adapter|weights|pretrained|clip|name_or_path", re.I)
+#: Files at the top of a folder that make it a model folder (hashed one by one).
+MODEL_FILE = re.compile(r"(\.safetensors|\.bin|\.ckpt|\.pt|\.pth|\.pkl|\.gguf|config\.json|\.model)$")
+MAX_DEPTH = 6
+
+_digests: dict[tuple[str, int, int], str] = {}
+
+
+def provenance(command: str, args: Any, device: str, settings: dict[str, Any], stand_ins: list[str]) -> dict[str, Any]:
+    """The provenance record of a run of ``command`` with run arguments ``args`` and ``settings``."""
+    plain = scrub_secrets(to_jsonable(settings))
+    return {
+        "command": command,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "git": git_state(),
+        "python": platform.python_version(),
+        "packages": package_versions(),
+        "run": {
+            "out_dir": str(args.out_dir),
+            "wandb": bool(args.wandb),
+            "seed": int(args.seed),
+            "device": args.device,
+            "device_used": device,
+        },
+        "settings": plain,
+        "files": named_files(plain),
+        "model_ids": model_ids(plain),
+        "stand_ins": list(stand_ins),
+    }
+
+
+def git_state(root: Path | None = None) -> dict[str, Any] | None:
+    """``{"commit", "dirty"}`` of the checkout holding the package, or ``None`` when there is none."""
+    root = root or Path(__file__).resolve().parents[1]
+    if not (root / ".git").exists():
+        return None
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": commit, "dirty": bool(status.strip())}
+
+
+def package_versions() -> dict[str, str]:
+    """Installed versions of :data:`PACKAGES`."""
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def to_jsonable(obj: Any, depth: int = 0) -> Any:
+    """``obj`` as plain JSON: dataclasses and objects as ``{"class_path", "init_args"}``, tensors by shape."""
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else str(obj)
+    if isinstance(obj, enum.Enum):
+        return to_jsonable(obj.value, depth)
+    if isinstance(obj, Path):
+        return str(obj)
+    if depth >= MAX_DEPTH:
+        return _class_path(obj)
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v, depth + 1) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [to_jsonable(v, depth + 1) for v in obj]
+    if hasattr(obj, "shape") and hasattr(obj, "dtype"):  # tensors and arrays
+        return {"array": [int(s) for s in obj.shape], "dtype": str(obj.dtype)}
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        fields = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+        return {"class_path": _class_path(obj), "init_args": to_jsonable(fields, depth + 1)}
+    if isinstance(obj, type) or inspect.isroutine(obj):
+        return f"{obj.__module__}.{obj.__qualname__}"
+    hparams = getattr(obj, "hparams", None)
+    if isinstance(hparams, dict):  # Lightning modules and datamodules
+        return {"class_path": _class_path(obj), "init_args": to_jsonable(dict(hparams), depth + 1)}
+    if _is_torch_module(obj):  # weights are not settings: a model object is named by its class
+        return {"class_path": _class_path(obj)}
+    public = (
+        {k: v for k, v in vars(obj).items() if not k.startswith("_") and _plain(v)} if hasattr(obj, "__dict__") else {}
+    )
+    return {"class_path": _class_path(obj), "init_args": to_jsonable(public, depth + 1)}
+
+
+def _plain(value: Any) -> bool:
+    """Worth recording as an option: not a function, a lock, a thread, a connection or a cache."""
+    if inspect.isroutine(value):
+        return False
+    return not any(name in type(value).__name__ for name in ("Lock", "Thread", "Connection", "Cache", "Session"))
+
+
+def _is_torch_module(obj: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.nn.Module)
+
+
+def _class_path(obj: Any) -> str:
+    cls = obj if isinstance(obj, type) else type(obj)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _leaves(obj: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """``(dotted setting name, value)`` of every leaf (``init_args`` left out of the names)."""
+    if isinstance(obj, dict):
+        out = []
+        for key, value in obj.items():
+            name = prefix if key == "init_args" else f"{prefix}.{key}" if prefix else str(key)
+            out += _leaves(value, name)
+        return out
+    if isinstance(obj, list):
+        return [leaf for i, value in enumerate(obj) for leaf in _leaves(value, f"{prefix}.{i}")]
+    return [(prefix, obj)]
+
+
+def _local_path(value: Any) -> Path | None:
+    if not isinstance(value, str) or not value or len(value) > 1024 or "\n" in value:
+        return None
+    try:
+        path = Path(value).expanduser()
+        return path if path.exists() else None
+    except (OSError, ValueError):
+        return None
+
+
+def named_files(settings: dict[str, Any]) -> list[dict[str, Any]]:
+    """The local files and folders ``settings`` names, with the digests described in the module."""
+    found = []
+    for name, value in _leaves(settings):
+        path = _local_path(value)
+        if path is None:
+            continue
+        if path.is_file():
+            found.append(
+                {"setting": name, "path": str(path), "sha256": file_sha256(path), "bytes": path.stat().st_size}
+            )
+            continue
+        parts = sorted(p for p in path.iterdir() if p.is_file() and MODEL_FILE.search(p.name))
+        entry: dict[str, Any] = {"setting": name, "path": str(path)}
+        if parts:
+            entry["sha256"] = {p.name: file_sha256(p) for p in parts}
+        else:
+            entry["folder"] = "data or other folder (named, not hashed)"
+        found.append(entry)
+    return found
+
+
+def model_ids(settings: dict[str, Any]) -> list[dict[str, str]]:
+    """``{"setting", "id"}`` for every value under a model-like name that is not a local path."""
+    ids = []
+    for name, value in _leaves(settings):
+        last = [part for part in name.split(".") if not part.isdigit()][-1:] or [""]
+        if name.endswith("class_path") or not MODEL_KEY.search(last[0]):
+            continue
+        if isinstance(value, str) and value and len(value) <= 200 and value.split() == [value]:
+            if _local_path(value) is None:
+                ids.append({"setting": name, "id": value})
+    return ids
+
+
+def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
+    """SHA-256 of a file, computed once per (path, size, modification time) in a process."""
+    stat = Path(path).stat()
+    key = (str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns)
+    if key not in _digests:
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            while block := f.read(chunk):
+                digest.update(block)
+        _digests[key] = digest.hexdigest()
+    return _digests[key]

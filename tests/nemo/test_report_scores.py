@@ -1,0 +1,61 @@
+"""The NEMO table's per-cell scores against values worked out by hand."""
+
+from __future__ import annotations
+
+import math
+import os
+
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+import pytest  # noqa: E402
+
+from nemo_train.nemo.report import summarize  # noqa: E402
+
+
+def record(sample_id: str, cei: float | None, llm_match: float | None, judges: dict, **extra) -> dict:
+    return {
+        "method": "SciTX",
+        "target": "cnn",
+        "sample_id": sample_id,
+        "explanation": "the colour",
+        "cei": cei,
+        "llm_match": llm_match,
+        "judges": judges,
+        **extra,
+    }
+
+
+def test_cell_scores_by_hand():
+    records = [
+        record("b", 30.0, 0.5, {"j1": 1.0, "j2": 0.0}, grounding=0.5),
+        record("a", -6.0, None, {"j1": None, "j2": None}),  # no judge answered: CEI counts, LLM Match does not
+        record("c", 0.0, 1.0, {"j2": 1.0}, grounding=1.0, explanation=" "),
+        record("d", None, None, {}, failed=True),
+    ]
+    (cell,) = summarize(records)
+    assert (cell.n, cell.failed, cell.empty) == (3, 1, 1)
+    assert cell.cei == 8.0  # (30 - 6 + 0) / 3
+    assert cell.llm_match == 0.75  # (0.5 + 1) / 2
+    assert cell.grounding == 0.75  # (0.5 + 1) / 2, "a" has none
+    assert cell.per_judge == {"j1": 1.0, "j2": 0.5}
+    assert list(cell.per_judge) == ["j1", "j2"]
+
+
+def test_cells_without_scores_are_nan_and_cells_follow_record_order():
+    records = [
+        record("a", 10.0, None, {"j": None}, target="vit"),
+        record("a", 20.0, 1.0, {"j": 1.0}),
+    ]
+    vit, cnn = summarize(records)
+    assert (vit.target, cnn.target) == ("vit", "cnn")
+    assert vit.cei == 10.0 and math.isnan(vit.llm_match) and math.isnan(vit.grounding) and vit.per_judge == {}
+    assert cnn.cei == 20.0 and cnn.llm_match == 1.0
+
+
+def test_cell_means_add_scores_in_sample_order():
+    # sorted by sample id the CEIs are 1e16, 1, -1e16, 1: added left to right (1e16 + 1 rounds back to 1e16)
+    # the sum is 1 and the mean 1/4 (the exact mean would be 1/2); the record order must not matter
+    cei = {"s0": 1e16, "s1": 1.0, "s2": -1e16, "s3": 1.0}
+    records = [record(s, cei[s], 1.0, {"j": 1.0}) for s in ("s3", "s0", "s2", "s1")]
+    (cell,) = summarize(records)
+    assert cell.cei == pytest.approx(0.25, abs=0)

@@ -1,0 +1,110 @@
+"""``nemo-eval --devices 2``: two processes (Lightning Fabric, gloo on CPU) give the one-process result; a run
+killed mid-way resumes at another world size with nothing lost or computed twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nemo_train.sharding import shard_paths
+
+ROOT = Path(__file__).resolve().parents[2]
+NEMO_TRAIN = str(Path(sys.executable).with_name("nemo-train"))
+N = 12
+#: rows per target: SciTX, ChangeMLLM, KnownCause, Distractor and the Constant row, N errors each
+TOTAL = 5 * N
+
+pytestmark = pytest.mark.slow
+
+
+def command(checkpoint: str, out_dir: Path, devices: int) -> list[str]:
+    return [
+        NEMO_TRAIN, "nemo-eval", "--targets", f"[{checkpoint}]", "--out_dir", str(out_dir),
+        "--benchmark.n", str(N), "--benchmark.test_styles", "1", "--device", "cpu", "--devices", str(devices),
+        "--methods", json.dumps([{"class_path": f"nemo_train.nemo.components.{m}"} for m in METHODS]),
+    ]  # fmt: skip
+
+
+METHODS = ["SciTXMethod", "ChangeMLLMMethod", "KnownCauseMethod", "DistractorMethod"]
+ENV = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+
+
+def run(args: list[str]) -> subprocess.CompletedProcess:
+    done = subprocess.run(args, capture_output=True, text=True, timeout=600, env=ENV, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def rows(out_dir: Path) -> dict[str, tuple]:
+    """Every stored record's result fields by key (what the table is computed from)."""
+    records = [json.loads(line) for line in (out_dir / "results.jsonl").read_text().splitlines()]
+    assert len(records) == len({r["key"] for r in records})  # no record written twice
+    fields = ("explanation", "llm_match", "grounding", "cei", "failed")
+    return {r["key"]: tuple(r.get(f) for f in fields) for r in records}
+
+
+def table(stdout: str) -> str:
+    """The printed table (the lines from the table's title up to the counts line, which holds a timing)."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if "NEMO evaluation on" in line)
+    return "\n".join(line for line in lines[start:] if "samples computed" not in line)
+
+
+@pytest.fixture(scope="module")
+def one_process(model_a_checkpoint, tmp_path_factory):
+    out = tmp_path_factory.mktemp("one") / "run"
+    done = run(command(model_a_checkpoint, out, 1))
+    return out, done.stdout
+
+
+def test_two_processes_give_the_one_process_rows_and_table(model_a_checkpoint, one_process, tmp_path):
+    reference, reference_stdout = one_process
+    out = tmp_path / "two"
+    done = run(command(model_a_checkpoint, out, 2))
+    assert rows(out) == rows(reference)
+    assert table(done.stdout) == table(reference_stdout)
+    assert f"{TOTAL} samples computed, 0 resumed" in done.stdout  # summed over both processes: each once
+    assert done.stdout.count("NEMO evaluation on") == 1  # only the first process prints
+    assert shard_paths(out / "results.jsonl") == []  # merged into results.jsonl
+    assert json.loads((out / "provenance.json").read_text())["world_size"] == 2
+
+
+def test_a_killed_two_process_run_resumes_on_one_process(model_a_checkpoint, one_process, tmp_path):
+    reference, _ = one_process
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(
+        command(model_a_checkpoint, out, 2),
+        env=ENV,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.time() + 300
+    written = 0
+    while time.time() < deadline and proc.poll() is None:
+        shards = shard_paths(out / "results.jsonl")
+        written = sum(p.read_bytes().count(b"\n") for p in shards)
+        if len(shards) == 2 and written >= 8:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    for pid in children:  # first one rank, then the whole job
+        os.kill(int(pid), signal.SIGKILL)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    left = {json.loads(line)["key"] for p in shard_paths(out / "results.jsonl") for line in p.read_text().splitlines()}
+    assert 8 <= len(left) < TOTAL
+
+    done = run(command(model_a_checkpoint, out, 1))
+    assert f"{TOTAL - len(left)} samples computed, {len(left)} resumed" in done.stdout  # only what was missing
+    assert rows(out) == rows(reference)
+    assert shard_paths(out / "results.jsonl") == []

@@ -1,0 +1,70 @@
+"""The demo recap names every stand-in next to its numbers (labels only: the values pass through unchanged)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nemo_train.demo_steps import (
+    DemoContext,
+    FitResult,
+    read_differences,
+    read_distill_eval,
+    read_distilled,
+    read_explainer,
+    read_nemo,
+    read_teacher,
+)
+from nemo_train.differences.report import DifferencesResult, MethodScore
+from nemo_train.nemo.report import CellScore, NemoEvalSummary
+
+CTX = DemoContext(Path("out"), Path("configs"))
+GROUNDED = "grounded-judge (attribute parser, not a model)"
+RULE_MATCH = f"rule_match [{GROUNDED}]"
+
+
+def test_nemo_rows_name_the_judge_and_the_global_stand_in():
+    cells = [
+        CellScore("KnownCause", "a", 1.0, 80.0, 3, per_judge={GROUNDED: 1.0}),
+        CellScore("Global", "a", 0.4, 0.0, 3, per_judge={GROUNDED: 0.4}, stand_in="counting rule, not a model"),
+        CellScore("SciTX", "a", 0.5, 10.0, 3, per_judge={"llm:gpt-5-mini": 0.5}),
+    ]
+    rows = read_nemo(CTX, NemoEvalSummary("cmnist", cells))
+    assert ("KnownCause", RULE_MATCH, 1.0) in rows
+    assert ("Global (counting rule, not a model)", RULE_MATCH, 0.4) in rows
+    assert ("SciTX", "llm_match", 0.5) in rows
+
+
+def test_student_and_distill_eval_rows_name_the_judge():
+    metrics = {"nemo/cei": 70.0, "nemo/rule_match": 0.8, f"nemo/rule_match/{GROUNDED}": 0.8}
+    assert read_distilled(CTX, FitResult(metrics, None, None)) == [
+        ("Student", "cei", 70.0),
+        ("Student", RULE_MATCH, 0.8),
+    ]
+    result = {
+        "summary": {"Teacher (exhaustive search, not a model)|a": {"llm_match": 0.9, "cei": 80.0}},
+        "judges": [GROUNDED],
+    }
+    assert read_distill_eval(CTX, result) == [
+        ("Teacher (exhaustive search, not a model) @ a", RULE_MATCH, 0.9),
+        ("Teacher (exhaustive search, not a model) @ a", "cei", 80.0),
+    ]
+    assert read_teacher(CTX, {"labels": 10})[0][0] == "Teacher (exhaustive search, not a model)"
+
+
+def test_differences_rows_name_the_rule_parts():
+    row = MethodScore("summarization", 0.9, 0.6, 67, 100, "Model A ...")
+    stand_ins = DifferencesResult(
+        [row], "keyword reader (closed-vocabulary stand-in, not an LLM)", "decision-tree rules", "sampler", 300
+    )
+    assert read_differences(CTX, stand_ins)[0] == (
+        "summarization (evaluator, summarizer, explorer: rules, not LLMs)",
+        "completeness",
+        0.9,
+    )
+    models = DifferencesResult([row], "LLM gpt-5-mini", "LLM meta-llama/Llama-3.1-8B-Instruct", "sampler", 300)
+    assert read_differences(CTX, models)[0] == ("summarization (explorer: rules, not LLMs)", "completeness", 0.9)
+
+
+def test_explanation_accuracy_row_names_its_grader():
+    rows = read_explainer(CTX, FitResult({"val/explanation_acc": 0.9}, None, None))
+    assert rows == [("tiny explainer", "explanation_acc (keyword rule, not manual grading)", 0.9)]
