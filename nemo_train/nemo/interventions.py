@@ -13,7 +13,8 @@ from ``e`` alone. Three steps, each behind a small interface:
    attribute changed; :class:`~nemo_train.nemo.editors.DiffusersEditor` runs an instruction-following
    diffusion editor) or, for zero-shot targets, a prompt swap.
 3. **Estimation**: :class:`CounterfactualScorer` classifies the original and all ``M`` counterfactuals of
-   one error in a single batch and returns one :class:`Trial` per explanation.
+   one error in a single batch and returns one :class:`Trial` per explanation
+   (:func:`~nemo_train.nemo.batched_scoring.score_many` edits and classifies the errors of a chunk together).
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ from typing import Any, Protocol
 
 import torch
 
+from datamodules.fact_sheets import DEFAULT_EDITABLE
 from nemo_train.backends.messages import user_message
 from nemo_train.errors import UserInputError
+from nemo_train.metrics.nemo import cei_points
 from nemo_train.nemo import prompts
 from nemo_train.nemo.benchmark import ErrorSample
 from nemo_train.nemo.structured import parse_attribute_edit, split_answer
@@ -73,7 +76,7 @@ class KeywordAttributeDeriver:
     def __init__(
         self,
         vocabulary: Mapping[str, Sequence],
-        editable: Sequence[str] = ("color", "angle"),
+        editable: Sequence[str] = DEFAULT_EDITABLE,
         neutral: Mapping[str, Any] | None = None,
         keywords: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
@@ -225,9 +228,7 @@ class LLMAttributeDeriver(_LanguageModelDeriver):
     """An MLLM picks the attribute and value an explanation is about, from a generator's vocabulary
     (the language-model counterpart of :class:`KeywordAttributeDeriver`); invalid replies give ``None``."""
 
-    def __init__(
-        self, backend, vocabulary: Mapping[str, Sequence], editable: Sequence[str] = ("color", "angle")
-    ) -> None:
+    def __init__(self, backend, vocabulary: Mapping[str, Sequence], editable: Sequence[str] = DEFAULT_EDITABLE) -> None:
         self.backend = backend
         self.vocabulary = {k: list(v) for k, v in vocabulary.items()}
         self.editable = list(editable)
@@ -312,8 +313,8 @@ class Trial:
 
     @property
     def cei(self) -> float:
-        """CEI in percentage points: ``100 * (P(y|s_e) - P(y|s_o))``."""
-        return 100.0 * (self.p_edited - self.p_original)
+        """CEI in percentage points: ``100 * (P(y|s_e) - P(y|s_o))`` (:func:`~nemo_train.metrics.nemo.cei_points`)."""
+        return cei_points(self.p_edited, self.p_original)
 
 
 class CounterfactualScorer:
@@ -357,8 +358,16 @@ class CounterfactualScorer:
             probs = self.target.predict_proba(torch.cat([sample.image[None], edited]))[:, y].cpu()
         else:
             probs = torch.stack([self.target.predict_proba(im[None])[0, y].cpu() for im in (sample.image, *edited)])
-        p_o = float(probs[0])
-        return [
-            Trial(h, i, p_o, float(p) if i is not None else p_o, im)
-            for h, i, p, im in zip(hypotheses, instructions, probs[1:], edited)
-        ]
+        return trial_list(hypotheses, instructions, probs, edited)
+
+
+def trial_list(
+    hypotheses: Sequence[str], instructions: Sequence[Instruction | None], probs: torch.Tensor, edited: torch.Tensor
+) -> list[Trial]:
+    """Trials from ``P(y)`` of the original (``probs[0]``) and of each edit; an underivable explanation
+    keeps ``P(y|s_o)`` (CEI 0)."""
+    p_o = float(probs[0])
+    return [
+        Trial(h, i, p_o, float(p) if i is not None else p_o, im)
+        for h, i, p, im in zip(hypotheses, instructions, probs[1:], edited)
+    ]

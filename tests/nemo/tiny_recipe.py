@@ -20,7 +20,7 @@ from loopback_openai_server import Reply, completion
 from PIL import Image
 from safetensors.torch import save_file
 
-from nemo_train.nemo.targets import tiny_random_clip
+from nemo_train.nemo.editors import tiny_random_instruct_pix2pix
 
 #: goldfish, great white shark, tench: ImageNet-R classes (WordNet ids) of the tiny folders
 WNIDS = ("n01443537", "n01484850", "n01440764")
@@ -55,62 +55,8 @@ def save_tiny_timm(path: Path) -> Path:
 
 
 def tiny_instruct_pix2pix():
-    """A randomly initialised InstructPix2Pix pipeline (a few thousand parameters), built offline."""
-    # diffusers is an optional dependency of the image-folder editors: imported only here
-    from diffusers import (
-        AutoencoderKL,
-        EulerAncestralDiscreteScheduler,
-        StableDiffusionInstructPix2PixPipeline,
-        UNet2DConditionModel,
-    )
-    from transformers import CLIPTextConfig, CLIPTextModel
-
-    tokenizer = tiny_random_clip(["x"]).tokenizer
-    tokenizer.model_max_length = 77
-    torch.manual_seed(0)
-    unet = UNet2DConditionModel(
-        block_out_channels=(8, 16),
-        layers_per_block=1,
-        sample_size=8,
-        in_channels=8,
-        out_channels=4,
-        down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
-        up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
-        cross_attention_dim=32,
-        norm_num_groups=4,
-        attention_head_dim=4,
-    )
-    vae = AutoencoderKL(
-        block_out_channels=[8, 16],
-        down_block_types=["DownEncoderBlock2D"] * 2,
-        up_block_types=["UpDecoderBlock2D"] * 2,
-        latent_channels=4,
-        norm_num_groups=4,
-        sample_size=32,
-    )
-    text_encoder = CLIPTextModel(
-        CLIPTextConfig(
-            vocab_size=len(tokenizer),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            max_position_embeddings=77,
-            bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.eos_token_id,
-        )
-    )
-    return StableDiffusionInstructPix2PixPipeline(
-        vae=vae,
-        text_encoder=text_encoder,
-        tokenizer=tokenizer,
-        unet=unet,
-        scheduler=EulerAncestralDiscreteScheduler(),
-        safety_checker=None,
-        feature_extractor=None,
-        requires_safety_checker=False,
-    )
+    """The package's offline tiny InstructPix2Pix (seed 0, width 8)."""
+    return tiny_random_instruct_pix2pix(seed=0, width=8)
 
 
 def save_tiny_instruct_pix2pix(folder: Path) -> Path:

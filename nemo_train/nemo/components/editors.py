@@ -11,6 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, Literal
 
+from datamodules.fact_sheets import DEFAULT_EDITABLE
 from nemo_train.backends.base import ChatBackend
 from nemo_train.errors import UserInputError
 from nemo_train.nemo import interventions as iv
@@ -57,7 +58,7 @@ class ExactEdit(EditorSpec):
             raise UserInputError(
                 f"benchmark {benchmark.name!r} has no renderer; use DiffusersEdit or PromptEdit as the editor"
             )
-        editable = (benchmark.cause or {}).get("editable", ("color", "angle"))
+        editable = (benchmark.cause or {}).get("editable", DEFAULT_EDITABLE)
         if self.deriver == "llm" and backend is None:
             raise UserInputError("ExactEdit(deriver='llm') needs an explainer backend")
         if backend is None or self.deriver == "keyword":
@@ -73,7 +74,9 @@ class DiffusersEdit(EditorSpec):
     Args:
         model: hub id or local folder (``black-forest-labs/FLUX.1-Kontext-dev``, ``Qwen/Qwen-Image-Edit``,
             ``timbrooks/instruct-pix2pix``).
-        batch_size: instructions per pipeline call; size: edit resolution.
+        edit_batch_size: edits per pipeline call (the hypotheses of one error and of the other errors of its
+            chunk share calls); it bounds memory and leaves the edits as they are (each edit has its own seeded
+            generator), so it is not part of the results' settings. size: edit resolution.
         dtype: weights' dtype (default: bfloat16 on GPU, float32 on CPU); device: default cuda if available.
         call_kwargs: extra pipeline arguments (``num_inference_steps``, ``guidance_scale``, ...).
     """
@@ -81,21 +84,28 @@ class DiffusersEdit(EditorSpec):
     def __init__(
         self,
         model: str,
-        batch_size: int = 4,
+        edit_batch_size: int = 8,
         size: int = 512,
         dtype: Literal["float32", "float16", "bfloat16"] | None = None,
         device: str | None = None,
         call_kwargs: dict[str, Any] | None = None,
     ) -> None:
-        self.model, self.batch_size, self.size = model, batch_size, size
+        if edit_batch_size < 1:
+            raise UserInputError(f"edit_batch_size={edit_batch_size}; expected at least 1")
+        self.model, self.edit_batch_size, self.size = model, edit_batch_size, size
         self.dtype, self.device, self.call_kwargs = dtype, device, call_kwargs
+
+    def settings(self) -> dict[str, Any]:
+        settings = super().settings()
+        settings.pop("edit_batch_size")  # how many edits share a call does not change them
+        return settings
 
     def editor(self, seed: int) -> DiffusersEditor:
         """The loaded editor (instruction ``i`` of an error seeded with ``seed + i``)."""
         return DiffusersEditor(
             self.model,
             seed=seed,
-            batch_size=self.batch_size,
+            batch_size=self.edit_batch_size,
             device=self.device,
             dtype=self.dtype,
             size=self.size,
