@@ -2,8 +2,10 @@
 
 The one image-folder reader of the toolkit: the folder-backed datasets (real CLEVR renders, NICO++) and the
 NEMO benchmark builder (ImageNet-R style ``root/<class>/<image>`` folders) all list files with
-:func:`list_images`, decode them with :func:`read_image` and drop unreadable ones with :func:`load_images` /
-:func:`readable_paths`. Unreadable or truncated files do not stop a run: they are left out, ONE warning says
+:func:`list_images`, decode them with :func:`read_image` and drop unreadable ones with :func:`open_images` /
+:func:`load_images` / :func:`readable_paths`. Folder datasets stream: :func:`open_images` checks the files once
+and returns :class:`ImageFiles`, which decodes an image only when its item (or a batch) is read, so a 50,000-image
+folder never sits in memory; :func:`load_images` decodes everything into one tensor (for small sets). Unreadable or truncated files do not stop a run: they are left out, ONE warning says
 how many were skipped (and names the first few), and the count is kept on the result
 (:attr:`LoadedImages.num_skipped`) so a datamodule can expose it.
 
@@ -56,12 +58,84 @@ def list_images(folder: str | Path) -> list[Path]:
     )
 
 
+class ImageFiles:
+    """Image files read on demand: a lazy stand-in for a ``uint8[N, 3, S, S]`` tensor.
+
+    ``files[i]`` decodes one image (``uint8[3, S, S]``, the same bits :func:`load_images` gives), ``files[a:b]``
+    decodes that batch (``uint8[n, 3, S, S]``), and ``files[index]`` with a tensor, list or boolean mask selects a
+    lazy subset. Only paths are held (cheap to pickle into DataLoader workers).
+    """
+
+    dtype = torch.uint8
+
+    def __init__(self, paths: Sequence[str | Path], size: int, resize: str = "center_crop") -> None:
+        self.paths = [Path(p) for p in paths]
+        self.size = size
+        self.resize = resize
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size((len(self.paths), 3, self.size, self.size))
+
+    def decode(self, path: Path) -> torch.Tensor:
+        """One file as ``uint8[3, S, S]``; a file that became unreadable after the check is a one-line error."""
+        try:
+            array = read_image(path, self.size, self.resize)
+        except UNREADABLE as err:
+            raise UserInputError(f"cannot read image {str(path)!r}: {err}") from None
+        return torch.from_numpy(np.array(array, dtype=np.uint8)).permute(2, 0, 1).contiguous()
+
+    def __getitem__(self, index):
+        if isinstance(index, tuple):
+            return self[index[0]][index[1:]]
+        if isinstance(index, slice):
+            paths = self.paths[index]
+            if not paths:
+                return torch.empty(0, 3, self.size, self.size, dtype=torch.uint8)
+            return torch.stack([self.decode(p) for p in paths])
+        if isinstance(index, (int, np.integer)) or (isinstance(index, torch.Tensor) and index.ndim == 0):
+            return self.decode(self.paths[int(index)])
+        index = torch.as_tensor(index)
+        if index.dtype == torch.bool:
+            index = torch.nonzero(index).flatten()
+        return ImageFiles([self.paths[int(i)] for i in index.tolist()], self.size, self.resize)
+
+    def materialize(self) -> torch.Tensor:
+        """Every image decoded into one ``uint8[N, 3, S, S]`` tensor."""
+        return self[:]
+
+
+def subfolders(folder: Path) -> list[Path]:
+    """Folders directly inside ``folder`` (sorted; hidden ones left out)."""
+    return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def class_roots(root: str | Path) -> list[Path]:
+    """The folders holding the class folders: ``[root]`` for ``root/<class>/<image>``, or the group folders of
+    ``root/<group>/<class>/<image>`` (ImageNet-D's ``background/``, ``texture/``, ``material/``) when no folder
+    directly under ``root`` holds images but folders below them do."""
+    root = Path(root)
+    subs = subfolders(root)
+    if any(list_images(s) for s in subs):
+        return [root]
+    groups = [s for s in subs if any(list_images(c) for c in subfolders(s))]
+    return groups or [root]
+
+
+def class_folder_names(root: str | Path) -> list[str]:
+    """Sorted names of the class folders of ``root`` (across its group folders, see :func:`class_roots`)."""
+    return sorted({p.name for r in class_roots(root) for p in subfolders(r)})
+
+
 @dataclass
 class LoadedImages:
-    """Images decoded from files: ``images`` (``uint8[N, 3, S, S]``), ``kept`` (indices of the input paths
-    that were read, in order) and ``skipped`` (the paths that could not be read)."""
+    """Images of files: ``images`` (``uint8[N, 3, S, S]``, a tensor or lazy :class:`ImageFiles`), ``kept``
+    (indices of the input paths that were read, in order) and ``skipped`` (the paths that could not be read)."""
 
-    images: torch.Tensor
+    images: torch.Tensor | ImageFiles
     kept: torch.Tensor
     skipped: list[Path] = field(default_factory=list)
 
@@ -106,6 +180,35 @@ def read_image(path: str | Path, size: int, resize: str = "center_crop") -> np.n
         return np.asarray(img, dtype=np.uint8)
 
 
+def _check_options(size: int, resize: str) -> None:
+    if size < 1:
+        raise UserInputError(f"image size {size} must be a positive number of pixels")
+    if resize not in RESIZE_MODES:
+        raise UserInputError(f"unknown resize mode {resize!r}; expected one of {list(RESIZE_MODES)}")
+
+
+def open_images(
+    paths: Sequence[str | Path],
+    size: int,
+    resize: str = "center_crop",
+    num_threads: int = 4,
+    desc: str = "checking images",
+) -> LoadedImages:
+    """Like :func:`load_images`, but streaming: every file is checked once (decoded at a reduced scale, then
+    dropped) and ``images`` is an :class:`ImageFiles` over the readable ones, decoded when an item is read."""
+    _check_options(size, resize)
+    paths = [Path(p) for p in paths]
+    ok = _decode_all(paths, min(size, 64), "stretch", num_threads, desc, keep=False)
+    kept = [i for i, good in enumerate(ok) if good]
+    skipped = [p for p, good in zip(paths, ok) if not good]
+    _warn_skipped(skipped, len(paths))
+    return LoadedImages(
+        images=ImageFiles([paths[i] for i in kept], size, resize),
+        kept=torch.tensor(kept, dtype=torch.long),
+        skipped=skipped,
+    )
+
+
 def load_images(
     paths: Sequence[str | Path],
     size: int,
@@ -122,10 +225,7 @@ def load_images(
         num_threads: decoding threads (PIL releases the GIL while decoding).
         desc: label of the progress bar.
     """
-    if size < 1:
-        raise UserInputError(f"image size {size} must be a positive number of pixels")
-    if resize not in RESIZE_MODES:
-        raise UserInputError(f"unknown resize mode {resize!r}; expected one of {list(RESIZE_MODES)}")
+    _check_options(size, resize)
     paths = [Path(p) for p in paths]
 
     arrays = _decode_all(paths, size, resize, num_threads, desc)

@@ -51,6 +51,7 @@ PIPELINE_COMMANDS: dict[str, Command] = {
     "differences": Command(
         "nemo_train.differences.pipeline:differences", "explain how two vision models differ, and score it"
     ),
+    "prepare": Command("datamodules.prepare:prepare", "check a data folder for a dataset and list what is missing"),
 }
 
 #: Lines of a jsonargparse error that list what it tried rather than what is wrong.

@@ -1,14 +1,19 @@
-"""Map ImageNet-1k outputs onto a benchmark's classes (ImageNet-R, ObjectNet, ImageNet-D)."""
+"""Map ImageNet-1k outputs onto a benchmark's classes (ImageNet-R, ObjectNet, ImageNet-D).
+
+ObjectNet and ImageNet-D use the mapping files shipped in :mod:`datamodules.mappings` unless a file is given;
+ImageNet-R's class folders are WordNet ids and map through timm's ImageNet index.
+"""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 from timm.data import ImageNetInfo
 
+from datamodules.folder import class_folder_names
+from datamodules.mappings import SHIPPED, read_mapping, shipped_mapping
 from nemo_train.errors import UserInputError
 
 
@@ -64,17 +69,23 @@ class ClassMapping:
 
     @classmethod
     def from_json(cls, path: str | Path, num_source_classes: int = 1000) -> ClassMapping:
-        """Read ``{"class name": [imagenet ids...], ...}`` (ObjectNet / ImageNet-D mapping files in this form)."""
-        path = Path(path)
-        if not path.is_file():
-            raise UserInputError(f"class mapping file {str(path)!r} does not exist")
-        data = json.loads(path.read_text())
-        if not isinstance(data, dict):
-            raise UserInputError(
-                f"class mapping file {str(path)!r} must hold a JSON object name -> list of ImageNet ids"
-            )
-        ids = [[v] if isinstance(v, int) else list(v) for v in data.values()]
-        return cls(list(data), ids, num_source_classes)
+        """Read a mapping file: ``{"class name": [imagenet ids...], ...}`` or the shipped form
+        ``{"classes": [{"folder", "name", "imagenet_ids"}, ...]}`` (:func:`datamodules.mappings.read_mapping`)."""
+        classes = read_mapping(path, num_source_classes)
+        return cls(
+            [c.name for c in classes],
+            [list(c.imagenet_ids) for c in classes],
+            num_source_classes,
+            folders=[c.folder for c in classes],
+        )
+
+    @classmethod
+    def shipped(cls, benchmark: str) -> ClassMapping:
+        """The shipped mapping of ``objectnet`` or ``imagenet_d``."""
+        path = shipped_mapping(benchmark)
+        if path is None:
+            raise UserInputError(f"no shipped class mapping for {benchmark!r}; expected one of {sorted(SHIPPED)}")
+        return cls.from_json(path)
 
     @classmethod
     def from_wnids(cls, wnids: Sequence[str]) -> ClassMapping:
@@ -91,8 +102,27 @@ class ClassMapping:
 
     @classmethod
     def for_folder(cls, root: str | Path, mapping_file: str | Path | None = None) -> ClassMapping:
-        """The mapping of an ImageNet target onto an image folder ``root/<class>/``: the JSON ``mapping_file``,
-        or (without one) the class folders read as WordNet ids."""
+        """The mapping of an ImageNet target onto an image folder ``root/<class>/`` (or ImageNet-D's
+        ``root/<nuisance>/<class>/``): the JSON ``mapping_file``; else the class folders read as WordNet ids when
+        they are; else the shipped mapping (ObjectNet, ImageNet-D) whose classes all have a folder there."""
         if mapping_file is not None:
             return cls.from_json(mapping_file)
-        return cls.from_wnids(sorted(p.name for p in Path(root).iterdir() if p.is_dir()))
+        folders = class_folder_names(root)
+        wnids = set(ImageNetInfo().label_names())
+        if folders and all(f in wnids for f in folders):
+            return cls.from_wnids(folders)
+        for name in SHIPPED:
+            mapping = cls.shipped(name)
+            if set(mapping.folders) <= set(folders):
+                return mapping
+        return cls.from_wnids(folders)  # names the folders that are not WordNet ids
+
+    @classmethod
+    def for_benchmark(cls, name: str, root: str | Path, mapping_file: str | Path | None = None) -> ClassMapping:
+        """The mapping of a folder benchmark: ``mapping_file`` when given, else the shipped one of ObjectNet /
+        ImageNet-D, else (ImageNet-R) the WordNet-id class folders of ``root``."""
+        if mapping_file is not None:
+            return cls.from_json(mapping_file)
+        if shipped_mapping(name) is not None:
+            return cls.shipped(name)
+        return cls.for_folder(root)
