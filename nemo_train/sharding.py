@@ -128,6 +128,17 @@ class Ranks:
             return count
         return int(self.fabric.all_reduce(torch.tensor(float(count)), reduce_op="sum").item())
 
+    def gather(self, value: T) -> list[T] | None:
+        """Every rank's ``value`` (any picklable object), in rank order, on rank 0; ``None`` on the others
+        (``[value]`` in a one-process run)."""
+        if self.fabric is None:
+            return [value]
+        import torch.distributed as dist
+
+        found: list[Any] | None = [None] * self.world_size if self.is_main else None
+        dist.gather_object(value, found, dst=0)
+        return found
+
     def lock(self, folder: str | Path) -> RunLock:
         """The writer lock of this rank: rank 0 takes the folder's lock (so a second run is refused), rank r
         its own ``.lock.rank-<r>``."""

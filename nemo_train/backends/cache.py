@@ -71,6 +71,7 @@ class ResponseCache:
             ) from None
         self.timeout = timeout
         self._local = threading.local()
+        self._warned_rows = False
         try:
             self._open()
         except sqlite3.DatabaseError as err:  # "file is not a database", a damaged page, ...
@@ -106,9 +107,21 @@ class ResponseCache:
         return conn
 
     def get(self, key: str) -> list[str] | None:
-        """The stored replies for ``key``, or ``None``."""
+        """The stored replies for ``key``, or ``None``: also for a row that is not a JSON list of strings (written
+        by hand or by another program), which counts as missing (asked again and replaced) with one warning."""
         row = self._connection().execute("SELECT value FROM replies WHERE key = ?", (key,)).fetchone()
-        return None if row is None else json.loads(row[0])
+        if row is None:
+            return None
+        try:
+            value = json.loads(row[0])
+        except (TypeError, ValueError):
+            value = None
+        if isinstance(value, list) and all(isinstance(reply, str) for reply in value):
+            return value
+        if not self._warned_rows:
+            self._warned_rows = True
+            log.warning("reply cache %s holds rows that are not JSON lists of replies; asking those again", self.path)
+        return None
 
     def put(self, key: str, replies: list[str], model: str = "") -> None:
         """Store ``replies`` under ``key`` (the last writer wins; equal requests give equal keys)."""

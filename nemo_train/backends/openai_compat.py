@@ -22,6 +22,9 @@ log = logging.getLogger(__name__)
 
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 
+#: Default bound on one reply's body: far above any chat completion (a few KiB of text), far below memory.
+MAX_REPLY_BYTES = 8 * 2**20
+
 
 class _Retryable(Exception):
     """A failed attempt worth retrying (transport error, timeout, 408/409/429/5xx, a body that is not JSON)."""
@@ -38,7 +41,9 @@ class OpenAICompatibleBackend(ChatBackend):
     unset variable sends no ``Authorization`` header, as local vLLM servers need); it never enters
     logs, reprs, saved configs, cache keys or cached replies (an echoing server's reply is scrubbed). Each
     attempt has a wall-clock deadline of ``timeout`` seconds for connecting and receiving the whole body
-    (a server that trickles bytes cannot hold it longer). Attempts that fail with HTTP 408/409/429/5xx, a
+    (a server that trickles bytes cannot hold it longer), and a reply body may hold at most ``max_reply_bytes``
+    bytes: the body is read in chunks and the request abandoned (:class:`BackendError`, not retried) once it
+    announces or sends more, so a server streaming an endless body cannot push memory up. Attempts that fail with HTTP 408/409/429/5xx, a
     timeout, a connection error, a body cut short or a body that is not JSON are retried ``max_retries`` times with exponential backoff (``backoff *
     2**attempt`` seconds, capped at ``max_backoff``, with jitter; a ``Retry-After`` header is obeyed
     up to that cap). Other HTTP errors (400, 401, 404, ...) raise :class:`BackendError` at once. At
@@ -81,6 +86,7 @@ class OpenAICompatibleBackend(ChatBackend):
         reasoning_effort: ReasoningEffort | None = "low",
         reasoning_budget: int = 2048,
         structured_output: bool = True,
+        max_reply_bytes: int = MAX_REPLY_BYTES,
     ) -> None:
         super().__init__(cache=cache, concurrency=concurrency)
         if not base_url.startswith(("http://", "https://")):
@@ -91,6 +97,9 @@ class OpenAICompatibleBackend(ChatBackend):
             raise UserInputError(
                 f"timeout={timeout}, max_retries={max_retries}, backoff={backoff}; expected timeout > 0 and the others >= 0"
             )
+        if max_reply_bytes < 1024:
+            raise UserInputError(f"max_reply_bytes={max_reply_bytes}; expected at least 1024 bytes per reply")
+        self.max_reply_bytes = max_reply_bytes
         if reasoning_budget < 0:
             raise UserInputError(f"reasoning_budget={reasoning_budget}; expected an integer >= 0")
         self.base_url = base_url.rstrip("/")
@@ -268,10 +277,13 @@ class OpenAICompatibleBackend(ChatBackend):
     def _attempt(self, url: str, body: dict[str, Any], deadline: float, outcome: dict[str, Any]) -> None:
         try:
             with self._client.stream("POST", url, json=body, headers=self._headers()) as response:
-                chunks = []
+                self._check_size(url, response.headers.get("content-length"))
+                chunks, size = [], 0
                 for chunk in response.iter_bytes():
                     if outcome.get("abandoned") or time.monotonic() > deadline:
                         raise _Retryable(f"timed out after {self.timeout}s")
+                    size += len(chunk)
+                    self._check_size(url, size)
                     chunks.append(chunk)
                 raw = b"".join(chunks)
             outcome["payload"] = self._check(url, response, raw)
@@ -281,6 +293,19 @@ class OpenAICompatibleBackend(ChatBackend):
             outcome["error"] = _Retryable(f"connection error ({type(err).__name__})")
         except (_Retryable, BackendError) as err:
             outcome["error"] = err
+
+    def _check_size(self, url: str, size: int | str | None) -> None:
+        """:class:`BackendError` once a reply announces or has sent more than ``max_reply_bytes`` (leaving the
+        ``with`` block closes the connection, so the rest of the body is never read)."""
+        try:
+            size = int(size) if size is not None else 0
+        except ValueError:
+            size = 0
+        if size > self.max_reply_bytes:
+            raise BackendError(
+                f"{self.model} at {url}: reply body larger than max_reply_bytes={self.max_reply_bytes} "
+                f"({size} bytes announced or read); abandoned"
+            )
 
     def _check(self, url: str, response: httpx.Response, raw: bytes) -> Any:
         """The parsed JSON body of a 200 reply; retryable or final errors otherwise."""

@@ -194,6 +194,9 @@ def run_differences(
     evaluator, summarizer, explorer = (explainers or Explainers()).resolved()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    for part in (evaluator, summarizer, explorer):  # language models cache replies under out_dir unless given one
+        if getattr(part, "backend", None) is not None:
+            part.backend.attach_cache(out_dir / "llm_cache")
     dev = _device(device)
     for model in (model_a, model_b):
         model.prepare(out_dir, dev)

@@ -2,7 +2,7 @@
 
 tiktoken downloads its BPE file on first use. The ``bpe-openai`` wheel ships the same file
 (``o200k_base.tiktoken.gz``); :func:`encoding` decompresses it into ``TIKTOKEN_CACHE_DIR`` (default
-``~/.cache/nemo_train/tiktoken``) under the SHA-1 of tiktoken's URL, which is where tiktoken looks
+``<system temp folder>/nemo_train-tiktoken``: a run writes nothing outside its out_dir but temp files) under the SHA-1 of tiktoken's URL, which is where tiktoken looks
 before downloading, after checking its SHA-256 against the hash tiktoken itself expects.
 """
 
@@ -12,6 +12,7 @@ import functools
 import gzip
 import hashlib
 import os
+import tempfile
 from importlib import resources
 from pathlib import Path
 
@@ -27,7 +28,7 @@ O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d
 def install_o200k(cache_dir: str | Path | None = None) -> Path:
     """Put the wheel's ``o200k_base`` BPE file where tiktoken finds it; return its path."""
     cache_dir = Path(
-        cache_dir or os.environ.get("TIKTOKEN_CACHE_DIR") or Path.home() / ".cache" / "nemo_train" / "tiktoken"
+        cache_dir or os.environ.get("TIKTOKEN_CACHE_DIR") or Path(tempfile.gettempdir()) / "nemo_train-tiktoken"
     )
     os.environ["TIKTOKEN_CACHE_DIR"] = str(cache_dir)
     target = cache_dir / hashlib.sha1(O200K_URL.encode()).hexdigest()

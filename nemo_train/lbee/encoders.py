@@ -67,7 +67,8 @@ class SyntheticCLIP:
     not exist yet, trained here on ``sources`` and saved there (so later runs reuse it).
 
     Args:
-        path: Hugging Face folder (or ``.ckpt``) of the trained model.
+        path: Hugging Face folder (or ``.ckpt``) of the trained model; ``None``: ``<out_dir>/clip`` of the
+            ``lbee`` run using it.
         sources: generators whose captions train a missing model.
         train_per_source, max_epochs, batch_size, seed: training of a missing model.
         group_size: members of a minimal-pair group of training images (see
@@ -77,7 +78,7 @@ class SyntheticCLIP:
 
     def __init__(
         self,
-        path: str,
+        path: str | None = None,
         sources: list[Source] = ["nico"],  # noqa: B006 (jsonargparse shows the default)
         train_per_source: int = 3000,
         max_epochs: int = 8,
@@ -100,6 +101,8 @@ class SyntheticCLIP:
 
     def encoder(self) -> CLIPEncoder:
         if self._encoder is None:
+            if self.path is None:
+                raise ValueError("SyntheticCLIP has no path; the lbee run sets <out_dir>/clip")
             if not Path(self.path).exists():
                 self.train()
             self._encoder = CLIPEncoder(self.path)

@@ -18,7 +18,7 @@ from typing import Literal
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Subset
 
 from datamodules.base import SplitDataModule
 from nemo_train.artefacts import record_artefact, reuse_artefact
@@ -26,6 +26,7 @@ from nemo_train.console import print_table
 from nemo_train.errors import UserInputError
 from nemo_train.lbee import metrics
 from nemo_train.lbee.encoders import Encoder, SyntheticCLIP
+from nemo_train.lbee.outputs import place_outputs
 from nemo_train.lbee.partition import partition_precision
 from nemo_train.lbee.plots import beta_sweep_plot, cluster_grid
 from nemo_train.lbee.relevance import AttributeRelevance, Relevance
@@ -36,6 +37,7 @@ from nemo_train.loggers import init_run
 from nemo_train.models.classifier import ClassifierModule
 from nemo_train.models.loading import HubClassifier, check_classifier_file, load_classifier
 from nemo_train.runs import Device, OutDir, Seed, run_command
+from nemo_train.sharding import Strategy, current_ranks
 
 #: largest ``o`` of ``beta = o * std(omega)`` (above it no image is hard)
 MAX_O = 10.0
@@ -47,13 +49,15 @@ NICO_EXAMPLE = "checkpoints/nico85_cnn/checkpoints/best.ckpt"
 class EvalArgs:
     """Evaluation settings: ``o`` of ``beta = o * std(omega)``, the sweep of ``o``, the analysed split, the
     number of hard clusters drawn, and ``k`` of the partition precision@k (per-class runs on data with
-    known correlated contexts: clusters of the biased validation split scored on the test split; 0: off)."""
+    known correlated contexts: clusters of the biased validation split scored on the test split; 0: off);
+    ``batch_size`` images are classified and embedded at once (the unit several processes share out)."""
 
     o: float = 0.2
     sweep: list[float] = field(default_factory=lambda: [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0])
     target_split: Literal["test", "val"] = "test"
     grid_clusters: int = 8
     partition_k: int = 10
+    batch_size: int = 256
 
 
 @dataclass
@@ -114,6 +118,8 @@ def check_evaluation(evaluation: EvalArgs) -> None:
     for name in ("grid_clusters", "partition_k"):
         if getattr(evaluation, name) < 0:
             raise UserInputError(f"evaluation.{name}={getattr(evaluation, name)} is out of range; expected 0 or more")
+    if evaluation.batch_size < 1:
+        raise UserInputError(f"evaluation.batch_size={evaluation.batch_size} is out of range; expected 1 or more")
 
 
 def clip_settings(encoder: SyntheticCLIP) -> dict:
@@ -133,11 +139,31 @@ def prepare_saved_clip(encoder: Encoder, out: Path) -> dict | None:
 
 
 @torch.no_grad()
+def _predict_batches(model: ClassifierModule, encoder: Encoder, dataset, starts: list[int], batch_size: int) -> list:
+    """``(start, batch, probabilities, embeddings)`` of the batches of ``dataset`` beginning at ``starts``."""
+    out = []
+    for start in starts:
+        indices = range(start, min(start + batch_size, len(dataset)))
+        batch = next(iter(DataLoader(Subset(dataset, indices), batch_size=batch_size, shuffle=False)))
+        probs = model.predict_proba(batch["image"].to(model.device)).cpu()
+        out.append((start, batch, probs, encoder.encode_image(batch["image"]).cpu()))
+    return out
+
+
 def _predict(model: ClassifierModule, encoder: Encoder, dataset, batch_size: int = 256):
+    """Probabilities, image embeddings, images, labels and attributes of ``dataset`` (``None`` on every process
+    but the first). Several processes each compute every ``world_size``-th batch (the very batches of a
+    one-process run, so the numbers are the same) and the first gathers them in order."""
+    ranks = current_ranks()
+    mine = _predict_batches(model, encoder, dataset, ranks.shard(range(0, len(dataset), batch_size)), batch_size)
+    gathered = ranks.gather(mine)
+    if gathered is None:
+        return None
+    found = sorted((item for part in gathered for item in part), key=lambda item: item[0])
     probs, embeds, images, labels, attrs = [], [], [], [], {}
-    for batch in DataLoader(dataset, batch_size=batch_size, shuffle=False):
-        probs.append(model.predict_proba(batch["image"].to(model.device)).cpu())
-        embeds.append(encoder.encode_image(batch["image"]))
+    for _, batch, batch_probs, batch_embeds in found:
+        probs.append(batch_probs)
+        embeds.append(batch_embeds)
         images.append(batch["image"])
         labels.append(batch["label"])
         for k, v in batch["attrs"].items():
@@ -170,7 +196,10 @@ def lbee(
     wandb: bool = False,
     seed: Seed = 0,
     device: Device = "cpu",
-) -> LBEEResult:
+    devices: int = 1,
+    num_nodes: int = 1,
+    strategy: Strategy = "auto",
+) -> LBEEResult | None:
     """Find and describe a classifier's failure modes with sentences (TopS, SetDiff, PDiff, FPDiff).
 
     Args:
@@ -186,23 +215,40 @@ def lbee(
 
     Writes the figures, ``results.json`` (and the default joint space) under ``out_dir``; with ``wandb`` the table
     and figures are logged too. The seed is set before the data are built; the classifier runs on ``device``.
+
+    With ``devices`` > 1 (or several nodes) the processes split the classification and embedding of the images
+    batch by batch; process 0 gathers them, clusters, scores and writes everything (the others return ``None``).
     """
     check_classifier(classifier)  # before anything is written
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    encoder = encoder or SyntheticCLIP(str(out / "clip"))
+    encoder = encoder or SyntheticCLIP()
     sentences, relevance = sentences or AttributeSentences("nico"), relevance or AttributeRelevance()
+    place_outputs(out, encoder, sentences, relevance)  # default joint space and reply caches under out_dir
     search, evaluation = search or FailureModeSearch(), evaluation or EvalArgs()
     check_evaluation(evaluation)
     sentence_set = sentences.build(getattr(data, "class_names", None))  # user input checked before any work
-    clip_to_record = prepare_saved_clip(encoder, out)  # one trained here with other settings is trained again
+    ranks = current_ranks()
+    clip_to_record = None
+    if ranks.is_main:  # one trained here with other settings is trained again
+        clip_to_record = prepare_saved_clip(encoder, out)
+        if isinstance(encoder, SyntheticCLIP) and ranks.world_size > 1:
+            encoder.encoder()  # a missing joint space is trained once, here, before the others load it
+    ranks.barrier()
     L.seed_everything(seed, verbose=False)
     data.setup("fit")
     model = classifier_model(classifier, data).to(device)
     dataset = data.test_set if evaluation.target_split == "test" else data.val_set
     if dataset is None or len(dataset) == 0:
         raise UserInputError(f"the datamodule has no {evaluation.target_split} split to analyse")
-    probs, embeddings, images, labels, attrs = _predict(model, encoder, dataset)
+    predicted = _predict(model, encoder, dataset, evaluation.batch_size)
+    partition = search.per_class and evaluation.partition_k > 0 and hasattr(data, "correlated")
+    validation = None
+    if partition and data.val_set is not None:
+        validation = _predict(model, encoder, data.val_set, evaluation.batch_size)
+    if predicted is None:
+        return None
+    probs, embeddings, images, labels, attrs = predicted
     if clip_to_record is not None:  # trained by its first use just now: record what it was trained with
         record_artefact(encoder.path, clip_to_record)
     text = encoder.encode_text(sentence_set.texts)
@@ -218,8 +264,8 @@ def lbee(
     names = getattr(data, "group_names", ["all"])
     group_acc = {name: float(omega[groups == g].mean()) for g, name in enumerate(names) if bool((groups == g).any())}
     precision = None
-    if search.per_class and evaluation.partition_k > 0 and hasattr(data, "correlated") and data.val_set is not None:
-        val_probs, val_emb, _, val_labels, _ = _predict(model, encoder, data.val_set)
+    if validation is not None:
+        val_probs, val_emb, _, val_labels, _ = validation
         precision = partition_precision(
             (val_emb, val_probs, val_labels),
             (embeddings, labels, attrs["context"]),

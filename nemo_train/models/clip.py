@@ -31,6 +31,7 @@ from transformers.utils import logging as hf_logging
 
 from nemo_train.errors import UserInputError
 from nemo_train.models.image_text import BatchedEncoder, ImageTextEncoder, PixelPreprocess
+from nemo_train.models.loading import load_damaged_checked
 
 __all__ = ["BatchedEncoder", "CLIPEncoder", "CLIPModule", "clip_tokenizer", "recall_at_k"]
 
@@ -282,13 +283,20 @@ class CLIPEncoder(ImageTextEncoder):
     def __init__(self, source: str | Path, batch_size: int = 256) -> None:
         source = str(source)
         if not source.endswith(".ckpt"):
-            loaded = ImageTextEncoder.from_pretrained(source, resample="bilinear")
+            loaded = load_damaged_checked(
+                ImageTextEncoder.from_pretrained, source, what="CLIP folder", resample="bilinear"
+            )
             super().__init__(loaded.model, loaded.tokenizer, loaded.pixels, batch_size=batch_size)
             return
         if not Path(source).is_file():
             raise UserInputError(f"CLIP checkpoint {source!r} does not exist")
-        module = CLIPModule.load_from_checkpoint(
-            source, map_location="cpu", weights_only=True, strict=False
+        module = load_damaged_checked(
+            CLIPModule.load_from_checkpoint,
+            source,
+            what="CLIP checkpoint",
+            map_location="cpu",
+            weights_only=True,
+            strict=False,
         )  # auxiliary heads are not needed
         pixels = PixelPreprocess(module.hparams.image_size, CLIP_MEAN, CLIP_STD, resample="bilinear")
         super().__init__(module.model, module.tokenizer, pixels, batch_size=batch_size)

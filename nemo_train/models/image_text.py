@@ -23,6 +23,7 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
+from safetensors import SafetensorError
 from torch import nn
 from transformers import AutoImageProcessor, AutoModel, AutoTokenizer
 from transformers.utils import logging as hf_logging
@@ -174,7 +175,7 @@ class ImageTextEncoder(BatchedEncoder, nn.Module):
             processor = AutoImageProcessor.from_pretrained(source)
             tokenizer = AutoTokenizer.from_pretrained(source)
             model = AutoModel.from_pretrained(source)
-        except (OSError, ValueError) as err:  # not on the hub / offline / not an image-text folder
+        except (OSError, ValueError, SafetensorError) as err:  # not on the hub / offline / not image-text / damaged
             raise UserInputError(
                 f"cannot load image-text model {source!r} ({type(err).__name__}: {str(err).splitlines()[0][:150]}); "
                 "expected a hub id or a local folder with a CLIP / SigLIP / SigLIP 2 model and its processor"

@@ -14,7 +14,9 @@ from __future__ import annotations
 import inspect
 import os
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import torch
 import yaml
@@ -22,7 +24,16 @@ import yaml
 from nemo_train.errors import UserInputError
 from nemo_train.models.classifier import ClassifierModule
 
-__all__ = ["GENERIC_FIT_HINT", "HubClassifier", "check_classifier_file", "fit_preset_for", "load_classifier"]
+__all__ = [
+    "GENERIC_FIT_HINT",
+    "HubClassifier",
+    "check_classifier_file",
+    "fit_preset_for",
+    "load_classifier",
+    "load_damaged_checked",
+]
+
+T = TypeVar("T")
 
 #: The presets shipped with the repository (``configs/`` next to the package).
 PRESET_DIR = Path(__file__).resolve().parents[2] / "configs"
@@ -109,6 +120,20 @@ def load_classifier(path: str | Path, *, fit_hint: str | None = None, what: str 
     except (TypeError, RuntimeError) as err:  # another model's hyper-parameters or weights
         raise UserInputError(f"{name} does not fit a ClassifierModule ({_first_line(err)}); {expected}") from None
     return module.eval()
+
+
+def load_damaged_checked(load: Callable[..., T], source: str | Path, *, what: str, **kwargs: Any) -> T:
+    """``load(source, **kwargs)``; a file that cannot be read (truncated weights, a cut zip archive, a damaged
+    ``model.safetensors``) is a one-line :class:`UserInputError` naming ``source`` and what to do."""
+    try:
+        return load(source, **kwargs)
+    except UserInputError:
+        raise
+    except Exception as err:  # safetensors, zip, pickle and JSON readers each raise their own type
+        raise UserInputError(
+            f"{what} {str(source)!r} cannot be read ({_first_line(err)}); it is damaged or incomplete: "
+            "copy it again or delete it and run the command that writes it"
+        ) from None
 
 
 def _first_line(err: BaseException) -> str:

@@ -2,7 +2,9 @@
 
 ``FaultyServer(kind)`` with ``kind`` one of ``trickle`` (a valid reply, one byte every ``interval``
 seconds), ``truncated`` (announces more bytes than it sends, then closes), ``cut_json`` (a complete
-reply holding half a JSON body), ``not_json`` (200 with an HTML body). ``fail_first`` bad answers are followed by good ones (``reply`` text) when set.
+reply holding half a JSON body), ``not_json`` (200 with an HTML body), ``endless`` (200 without a length,
+streaming spaces fast until the client hangs up), ``error`` (HTTP 500), ``hang`` (never answers
+until the server closes). ``fail_first`` bad answers are followed by good ones (``reply`` text) when set.
 """
 
 from __future__ import annotations
@@ -72,6 +74,19 @@ class FaultyServer:
             handler.close_connection = True
         elif self.kind == "cut_json":  # a complete HTTP reply whose JSON body was cut (a proxy's buffer limit)
             self._send(handler, 200, payload[: len(payload) // 2])
+        elif self.kind == "endless":
+            handler.send_response(200)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Connection", "close")  # no length: the body ends when the connection does
+            handler.end_headers()
+            handler.close_connection = True
+            chunk = b" " * 65536
+            while not self._pause.is_set():  # until the client closes the connection (BrokenPipe) or shutdown
+                handler.wfile.write(chunk)
+        elif self.kind == "error":
+            self._send(handler, 500, b'{"error": {"message": "internal error"}}')
+        elif self.kind == "hang":
+            self._pause.wait()
         elif self.kind == "not_json":
             self._send(handler, 200, b"<html><body>502 Bad Gateway (proxy)</body></html>", "text/html")
         else:
@@ -90,5 +105,6 @@ class FaultyServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._pause.set()  # releases hanging and endless answers
         self._http.shutdown()
         self._http.server_close()

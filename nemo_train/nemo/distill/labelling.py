@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -50,7 +51,8 @@ from nemo_train.nemo.shift_benchmark import build_shift_benchmark
 from nemo_train.nemo.targets import ClassMapping
 from nemo_train.quiet import progress_bar
 from nemo_train.runs import Device, OutDir, Seed, run_command
-from nemo_train.store import ResultStore, fingerprint
+from nemo_train.sharding import ShardedResultStore, Strategy, current_ranks, merge_shards
+from nemo_train.store import fingerprint
 
 
 def target_spec(classifier: str | TargetSpec) -> TargetSpec:
@@ -137,20 +139,34 @@ def image_digest(image: torch.Tensor) -> str:
     return hashlib.sha256(image.detach().cpu().contiguous().numpy().tobytes()).hexdigest()
 
 
-def _label_errors(teacher, bench, store: ResultStore, name: str, settings: dict, min_cei: float, error_batch: int):
-    """Label the errors of ``bench`` not in ``store`` yet, ``error_batch`` at a time, appending each label;
-    returns ``(records of every labelled error, errors labelled now, reasons of the errors that failed)``."""
+def label_settings(bench, settings: dict) -> dict[str, dict]:
+    """The settings of each error's label: a label is paired with the very image it was computed on, so the
+    image's digest is part of them."""
+    return {s.sample_id: {**settings, "image_sha256": image_digest(s.image)} for s in bench.errors}
+
+
+def _label_errors(
+    teacher,
+    bench,
+    store: ShardedResultStore,
+    name: str,
+    own: dict[str, dict],
+    min_cei: float,
+    error_batch: int,
+    shard: Callable[[list], list] = list,
+) -> tuple[int, list[str]]:
+    """Label this process's share (``shard``) of the errors of ``bench`` not in ``store`` yet, ``error_batch``
+    at a time, appending each label; returns ``(errors labelled now, reasons of the errors that failed)``."""
     failed: list[str] = []
-    # a label is paired with the very image it was computed on: the image's digest is part of its settings
-    own = {s.sample_id: {**settings, "image_sha256": image_digest(s.image)} for s in bench.errors}
     pending = [
         s for s in bench.errors if store.lookup(record_key(name, teacher.name, s.sample_id), own[s.sample_id]) is None
     ]
+    mine = shard(pending)
     total = len(bench.errors)
-    bar = progress_bar(total=total, initial=total - len(pending), desc=f"teacher {name}", unit="error")
+    bar = progress_bar(total=total, initial=total - len(mine), desc=f"teacher {name}", unit="error")
     computed = 0
-    for start in range(0, len(pending), error_batch):
-        chunk = pending[start : start + error_batch]
+    for start in range(0, len(mine), error_batch):
+        chunk = mine[start : start + error_batch]
         for sample, label in _label_chunk(teacher, chunk, bench, failed):
             record = {"key": record_key(name, teacher.name, sample.sample_id), "kept": False, "cei": 0.0}
             record["sample_id"] = sample.sample_id
@@ -163,12 +179,16 @@ def _label_errors(teacher, bench, store: ResultStore, name: str, settings: dict,
             computed += 1
         bar.update(len(chunk))
     bar.close()
-    labels = [
+    return computed, failed
+
+
+def stored_labels(store: ShardedResultStore, bench, name: str, teacher_name: str, own: dict[str, dict]) -> list[dict]:
+    """The labels of every error of ``bench`` computed with its current settings, in the errors' order."""
+    return [
         r
-        for r in (store.records.get(record_key(name, teacher.name, s.sample_id)) for s in bench.errors)
+        for r in (store.get(record_key(name, teacher_name, s.sample_id)) for s in bench.errors)
         if r and not r.get("failed") and r.get("fingerprint") == fingerprint(own[r["sample_id"]])
     ]
-    return labels, computed, failed
 
 
 def teacher_stand_ins(arguments: dict[str, Any]) -> list[str]:
@@ -203,7 +223,10 @@ def distill_teacher(
     error_batch: PositiveInt = 8,
     wandb: bool = False,
     device: Device = "cpu",
-) -> dict[str, Any]:
+    devices: int = 1,
+    num_nodes: int = 1,
+    strategy: Strategy = "auto",
+) -> dict[str, Any] | None:
     """Label a classifier's errors on a mining split with a teacher and write the student's training pairs.
 
     Writes the labels (``teacher.jsonl``), the reply cache and the pairs (``pairs/``) under ``out_dir``; the
@@ -241,6 +264,10 @@ def distill_teacher(
         val_fraction: share of kept errors whose pairs go to ``val.jsonl``.
         error_batch: errors the teacher labels together (one batched request per stage with an MLLM); the
             labels do not depend on it unless a local model samples the hypotheses.
+
+    With ``devices`` > 1 (or several nodes) every process mines the same errors (they follow from ``seed``),
+    labels its share of the unlabelled ones into ``teacher.rank-<r>.jsonl``, and process 0 merges the labels,
+    writes the pairs and prints the table (the others return ``None``).
     """
     check_teacher_ranges(n, seed, styles, m, k, val_fraction)
     views = list(views or ["error", "gradcam", "change"])
@@ -261,7 +288,9 @@ def distill_teacher(
         raise UserInputError(f"pool classifiers need distinct names; got {[spec.label for spec, _ in members]}")
     if hypotheses is not None and hypotheses.cache is None:
         hypotheses.cache = ResponseCache(out / "llm_cache")
-    store = ResultStore(out / "teacher.jsonl")
+    ranks = current_ranks()
+    store = ShardedResultStore(out / "teacher.jsonl", ranks.rank, ranks.world_size)
+    ranks.barrier()  # every process has read the finished labels before any writes
     started, computed, failed, groups, rows = time.perf_counter(), 0, [], [], []
     for spec, member_bias in members:
         if dataset == "folder":
@@ -295,12 +324,23 @@ def distill_teacher(
             "hypotheses": hypotheses.fingerprint() if hypotheses is not None else None,
             "mining": mining_identity(dataset, n, seed, styles, member_bias, data_kwargs, mining_root),
         }
-        labels, done, lost = _label_errors(teacher, bench, store, spec.label, settings, min_cei, error_batch)
+        own = label_settings(bench, settings)
+        done, lost = _label_errors(teacher, bench, store, spec.label, own, min_cei, error_batch, ranks.shard)
         computed, failed = computed + done, failed + lost
+        if ranks.world_size > 1:  # the labels of every process
+            ranks.barrier()
+            store = store.reopen()
+        labels = stored_labels(store, bench, spec.label, teacher.name, own)
         kept = [r for r in labels if r["kept"]]
         groups.append(LabelledErrors(spec.label, kept, bench, target))
         mean, mean_kept = score_mean([r["cei"] for r in labels]), score_mean([r["cei"] for r in kept])
         rows.append([spec.label, teacher.name, len(labels), len(kept), mean, mean_kept])
+    ranks.barrier()
+    computed, reasons = ranks.total(computed), ranks.gather(failed)
+    if not ranks.is_main:
+        return None
+    merge_shards(store.path)
+    failed = [reason for found in reasons for reason in found]
     labelled = sum(row[2] for row in rows)
     if failed and not any(group.labels for group in groups):
         raise UserInputError(

@@ -60,6 +60,7 @@ from nemo_train.nemo.methods.reference import KnownCauseExplainer
 from nemo_train.nemo.shift_benchmark import build_shift_benchmark, print_causes
 from nemo_train.nemo.structured import StructuredEditDeriver
 from nemo_train.runs import Device, OutDir, Seed, run_command
+from nemo_train.sharding import ShardedResultStore, Strategy, current_ranks, merge_shards
 from nemo_train.store import ResultStore
 
 
@@ -127,7 +128,10 @@ def distill_eval(
     out_dir: OutDir = "checkpoints/distill_cmnist/eval",
     wandb: bool = False,
     device: Device = "cpu",
-) -> dict:
+    devices: int = 1,
+    num_nodes: int = 1,
+    strategy: Strategy = "auto",
+) -> dict | None:
     """Evaluate a distilled explainer with NEMO (CEI, LLM Match) on held-out errors, next to its teacher and KnownCause.
 
     Writes ``results.jsonl`` and the reply cache under ``out_dir`` (a rerun resumes; a row whose options changed
@@ -161,6 +165,10 @@ def distill_eval(
             cap keeps one sampled answer that never ends from holding its whole batch).
         distilled_on: what the student was distilled on, for the table's title (default: the first target;
             e.g. a pool of classifiers that includes it).
+
+    With ``devices`` > 1 (or several nodes) every process builds the targets and errors, computes its share of
+    each row's pending errors into ``results.rank-<r>.jsonl``, and process 0 merges them and prints the table
+    (the others return ``None``).
     """
     if not Path(student).is_dir():
         raise UserInputError(f"student adapter folder {student!r} does not exist; run the distilled explainer's fit")
@@ -173,8 +181,9 @@ def distill_eval(
     rows = list(methods) if methods else (student_distill_methods() if folder else default_distill_methods())
     if folder:
         check_folder_settings(evaluation_root, criterion, judges, editor, rows)
-    out = Path(out_dir)
-    store = ResultStore(out / "results.jsonl")
+    out, ranks = Path(out_dir), current_ranks()
+    store = ShardedResultStore(out / "results.jsonl", ranks.rank, ranks.world_size)
+    ranks.barrier()  # every process has read the finished rows before any writes
     backend = StudentBackend(student, cache=out / "llm_cache", batch_size=error_batch, max_new_tokens=max_new_tokens)
     for judge in judges or []:
         if isinstance(judge, LLMJudge):
@@ -230,7 +239,10 @@ def distill_eval(
             job = TargetJob(
                 target_name, bench, scorer, panel, [(method, flatten({**shared, "method": row.settings()}))]
             )
-            run_target(job, store, progress, batch_size=error_batch)
+            run_target(job, store, progress, show_bar=ranks.is_main, batch_size=error_batch, shard=ranks.shard)
+        if ranks.world_size > 1:  # the Constant row reads every process's rows
+            ranks.barrier()
+            store = store.reopen()
         if constant is None and not folder:  # the first target's most frequent teacher (or known-cause) answer
             sample_ids = [s.sample_id for s in bench.errors]
             for source in (ExhaustiveSearchExplainer.name, KnownCauseExplainer.name):
@@ -238,8 +250,18 @@ def distill_eval(
         if constant is not None:
             constant_settings = flatten({**shared, "method": {"class": "Constant"}})
             run_constant(
-                TargetJob(target_name, bench, structured, panel, []), store, progress, constant, constant_settings
+                TargetJob(target_name, bench, structured, panel, []),
+                store,
+                progress,
+                constant,
+                constant_settings,
+                shard=ranks.shard,
             )
+    ranks.barrier()
+    if not ranks.is_main:
+        return None
+    merge_shards(store.path)
+    store = ResultStore(store.path)
     summary = mean_scores(store.get(key) for key in dict.fromkeys(progress.keys))
     target_names = list(dict.fromkeys(t for _, t in summary))
     table = []

@@ -1,0 +1,35 @@
+"""Where an ``lbee`` run keeps what it writes besides its results: everything under its ``out_dir``.
+
+The default joint space (a :class:`~nemo_train.lbee.encoders.SyntheticCLIP` given no ``path``) is trained into
+``<out_dir>/clip``, and every language-model backend of the run (the sentence generator's, the VQA models')
+that has no cache of its own caches its replies in ``<out_dir>/llm_cache``: a rerun asks nothing twice, and a
+run cut short by a failing endpoint asks again only what failed. A path given explicitly stays the user's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nemo_train.backends import ChatBackend
+
+#: Sub-folders of ``out_dir``.
+CLIP_DIR, CACHE_DIR = "clip", "llm_cache"
+
+
+def backends_of(*parts: object) -> list[ChatBackend]:
+    """The chat backends held by ``parts`` (``backend`` or ``backends`` attributes)."""
+    found = []
+    for part in parts:
+        for backend in [getattr(part, "backend", None), *(getattr(part, "backends", None) or [])]:
+            if isinstance(backend, ChatBackend) and all(backend is not b for b in found):
+                found.append(backend)
+    return found
+
+
+def place_outputs(out: Path, encoder: object, sentences: object, relevance: object) -> None:
+    """Point the run's default outputs into ``out``: the joint space's folder when none was given, and a reply
+    cache for every backend of ``sentences`` and ``relevance`` without one."""
+    if getattr(encoder, "path", "") is None:
+        encoder.path = str(out / CLIP_DIR)
+    for backend in backends_of(sentences, relevance):
+        backend.attach_cache(out / CACHE_DIR)
