@@ -172,6 +172,10 @@ class GroupBatchSampler(Sampler[list[int]]):
     def __len__(self) -> int:
         return sum(len(m) for m in self.members) // self.batch_size
 
+    def set_epoch(self, epoch: int) -> None:
+        """The next pass draws ``epoch``'s order (a resumed run draws the order of the epoch it resumes at)."""
+        self.epoch = epoch
+
     def __iter__(self) -> Iterator[list[int]]:
         gen = torch.Generator().manual_seed(self.seed + self.epoch)
         self.epoch += 1

@@ -20,6 +20,7 @@ from jsonargparse import ArgumentError, auto_cli
 from nemo_train.console import print_table
 from nemo_train.errors import UserInputError
 from nemo_train.quiet import set_output
+from nemo_train.store import disk_error
 
 
 class Command(NamedTuple):
@@ -39,6 +40,9 @@ PIPELINE_COMMANDS: dict[str, Command] = {
         "nemo_train.competency.pipeline:counterfactuals", "PaRCE competency + counterfactuals of six causes"
     ),
     "explain": Command("nemo_train.explainer.generation:explain", "explain image pairs with a fine-tuned explainer"),
+    "export": Command(
+        "nemo_train.explainer.export:export", "write a fine-tuned explainer as a merged model folder to load or serve"
+    ),
     "nemo-eval": Command("nemo_train.nemo.run:nemo_eval", "NEMO benchmark: SciTX and baselines on a model's errors"),
     "distill-teacher": Command(
         "nemo_train.nemo.distill.labelling:distill_teacher",
@@ -167,6 +171,8 @@ def find_user_error(err: BaseException) -> BaseException | None:
     while err is not None and id(err) not in seen:
         if isinstance(err, (UserInputError, FileNotFoundError)):
             return err
+        if isinstance(err, OSError) and disk_error(err) is not None:  # a full disk, a read-only folder
+            return disk_error(err)
         seen.add(id(err))
         err = err.__cause__ or err.__context__
     return None

@@ -8,7 +8,9 @@ Every output of a run lives under ``trainer.default_root_dir`` (the one path a p
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+import zipfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +18,12 @@ import lightning as L
 import yaml
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 
+from nemo_train.callbacks.resume import LastCheckpoint, RandomStates
+from nemo_train.errors import UserInputError
 from nemo_train.quiet import interactive, is_verbose, set_output
+from nemo_train.runs import check_out_dir
 from nemo_train.secrets import scrub_secrets
+from nemo_train.store import RunLock
 
 #: Sub-folders of ``trainer.default_root_dir``.
 CHECKPOINT_DIR = "checkpoints"
@@ -112,3 +118,64 @@ class NemoLightningCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
         derive_output_paths(config.trainer)
+        defaults = self.trainer_defaults.get("callbacks") or []
+        defaults = list(defaults) if isinstance(defaults, list) else [defaults]
+        self.trainer_defaults = {**self.trainer_defaults, "callbacks": defaults + resume_callbacks(config.trainer)}
+
+    def _parse_ckpt_path(self) -> None:  # Lightning reads the checkpoint's hyper-parameters here: check it first
+        if self.config.get("subcommand"):
+            config = self.config[self.config.subcommand]
+            check_ckpt_path(config.get("ckpt_path"), config.trainer.default_root_dir)
+        super()._parse_ckpt_path()
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        """Run ``subcommand`` holding the writer lock of ``trainer.default_root_dir`` (checked first): a second
+        run on the folder exits with one line instead of mixing its config.yaml with the first one's checkpoints."""
+        with default_root_dir_lock(self.trainer.default_root_dir):
+            super()._run_subcommand(subcommand)
+
+
+def resume_callbacks(trainer: Any) -> list[L.Callback]:
+    """What makes ``fit --ckpt_path last`` exact (:mod:`nemo_train.callbacks.resume`): the epoch seeds, and a
+    ``last.ckpt`` written after every epoch (unless checkpointing is off)."""
+    callbacks: list[L.Callback] = [RandomStates()]
+    if trainer.get("enable_checkpointing") is not False:
+        callbacks.append(LastCheckpoint())
+    return callbacks
+
+
+@contextmanager
+def default_root_dir_lock(root: str | Path) -> Iterator[RunLock]:
+    """Hold the writer lock of a run's ``default_root_dir``; a file, a folder that cannot be written or a folder
+    in use by another run is a one-line error naming it."""
+    try:
+        check_out_dir(root)
+        lock = RunLock(root).acquire()
+    except UserInputError as err:
+        raise UserInputError(f"trainer.default_root_dir: {err}".replace("another out_dir", "another folder")) from None
+    try:
+        yield lock
+    finally:
+        lock.release()
+
+
+def check_ckpt_path(ckpt_path: str | None, root: str | None) -> None:
+    """A one-line error, before anything runs, when ``--ckpt_path`` (a file, or ``last``: the
+    ``<root>/checkpoints/last.ckpt`` a run writes) is a damaged checkpoint: a zip archive cut short or failing
+    its checksums (every ``torch.save`` file is one). Missing files are left to Lightning's own message."""
+    if not ckpt_path or ckpt_path in ("best", "hpc", "registry"):
+        return
+    path = Path(root or ".") / CHECKPOINT_DIR / "last.ckpt" if ckpt_path == "last" else Path(ckpt_path)
+    if not path.is_file():
+        return
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+        problem = None if bad is None else f"member {bad} fails its checksum"
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as err:
+        problem = f"{type(err).__name__}: {str(err).splitlines()[0][:100] if str(err) else 'damaged'}"
+    if problem is not None:
+        raise UserInputError(
+            f"checkpoint {str(path)!r} is damaged ({problem}); delete it and resume from another checkpoint "
+            "(or train from the start without --ckpt_path)"
+        )

@@ -42,7 +42,7 @@ from nemo_train.errors import UserInputError
 from nemo_train.provenance import provenance
 from nemo_train.secrets import REDACTED, is_secret_key, scrub_text
 from nemo_train.sharding import DeviceArgs, Ranks, running_on
-from nemo_train.store import RunLock, write_json_atomic
+from nemo_train.store import RunLock, write_bytes_atomic, write_json_atomic
 
 #: The folder a run writes every output to.
 OutDir = str
@@ -74,6 +74,8 @@ LAUNCH_ARGS_HELP = {
     "strategy": "how the processes are launched: ``auto`` (``ddp`` for more than one), ``ddp`` or ``ddp_spawn``.",
 }
 PROVENANCE_FILE = "provenance.json"
+#: What the run floor itself writes into an out_dir.
+RUN_FLOOR_FILES = frozenset({RunLock.FILE_NAME, PROVENANCE_FILE, "wandb"})
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -165,6 +167,7 @@ def open_run(
     out = check_out_dir(args.out_dir)
     device = ranks.device(resolve_device(args.device))
     created = _missing_folders(out)
+    lock_existed = (out / RunLock.FILE_NAME).exists()
     before = _entries(out)
     old_provenance = (out / PROVENANCE_FILE).read_bytes() if (out / PROVENANCE_FILE).is_file() else None
     lock = ranks.lock(out).acquire()
@@ -182,7 +185,7 @@ def open_run(
     except BaseException:
         _finish_wandb(run)
         if ranks.is_main and _entries(out, skip=("wandb",)) == {k: v for k, v in before.items() if k != "wandb"}:
-            _undo(out, created, old_provenance, wandb_existed="wandb" in before, lock=lock)
+            _undo(out, created, old_provenance, wandb_existed="wandb" in before, lock=lock, lock_existed=lock_existed)
         raise
     else:
         _finish_wandb(run)
@@ -345,7 +348,9 @@ def _entries(folder: Path, skip: tuple[str, ...] = ()) -> dict[str, tuple[int, i
     return out
 
 
-def _undo(out: Path, created: list[Path], old_provenance: bytes | None, wandb_existed: bool, lock: RunLock) -> None:
+def _undo(
+    out: Path, created: list[Path], old_provenance: bytes | None, wandb_existed: bool, lock: RunLock, lock_existed: bool
+) -> None:
     """Put back the folder as the run found it (the run failed before writing anything of its own)."""
     lock.release()
     if old_provenance is not None:
@@ -354,16 +359,11 @@ def _undo(out: Path, created: list[Path], old_provenance: bytes | None, wandb_ex
         (out / PROVENANCE_FILE).unlink(missing_ok=True)
     if not wandb_existed:
         shutil.rmtree(out / "wandb", ignore_errors=True)
-    if created:
+    if not lock_existed:
         (out / RunLock.FILE_NAME).unlink(missing_ok=True)
+    if created:
         for folder in created:
             try:
                 folder.rmdir()
             except OSError:
                 break
-
-
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    scratch = path.with_name(f".{path.name}.tmp")
-    scratch.write_bytes(data)
-    os.replace(scratch, path)

@@ -22,6 +22,7 @@ When a key was written several times (a recomputed or retried record), the last 
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -37,15 +38,57 @@ from nemo_train.secrets import scrub_secrets
 log = logging.getLogger(__name__)
 
 
-def write_json_atomic(path: str | Path, value: Any) -> Path:
-    """Write ``value`` as JSON to ``path`` through a temporary file and a rename: a reader (or a killed run)
-    sees the previous file or the new one, never half of one."""
+#: ``errno`` values of a write the disk or folder refused (full disk, quota, read-only, no permission, too large).
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG})
+
+
+def disk_error(err: OSError, path: str | Path | None = None) -> UserInputError | None:
+    """The one-line error of a write the disk refused (``None`` for other errors), naming the file's folder."""
+    if err.errno not in DISK_ERRNOS:
+        return None
+    target = path if path is not None else err.filename
+    where = f" in {str(Path(target).parent)!r} (writing {Path(target).name})" if target else ""
+    return UserInputError(
+        f"cannot write{where}: {err.strerror or os.strerror(err.errno)}; free space or choose another folder, "
+        "then rerun (what was written before is kept)"
+    )
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` through a scratch file, ``fsync`` and a rename: a reader (or a killed run, or a
+    full disk) sees the previous file or the new one, never half of one. A refused write is a one-line error
+    naming the folder (:func:`disk_error`); the scratch file is removed."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     scratch = path.with_name(f".{path.name}.tmp")
-    scratch.write_text(json.dumps(scrub_secrets(value), indent=1, allow_nan=False) + "\n")  # no secret on disk
-    os.replace(scratch, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(scratch, path)
+    except OSError as err:
+        scratch.unlink(missing_ok=True)
+        refused = disk_error(err, path)
+        if refused is None:
+            raise
+        raise refused from None
     return path
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until every byte is written (a write may take fewer bytes than it was given)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def write_json_atomic(path: str | Path, value: Any) -> Path:
+    """Write ``value`` as JSON to ``path`` atomically (:func:`write_bytes_atomic`), secrets redacted."""
+    text = json.dumps(scrub_secrets(value), indent=1, allow_nan=False) + "\n"  # no secret on disk
+    return write_bytes_atomic(path, text.encode("utf-8"))
 
 
 def fingerprint(settings: dict[str, Any]) -> str:
@@ -170,11 +213,19 @@ class ResultStore:
             record = {**record, "settings": settings, "fingerprint": fingerprint(settings)}
         record = scrub_secrets(record)  # settings and texts: no secret reaches the file
         line = (json.dumps(record, ensure_ascii=False, allow_nan=True) + "\n").encode("utf-8")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, line)
-            os.fsync(fd)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise disk_error(err, self.path) or err from None
+        try:
+            size = os.fstat(fd).st_size
+            try:
+                _write_all(fd, line)
+                os.fsync(fd)
+            except OSError as err:  # a full disk: cut what was written of this record, keep every earlier one
+                os.ftruncate(fd, size)
+                raise disk_error(err, self.path) or err from None
         finally:
             os.close(fd)
         self.records[record["key"]] = record

@@ -26,7 +26,8 @@ class ParseOnlySubcommand(ParseOnlyCLI):
 
 def readme_commands() -> list[list[str]]:
     """The ``nemo-train ...`` commands of the README's code blocks, as argument lists (``&&`` chains split,
-    ``\\`` continuations joined, comments dropped)."""
+    ``\\`` continuations joined, comments dropped, a launcher before ``nemo-train`` such as torchrun or srun
+    skipped)."""
     text = (ROOT / "README.md").read_text()
     blocks = re.findall(r"```bash\n(.*?)```", text, re.S)
     commands = []
@@ -36,8 +37,9 @@ def readme_commands() -> list[list[str]]:
             line = line.split(" #")[0].strip()
             for part in line.split("&&"):
                 words = shlex.split(part.strip(), comments=True)
-                if words[:1] == ["nemo-train"] and len(words) > 1:
-                    commands.append(words[1:])
+                start = words.index("nemo-train") + 1 if "nemo-train" in words else len(words)
+                if start < len(words):
+                    commands.append(words[start:])
     return commands
 
 

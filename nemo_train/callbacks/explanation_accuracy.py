@@ -12,21 +12,27 @@ from lightning.pytorch.loggers import WandbLogger
 from torchmetrics import MeanMetric, MetricCollection
 
 from datamodules.explanations import question_for, to_pil
-from nemo_train.explainer.distributed import generation_context
-from nemo_train.explainer.generation import generate_explanations
+from nemo_train.explainer.lockstep import explain_in_lockstep
 from nemo_train.vocabulary import CAUSES, predicted_cause
+
+#: what grades an explanation here (in the W&B table's column title)
+GRADER = "keyword rule standing in for manual grading"
 
 
 class ExplanationAccuracyCallback(L.Callback):
     """After each validation, explains the datamodule's held-out pairs greedily and scores them.
 
     An explanation is correct when it names the pair's true cause and no other cause
-    (:func:`nemo_train.vocabulary.is_correct`). Logs ``val/explanation_acc`` (the mean over the causes
+    (:func:`nemo_train.vocabulary.is_correct`): a keyword rule over the cause vocabulary that stands in for the
+    manual grading of explanations, not a model or a person; the W&B table says so in its column title
+    (:data:`GRADER`). The metric keeps the name ``val/explanation_acc`` (checkpoint monitors use it).
+    Logs ``val/explanation_acc`` (the mean over the causes
     present: the headline number) and ``val/explanation_acc/<cause>``, also kept in :attr:`last_result`
     (``{"<cause>": ..., "average": ...}``); with a ``WandbLogger`` attached, also a table of (image,
     cause, target, generated, correct). Skipped during the sanity check. Under DDP each rank explains
     its share and the per-cause means (torchmetrics ``MeanMetric``) are reduced across ranks; under
-    FSDP / DeepSpeed ZeRO-3 generation runs with the full parameters / ``synced_gpus``. The datamodule
+    FSDP / DeepSpeed ZeRO-3 generation runs on the sharded model and every rank makes the same number of
+    ``generate`` calls, however the pairs split (:func:`nemo_train.explainer.lockstep.explain_in_lockstep`). The datamodule
     must expose ``val_records`` (see :class:`datamodules.explanations.ExplanationDataModule`).
 
     Args:
@@ -64,21 +70,18 @@ class ExplanationAccuracyCallback(L.Callback):
         mine = records[trainer.global_rank :: trainer.world_size]
         settings = pl_module.prompting or {}
         use_cf = bool(settings.get("use_counterfactual"))
-        texts: list[str] = []
-        with generation_context(trainer) as generate_kwargs:
-            if mine:
-                samples = generate_explanations(
-                    pl_module,
-                    [r.image for r in mine],
-                    prompts=[question_for(r, use_cf, None, settings.get("prompt")) for r in mine],
-                    counterfactuals=[r.counterfactual for r in mine]
-                    if use_cf and all(r.counterfactual for r in mine)
-                    else None,
-                    max_new_tokens=self.max_new_tokens,
-                    batch_size=self.batch_size,
-                    generate_kwargs=generate_kwargs,
-                )
-                texts = [s[0] for s in samples]
+        # under FSDP / ZeRO-3 every rank takes part in the same number of sharded generate calls
+        texts = explain_in_lockstep(
+            trainer,
+            pl_module,
+            [r.image for r in mine],
+            prompts=[question_for(r, use_cf, None, settings.get("prompt")) for r in mine],
+            counterfactuals=[r.counterfactual for r in mine]
+            if use_cf and all(r.counterfactual for r in mine)
+            else None,
+            max_new_tokens=self.max_new_tokens,
+            batch_size=self.batch_size,
+        )
         correct = [predicted_cause(t, self.causes) == r.cause for r, t in zip(mine, texts)]
         self.accuracy = self.accuracy.to(pl_module.device)
         for record, hit in zip(mine, correct):
@@ -106,7 +109,7 @@ class ExplanationAccuracyCallback(L.Callback):
         for logger in loggers:
             logger.log_table(
                 "val/explanations",
-                columns=["image", "cause", "target", "generated", "correct"],
+                columns=["image", "cause", "target", "generated", f"correct ({GRADER})"],
                 data=rows,
                 step=trainer.global_step,
             )

@@ -12,11 +12,13 @@ import torch
 from lightning.pytorch.loggers import WandbLogger
 
 from nemo_train.console import print_table
-from nemo_train.explainer.generation import generate_explanations
-from nemo_train.metrics.nemo import CEI, LLMMatch
+from nemo_train.explainer.distributed import lockstep
+from nemo_train.explainer.lockstep import explain_in_lockstep
+from nemo_train.metrics.nemo import CEI, LLMMatch, score_mean
 from nemo_train.nemo.benchmark import FACT_SHEETS, ErrorSample, build_synthetic_benchmark
 from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
 from nemo_train.nemo.judges import GroundedJudge, JudgeItem, JudgePanel
+from nemo_train.nemo.labels import match_key, match_label
 from nemo_train.nemo.shift_benchmark import build_shift_benchmark
 from nemo_train.nemo.structured import DISTILL_PROMPT, StructuredEditDeriver
 from nemo_train.nemo.targets import load_checkpoint_target
@@ -27,15 +29,17 @@ ExplainFn = Callable[[L.LightningModule, Sequence[ErrorSample], Sequence[str]], 
 
 def explain_with_module(prompt: str | None = None, max_new_tokens: int = 48, batch_size: int = 16) -> ExplainFn:
     """Greedy explanations from the explainer being trained. ``prompt`` may name ``{true_name}`` and
-    ``{pred_name}`` (filled per error, as in the distilled explainer's question); default: the bias question."""
+    ``{pred_name}`` (filled per error, as in the distilled explainer's question); default: the bias question.
+    Safe under FSDP / ZeRO-3 with uneven errors per rank (:func:`~nemo_train.explainer.lockstep.explain_in_lockstep`)."""
     question = prompt or BIAS_PROMPT
 
     def explain(module: L.LightningModule, errors: Sequence[ErrorSample], class_names: Sequence[str]) -> list[str]:
         prompts = [question.format(true_name=class_names[e.label], pred_name=class_names[e.prediction]) for e in errors]
-        out = generate_explanations(
-            module, [e.image for e in errors], prompts=prompts, max_new_tokens=max_new_tokens, batch_size=batch_size
+        trainer = getattr(module, "_trainer", None)  # under FSDP / ZeRO-3 ranks generate in lockstep
+        images = [e.image for e in errors]
+        return explain_in_lockstep(
+            trainer, module, images, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size
         )
-        return [samples[0] for samples in out]
 
     return explain
 
@@ -89,11 +93,15 @@ class NemoEvalCallback(L.Callback):
     """After each validation, the module explains fixed error sets; CEI and LLM Match are logged.
 
     Each explanation goes through the counterfactual test of ``scorer`` (derive, edit, classify) and the
-    judges of ``panel``. Logs ``nemo/cei``, ``nemo/llm_match`` and ``nemo/llm_match/<judge>`` for the first
+    judges of ``panel``. Logs ``nemo/cei``, ``nemo/llm_match`` and ``nemo/llm_match/<judge>`` (``rule_match``
+    instead of ``llm_match`` when no judge of the panel is a language model, as with the default grounded judge) for the first
     set, ``nemo/<name>/...`` for each further one (e.g. errors of a classifier whose bias the explainer never
     saw: the generalisation report); with a ``WandbLogger`` also a table (image, y, y_hat, explanation,
     edit, edited image, CEI, score) per validation. Skipped during the sanity check. At the end of the fit
-    a table of every validation's numbers is printed. The errors are split across ranks.
+    a table of every validation's numbers is printed. The errors are split across ranks; under FSDP /
+    ZeRO-3 every rank makes the same number of sharded ``generate`` calls, however they split (an own
+    ``explain_fn`` is then called on every rank, with an empty list on a rank without errors, and must
+    generate in lockstep too: :func:`nemo_train.explainer.lockstep.explain_in_lockstep`).
 
     Configure either ``errors`` (:class:`ErrorSet` s, built at setup; the shipped presets) or ready
     ``benchmark`` / ``scorer`` / ``panel`` objects (from Python).
@@ -144,7 +152,8 @@ class NemoEvalCallback(L.Callback):
         device = pl_module.device
         cei, llm_match = CEI().to(device), LLMMatch(panel.names).to(device)
         grounding: list[float] = []
-        texts = self.explain_fn(pl_module, errors, names) if errors else []
+        # under FSDP / ZeRO-3 a rank without errors still takes part in the sharded generate calls
+        texts = self.explain_fn(pl_module, errors, names) if errors or lockstep(trainer) else []
         rows = []
         for error, text in zip(errors, texts):
             trials = scorer.score(error, [text], names) if text else []
@@ -163,10 +172,11 @@ class NemoEvalCallback(L.Callback):
             if verdict.grounding is not None:
                 grounding.append(verdict.grounding)
             rows.append((error, text, trials[0] if trials else None, verdict))
-        result = {f"nemo/{prefix}cei": float(cei.compute()), f"nemo/{prefix}llm_match": float(llm_match.compute())}
-        result.update({f"nemo/{prefix}llm_match/{k}": v for k, v in llm_match.per_judge().items()})
+        match = match_key(panel.names)  # rule_match when no judge of the panel is a language model
+        result = {f"nemo/{prefix}cei": float(cei.compute()), f"nemo/{prefix}{match}": float(llm_match.compute())}
+        result.update({f"nemo/{prefix}{match}/{k}": v for k, v in llm_match.per_judge().items()})
         if grounding:  # mean share of true claims on this rank's errors
-            result[f"nemo/{prefix}grounding"] = sum(grounding) / len(grounding)
+            result[f"nemo/{prefix}grounding"] = score_mean(grounding)
         return result, rows
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -177,7 +187,7 @@ class NemoEvalCallback(L.Callback):
             numbers, rows = self._evaluate(trainer, pl_module, prefix, bench, scorer, panel)
             result.update(numbers)
             if trainer.is_global_zero:
-                self._log_table(trainer, rows, bench.class_names, f"nemo/{prefix}explanations")
+                self._log_table(trainer, rows, bench.class_names, f"nemo/{prefix}explanations", panel.names)
         self.last_result = result
         self.history.append({"epoch": trainer.current_epoch, **result})
         pl_module.log_dict(result, rank_zero_only=True)
@@ -185,22 +195,23 @@ class NemoEvalCallback(L.Callback):
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.is_global_zero or not self.history:
             return
-        keys = [k for k in self.history[-1] if k != "epoch" and k.count("/") <= 2 and "llm_match/" not in k]
+        keys = [k for k in self.history[-1] if k != "epoch" and k.count("/") <= 2 and "_match/" not in k]
         print_table(
             ["epoch", *keys],
             [[h["epoch"], *(h.get(k) for k in keys)] for h in self.history],
             title="NEMO evaluation of the explainer per validation (held-out errors; CEI in percentage points)",
-            caption="LLM Match and grounding from the grounded judge (an attribute parser, not a model)",
+            caption="rule_match: LLM Match from judges that are not models (default: the grounded judge, an "
+            "attribute parser); llm_match: from language-model judges",
             digits=3,
         )
 
-    def _log_table(self, trainer: L.Trainer, rows: list, names: list[str], key: str) -> None:
+    def _log_table(self, trainer: L.Trainer, rows: list, names: list[str], key: str, judges: list[str]) -> None:
         loggers = [lg for lg in trainer.loggers if isinstance(lg, WandbLogger)]
         if not loggers:
             return
         import wandb  # optional heavy import, only with a W&B logger attached
 
-        columns = ["image", "y", "y_hat", "explanation", "edit", "edited image", "cei", "llm_match"]
+        columns = ["image", "y", "y_hat", "explanation", "edit", "edited image", "cei", match_label(judges)]
         data = []
         for error, text, trial, verdict in rows[: self.table_rows]:
             edited = trial.edited_image if trial is not None and trial.edited_image is not None else None

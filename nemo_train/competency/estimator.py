@@ -8,6 +8,7 @@ of an earlier ``counterfactuals`` run, for benchmarks and sweeps). The classifie
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 
 import lightning as L
@@ -41,9 +42,7 @@ def prepare_estimator(
     if autoencoder_checkpoint:
         if not Path(autoencoder_checkpoint).is_file():
             raise UserInputError(f"autoencoder checkpoint {autoencoder_checkpoint!r} does not exist")
-        autoencoder = CompetencyAutoencoder.load_from_checkpoint(
-            autoencoder_checkpoint, map_location="cpu", weights_only=True
-        )
+        autoencoder = load_autoencoder(autoencoder_checkpoint)
     else:
         fit_quietly(autoencoder, datamodule, epochs, accelerator)
     estimator = PaRCE(
@@ -53,6 +52,19 @@ def prepare_estimator(
     if estimator_dir is not None:
         estimator.save(estimator_dir)
     return estimator
+
+
+def load_autoencoder(path: str) -> CompetencyAutoencoder:
+    """The ``CompetencyAutoencoder`` of a ``nemo-train fit`` checkpoint; another model's checkpoint (a
+    classifier's) or a damaged file is a one-line error naming it."""
+    try:
+        return CompetencyAutoencoder.load_from_checkpoint(path, map_location="cpu", weights_only=True)
+    except (TypeError, RuntimeError, KeyError, ValueError, EOFError, pickle.UnpicklingError) as err:
+        reason = " ".join(str(err).split())[:160]
+        raise UserInputError(
+            f"autoencoder checkpoint {path!r} is not a CompetencyAutoencoder checkpoint ({type(err).__name__}: "
+            f"{reason}); pass the checkpoint of `nemo-train fit --config configs/competency/cmnist_autoencoder.yaml`"
+        ) from None
 
 
 def load_run(run_dir: str | Path) -> tuple[PaRCE, L.LightningDataModule, dict]:

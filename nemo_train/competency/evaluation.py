@@ -26,6 +26,9 @@ from nemo_train.metrics.counterfactual import (
 )
 from nemo_train.quiet import progress_bar
 
+#: Seed of KID's random subsets (torchmetrics draws them from torch's global generator).
+KID_SEED = 0
+
 
 class CounterfactualEvaluator:
     """Scores counterfactuals of one method at a time; ``evaluate(originals, result) -> {metric: value}``.
@@ -100,7 +103,9 @@ class CounterfactualEvaluator:
             if name.startswith("kid"):
                 n_fake = len(metric.fake_features) and sum(len(f) for f in metric.fake_features)
                 metric.subset_size = max(2, min(metric.subset_size, n_fake, self.num_real))
-                out[name] = float(metric.compute()[0])
+                with torch.random.fork_rng(devices=[]):  # its random subsets: the same whatever ran before
+                    torch.manual_seed(KID_SEED)
+                    out[name] = float(metric.compute()[0])
             else:
                 out[name] = float(metric.compute())
         out["sec_per_image"] = float(self.time.compute())

@@ -92,6 +92,9 @@ def run_counterfactuals(
     used) and every method's options."""
     _method_names(methods)
     out_dir.mkdir(parents=True, exist_ok=True)
+    # what follows draws from the global generators (methods' fitting, KID's subsets): seed them here, so a
+    # rerun that reuses the saved estimator (nothing trained before this point) draws what a fresh run draws
+    L.seed_everything(seed, verbose=False)
     device = estimator.class_means.device
     holdout = estimator.collect(datamodule.val_dataloader())
     calibration = _calibration(estimator, holdout, out_dir)

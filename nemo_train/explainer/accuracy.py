@@ -12,8 +12,7 @@ from torchmetrics import MeanMetric, MetricCollection
 from datamodules.explanations import ExplanationRecord, question_for
 from datamodules.explanations.captions import CaptionFacts, caption_references, facts_named, parse_caption
 from datamodules.explanations.shift_pairs import answer_fields, score_answer
-from nemo_train.explainer.distributed import generation_context
-from nemo_train.explainer.generation import generate_explanations
+from nemo_train.explainer.lockstep import explain_in_lockstep
 
 
 class _HeldOutAccuracy(L.Callback):
@@ -21,7 +20,8 @@ class _HeldOutAccuracy(L.Callback):
     (:meth:`grade`) as ``val/<metric>/<grade>`` and the headline (:meth:`headline`) as ``val/<metric>``.
 
     Skipped during the sanity check; under DDP each rank answers its share and the means are reduced across
-    ranks (torchmetrics ``MeanMetric``). The datamodule must expose ``val_records``.
+    ranks (torchmetrics ``MeanMetric``); under FSDP / ZeRO-3 every rank makes the same number of sharded
+    ``generate`` calls however the pairs split. The datamodule must expose ``val_records``.
     """
 
     metric = "accuracy"
@@ -55,18 +55,15 @@ class _HeldOutAccuracy(L.Callback):
             return
         mine = records[trainer.global_rank :: trainer.world_size]
         settings = pl_module.prompting or {}
-        texts: list[str] = []
-        with generation_context(trainer) as generate_kwargs:
-            if mine:
-                samples = generate_explanations(
-                    pl_module,
-                    [r.image for r in mine],
-                    prompts=[question_for(r, False, None, settings.get("prompt")) for r in mine],
-                    max_new_tokens=self.max_new_tokens,
-                    batch_size=self.batch_size,
-                    generate_kwargs=generate_kwargs,
-                )
-                texts = [s[0] for s in samples]
+        # under FSDP / ZeRO-3 every rank takes part in the same number of sharded generate calls
+        texts = explain_in_lockstep(
+            trainer,
+            pl_module,
+            [r.image for r in mine],
+            prompts=[question_for(r, False, None, settings.get("prompt")) for r in mine],
+            max_new_tokens=self.max_new_tokens,
+            batch_size=self.batch_size,
+        )
         self.accuracy = self.accuracy.to(pl_module.device)
         for record, text in zip(mine, texts):
             for name, hit in self.grade(record, text).items():

@@ -1,14 +1,14 @@
 """Sharded training support for the explainer: clean parameter names, FSDP wrap policy from the model's
 ``_no_split_modules``, gathering the trainable weights, and generation under FSDP / DeepSpeed ZeRO-3.
 
-FSDP and DeepSpeed need accelerators; the parts that do not (names, the wrap policy's decisions, the
-adapter written from a gathered state dict) are tested on CPU. ``deepspeed`` is an optional dependency,
-imported only where its strategy is in use.
+Lightning runs FSDP only on accelerators; the tests run torch FSDP on CPU (gloo) the way Lightning sets it up
+(tests/explainer/fsdp_run.py). DeepSpeed is not tested here; ``deepspeed`` is an optional dependency, imported
+only where its strategy is in use.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
@@ -16,7 +16,7 @@ import lightning as L
 import torch
 from lightning.pytorch.strategies import DeepSpeedStrategy, FSDPStrategy
 from peft import get_peft_model_state_dict
-from torch.distributed.fsdp import FullStateDictConfig, FullyShardedDataParallel, StateDictType
+from torch.distributed.fsdp import FullStateDictConfig, FullyShardedDataParallel, ShardingStrategy, StateDictType
 
 #: Prefixes that wrappers put into parameter names (FSDP, activation checkpointing, ``torch.compile``).
 WRAPPER_PREFIXES = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
@@ -92,9 +92,12 @@ def gather_trainable_state(trainer: L.Trainer | None, pl_module: L.LightningModu
     device (and DDP) it is a plain read.
     """
     wanted = trainable_names(pl_module)
-    if is_fsdp(trainer):
+    # one FSDP rank (NO_SHARD) holds whole weights: read them. (After a backward torch leaves the frozen
+    # parameters of the root unit unregistered there, and a full state dict fails.)
+    if is_fsdp(trainer) and trainer.strategy.model.sharding_strategy != ShardingStrategy.NO_SHARD:
         model = trainer.strategy.model
-        full = FullStateDictConfig(offload_to_cpu=True, rank0_only=True)
+        # offloading copies gathered GPU tensors to the host; on a CPU-only group (gloo) it frees memory in use
+        full = FullStateDictConfig(offload_to_cpu=model.compute_device.type != "cpu", rank0_only=True)
         with FullyShardedDataParallel.state_dict_type(model, StateDictType.FULL_STATE_DICT, full):
             state = model.state_dict()
         return {clean_name(k): v for k, v in state.items() if clean_name(k) in wanted}
@@ -107,18 +110,54 @@ def gather_trainable_state(trainer: L.Trainer | None, pl_module: L.LightningModu
     return {n: p.detach() for n, p in named}
 
 
+def lockstep(trainer: L.Trainer | None) -> bool:
+    """Whether generation shares collectives across ranks (FSDP, DeepSpeed ZeRO-3): every rank must then make
+    the same number of ``generate`` calls, each stepping until all ranks have finished (``synced_gpus``)."""
+    return is_fsdp(trainer) or zero_stage(trainer) == 3
+
+
 @contextmanager
-def generation_context(trainer: L.Trainer | None) -> Iterator[dict[str, Any]]:
+def generation_context(
+    trainer: L.Trainer | None, pl_module: L.LightningModule | None = None
+) -> Iterator[dict[str, Any]]:
     """Context for ``generate`` inside a training run; yields extra ``generate`` kwargs.
 
-    FSDP: the whole model's parameters are gathered (``summon_full_params``) for the generation.
-    DeepSpeed ZeRO-3: ``synced_gpus=True`` keeps every rank stepping until all have finished.
+    FSDP: generation runs on the sharded model. ``pl_module.model.generate`` is routed through the root
+    FSDP unit's ``forward`` (the way Lightning routes ``training_step``), so the root's parameters are
+    gathered for the call and each block unit gathers its own in every forward; ``synced_gpus=True`` keeps
+    every rank stepping until all have finished. DeepSpeed ZeRO-3: ``synced_gpus=True`` (its hooks gather
+    the parameters). Under both, every rank must make the same number of ``generate`` calls
+    (:func:`nemo_train.explainer.lockstep.explain_in_lockstep` pads the shorter shares).
     """
     if is_fsdp(trainer):
-        with FullyShardedDataParallel.summon_full_params(trainer.strategy.model, writeback=False):
-            yield {}
+        if pl_module is None:
+            raise ValueError("generation under FSDP needs the LightningModule whose model generates")
+        inner = pl_module.model
+        inner.generate = _through_root(trainer.strategy.model, pl_module, inner.generate)
+        try:
+            yield {"synced_gpus": True}
+        finally:
+            del inner.generate  # the instance attribute set above; the class method shows again
     elif zero_stage(trainer) == 3:
         with nullcontext():
             yield {"synced_gpus": True}
     else:
         yield {}
+
+
+def _through_root(root: torch.nn.Module, pl_module: L.LightningModule, call: Callable[..., Any]) -> Callable[..., Any]:
+    """``call`` run inside ``root.forward`` (root wraps ``pl_module``): FSDP gathers the root unit's parameters
+    around it. Lightning's forward redirection, for a callable that is not a method of the module."""
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        def forward(*inner_args: Any, **inner_kwargs: Any) -> Any:
+            pl_module.__dict__.pop("forward", None)  # the real forward again, for anything called inside
+            return call(*inner_args, **inner_kwargs)
+
+        pl_module.forward = forward
+        try:
+            return root(*args, **kwargs)
+        finally:
+            pl_module.__dict__.pop("forward", None)
+
+    return run

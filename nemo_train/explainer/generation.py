@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
+from PIL import UnidentifiedImageError
 
 from datamodules.explanations import (
     ExplanationRecord,
@@ -30,7 +32,7 @@ from nemo_train.explainer.report import print_accuracy_table
 from nemo_train.models.vlm import is_explainer_folder
 from nemo_train.quiet import progress_bar
 from nemo_train.runs import Device, OutDir, Seed, run_command
-from nemo_train.store import ResultStore
+from nemo_train.store import ResultStore, write_json_atomic
 from nemo_train.vocabulary import CAUSES, cause_candidates, per_cause_accuracy, predicted_cause
 
 
@@ -185,6 +187,42 @@ class GenerationArgs:
     seed: int = 0
 
 
+def check_generation(g: GenerationArgs) -> None:
+    """A one-line error, before the model is loaded, for generation settings out of range."""
+    for name, value, low in (("num_samples", g.num_samples, 1), ("max_new_tokens", g.max_new_tokens, 1)):
+        if value < low:
+            raise UserInputError(f"generation.{name}={value}; expected at least {low}")
+    if g.batch_size < 1:
+        raise UserInputError(f"generation.batch_size={g.batch_size}; expected at least 1 image per generate call")
+    if not (g.temperature >= 0 and math.isfinite(g.temperature)):
+        raise UserInputError(f"generation.temperature={g.temperature}; expected 0 (greedy) or a positive value")
+    if not 0 < g.top_p <= 1:
+        raise UserInputError(f"generation.top_p={g.top_p}; expected a value in (0, 1]")
+
+
+def check_image(path: str | Path, origin: str) -> None:
+    """A one-line error naming ``origin`` and the file when ``path`` is missing, empty, not an image or cut short
+    (decoded once here, before the model is loaded)."""
+    if not Path(path).is_file():
+        raise UserInputError(f"{origin}: image {str(path)!r} does not exist")
+    if Path(path).stat().st_size == 0:
+        raise UserInputError(f"{origin}: image {str(path)!r} is empty (0 bytes)")
+    try:
+        to_pil(path)
+    except UserInputError as err:  # too many pixels: its own message
+        raise UserInputError(f"{origin}: {err}") from None
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
+        reason = " ".join(str(err).split())[:120]
+        raise UserInputError(
+            f"{origin}: {str(path)!r} is not a readable image ({reason}); expected a PNG / JPEG / other image file"
+        ) from None
+
+
+def finite_or_none(value: Any) -> Any:
+    """``value``, or ``None`` for a float that is NaN or infinite."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
 def _records(pairs: str | None, images: list[str] | None, counterfactuals: list[str] | None) -> list[ExplanationRecord]:
     if (pairs is None) == (images is None):
         raise UserInputError("give exactly one of --pairs (a JSONL of errors) or --images (image files)")
@@ -254,12 +292,13 @@ def explain(
         prompting: what the explainer is asked (:class:`PromptArgs`).
         generation: generation settings (:class:`GenerationArgs`).
     """
+    check_generation(generation)
     records = _records(pairs, images, counterfactuals)
     show_cf = prompting.counterfactual != "hide"
     for record in records:
         for path in (record.image, record.counterfactual if show_cf else None):
-            if path is not None and not Path(path).is_file():
-                raise UserInputError(f"{record.origin or 'image'}: image {path!r} does not exist")
+            if path is not None:
+                check_image(path, record.origin or "image")
     out = Path(out_dir) / EXPLANATIONS_FILE
     if out.is_dir():
         raise UserInputError(f"{str(out)!r} is a folder; expected the explanations file (JSONL) of out_dir")
@@ -313,6 +352,7 @@ def explain(
         columns = (*CAUSES, *sorted({r["cause"] for r in scored} - set(CAUSES)))
         table = per_cause_accuracy([r["cause"] for r in scored], [r["explanations"][0] for r in scored], columns)
         print_accuracy_table({"explainer": table}, title=f"Explanation accuracy, {len(scored)} pairs")
-        out.with_name(out.name + ".accuracy.json").write_text(json.dumps(table, indent=2))
+        # a cause without pairs has no accuracy: null, not NaN (which no JSON reader accepts)
+        write_json_atomic(out.with_name(out.name + ".accuracy.json"), {k: finite_or_none(v) for k, v in table.items()})
     print(f"wrote {len(done)} explanations to {out}")
     return out

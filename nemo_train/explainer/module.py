@@ -26,15 +26,25 @@ from nemo_train.models.vlm import EXPLAINER_META, TINY_MODEL, load_processor, re
 
 #: LoRA targets: attention and MLP projections of the language model only (the default).
 LANGUAGE_TARGETS = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
-#: LoRA targets: the above plus the attention / MLP linears of the vision blocks of Qwen2-VL / Qwen2.5-VL
-#: (``visual.blocks.N``) and Llama-3.2-Vision (``vision_model.*.layers.N``), never the patch embedding.
+#: LoRA targets: the above plus the attention / MLP linears of the vision blocks of Qwen2-VL / Qwen2.5-VL /
+#: Qwen3-VL (``visual.blocks.N``) and Llama-3.2-Vision (``vision_model.*.layers.N``), never the patch embedding.
 VISION_LANGUAGE_TARGETS = (
     r".*(language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
-    r"|visual\.blocks\.\d+\.(attn\.(qkv|proj)|mlp\.(fc1|fc2|gate_proj|up_proj|down_proj))"
+    r"|visual\.blocks\.\d+\.(attn\.(qkv|proj)|mlp\.(fc1|fc2|linear_fc1|linear_fc2|gate_proj|up_proj|down_proj))"
     r"|vision_model\.(transformer|global_transformer)\.layers\.\d+\.(self_attn\.(q_proj|k_proj|v_proj|o_proj)|mlp\.(fc1|fc2)))"
 )
-#: Modules kept in full precision under 4-bit loading: the output head and the vision-language projector.
-DEFAULT_QUANT_SKIP = ["lm_head", r".*visual\.merger", r".*multi_modal_projector", r".*connector"]
+#: Vision-tower module names (Qwen2-VL / Qwen2.5-VL / Qwen3-VL ``visual``, Llama-3.2-Vision ``vision_model``,
+#: LLaVA-style ``vision_tower``): kept out of LoRA with ``language_only``.
+VISION_MODULES = r".*(\bvisual|vision_model|vision_tower)\..*"
+#: Modules kept in full precision under 4-bit loading: the output head and the vision-language projectors
+#: (Qwen3-VL also projects intermediate vision features: ``deepstack_merger_list``).
+DEFAULT_QUANT_SKIP = [
+    "lm_head",
+    r".*visual\.merger",
+    r".*visual\.deepstack_merger_list",
+    r".*multi_modal_projector",
+    r".*connector",
+]
 
 DType = Literal["float32", "bfloat16", "float16"]
 
@@ -66,6 +76,9 @@ class ExplainerModule(L.LightningModule):
         adapter: a saved adapter folder to start from (resume fine-tuning or load for inference).
         lora_r, lora_alpha, lora_dropout: LoRA rank, scale and dropout (16, 16, 0 in the published recipe).
         lora_targets: regex over module names, e.g. :data:`LANGUAGE_TARGETS` or :data:`VISION_LANGUAGE_TARGETS`.
+        language_only: keep LoRA (and ``modules_to_save``) out of the vision tower whatever ``lora_targets``
+            matches (:data:`VISION_MODULES`): an adapter that serving engines applying LoRA to the language
+            model only (vLLM) serve as trained.
         modules_to_save: module names trained in full (e.g. ``["visual", "lm_head"]`` for a random-init model).
         load_in_4bit: QLoRA; ``quant_storage_dtype`` must equal ``compute_dtype`` under FSDP.
         gradient_checkpointing: recompute activations (``use_reentrant=False``).
@@ -86,6 +99,7 @@ class ExplainerModule(L.LightningModule):
         lora_alpha: int = 16,
         lora_dropout: float = 0.0,
         lora_targets: str = LANGUAGE_TARGETS,
+        language_only: bool = False,
         modules_to_save: list[str] | None = None,
         load_in_4bit: bool = False,
         compute_dtype: DType = "float32",
@@ -108,6 +122,9 @@ class ExplainerModule(L.LightningModule):
             raise UserInputError(f"lr={lr}, visual_lr={visual_lr}; expected positive learning rates")
         if warmup_steps < 0:
             raise UserInputError(f"warmup_steps={warmup_steps}; expected 0 or more")
+        vision_saved = [m for m in modules_to_save or [] if is_visual(m + ".")]
+        if language_only and vision_saved:
+            raise UserInputError(f"language_only=True but modules_to_save={vision_saved} trains the vision tower")
         self.save_hyperparameters()
         self.model: torch.nn.Module | None = None
         self.processor: Any = None
@@ -142,6 +159,7 @@ class ExplainerModule(L.LightningModule):
             lora_alpha=hp.lora_alpha,
             lora_dropout=hp.lora_dropout,
             target_modules=hp.lora_targets,
+            exclude_modules=VISION_MODULES if hp.get("language_only") else None,
             modules_to_save=list(hp.modules_to_save) if hp.modules_to_save else None,
         )
 
@@ -178,8 +196,7 @@ class ExplainerModule(L.LightningModule):
         elif hp.gradient_checkpointing:
             base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=checkpointing)
             base.enable_input_require_grads()
-        if hp.gradient_checkpointing:
-            base.config.use_cache = False
+        set_kv_cache(base, False)  # training never reuses keys; a cache would grow again in every recomputation
         if hp.adapter:
             if not (Path(hp.adapter) / "adapter_config.json").is_file():
                 raise UserInputError(
@@ -218,8 +235,8 @@ class ExplainerModule(L.LightningModule):
     def configure_optimizers(self) -> dict[str, Any]:
         hp = self.hparams
         named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
-        groups = [{"params": [p for n, p in named if not _is_visual(n)], "lr": hp.lr}]
-        visual = [p for n, p in named if _is_visual(n)]
+        groups = [{"params": [p for n, p in named if not is_visual(n)], "lr": hp.lr}]
+        visual = [p for n, p in named if is_visual(n)]
         if visual:
             groups.append({"params": visual, "lr": hp.lr if hp.visual_lr is None else hp.visual_lr})
         optimizer = torch.optim.AdamW([g for g in groups if g["params"]], weight_decay=hp.weight_decay)
@@ -269,9 +286,21 @@ class ExplainerModule(L.LightningModule):
             "compute_dtype": hp.compute_dtype,
             "torch_dtype": hp.torch_dtype,
             "prompting": self.prompting,
+            **self._run_record(),
         }
         (path / EXPLAINER_META).write_text(json.dumps(meta, indent=2))
         return path
+
+    def _run_record(self) -> dict[str, Any]:
+        """What the adapter was trained on and how it scored, when saved during a fit: the datamodule's pair
+        files and the trainer's scalar metrics (read by the exported model card)."""
+        trainer = self._trainer
+        if trainer is None:
+            return {}
+        data = getattr(getattr(trainer, "datamodule", None), "hparams", {}) or {}
+        files = {k: str(data[k]) for k in ("train_jsonl", "val_jsonl") if data.get(k)}
+        metrics = {k: float(v) for k, v in getattr(trainer, "callback_metrics", {}).items() if v.numel() == 1}
+        return {"training_data": files, "metrics": metrics, "global_step": int(getattr(trainer, "global_step", 0))}
 
     @classmethod
     def from_adapter(cls, path: str | Path, load_in_4bit: bool | None = None, merge: bool = False) -> ExplainerModule:
@@ -301,7 +330,24 @@ class ExplainerModule(L.LightningModule):
         self.model = self.model.merge_and_unload()
 
 
-def _is_visual(name: str) -> bool:
+def set_kv_cache(model: torch.nn.Module, enabled: bool) -> None:
+    """Set ``use_cache`` on the model's config and on each of its sub-configs (text, vision) that has it.
+
+    Multimodal models read ``use_cache`` from their language model's config (transformers 5 keeps none at
+    the top level). Left on, every training forward fills a KV cache, and activation checkpointing
+    that transformers does not manage (FSDP's ``activation_checkpointing_policy``) recomputes each
+    decoder layer with the same cache object: the keys are appended twice and attention fails on the
+    doubled length (or, without padding, attends to the duplicates). ``generate`` is unaffected: it
+    takes ``use_cache`` from the generation config.
+    """
+    configs = [model.config]
+    configs += [getattr(model.config, k) for k in getattr(model.config, "sub_configs", {}) if hasattr(model.config, k)]
+    for config in configs:
+        if config is not None and "use_cache" in config.to_dict():
+            config.use_cache = enabled
+
+
+def is_visual(name: str) -> bool:
     """Whether a parameter belongs to the vision tower (Qwen2-VL ``visual``, Llama-3.2-Vision ``vision_model``)."""
     return ".visual." in f".{name}" or "vision_model." in name
 

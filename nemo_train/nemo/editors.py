@@ -33,12 +33,17 @@ RESIZE: dict[str, Any] = {"mode": "bilinear", "antialias": True}
 PIPELINE_DEFAULTS: dict[str, dict[str, Any]] = {
     "FluxKontextPipeline": {"num_inference_steps": 28, "guidance_scale": 2.5},
     "QwenImageEditPipeline": {"num_inference_steps": 50, "true_cfg_scale": 4.0},
+    "QwenImageEditPlusPipeline": {"num_inference_steps": 40, "true_cfg_scale": 4.0, "guidance_scale": 1.0},
     "StableDiffusionInstructPix2PixPipeline": {
         "num_inference_steps": 20,
         "guidance_scale": 7.5,
         "image_guidance_scale": 1.5,
     },
 }
+
+#: Pipelines that read a list of images as several inputs of ONE edit (Qwen-Image-Edit-2509 composes them), so
+#: their edits cannot share a call: one edit per call whatever ``batch_size`` says.
+ONE_EDIT_PER_CALL = frozenset({"QwenImageEditPlusPipeline"})
 
 
 class DiffusersEditor:
@@ -82,6 +87,8 @@ class DiffusersEditor:
         pipeline.set_progress_bar_config(disable=True)
         self.pipeline = pipeline
         self.seed, self.batch_size, self.size = seed, batch_size, size
+        if type(pipeline).__name__ in ONE_EDIT_PER_CALL:
+            self.batch_size = 1
         self.call_kwargs = {**PIPELINE_DEFAULTS.get(type(pipeline).__name__, {}), **(call_kwargs or {})}
         accepted = inspect.signature(type(pipeline).__call__).parameters
         if (

@@ -111,3 +111,53 @@ def test_scorer_credits_exactly_one_named_cause():
     assert is_correct("Low contrast.", "contrast")
     table = print_accuracy_table({"none": {"spatial": 0.99, "contrast": math.nan, "average": 0.5}})
     assert "Spatial" in table and "99.0" in table and "n/a" in table
+
+
+def _accuracy_rank(rank: int, init: str, out: str) -> None:
+    """One of two gloo ranks running the callback on 5 pairs (3 for rank 0, 2 for rank 1) in lockstep mode."""
+    import torch.distributed as dist
+
+    import nemo_train.explainer.lockstep as lockstep
+
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
+    try:
+        calls = []
+
+        def sharded_generate(module, images, prompts=None, counterfactuals=None, **kwargs):
+            step = torch.ones(1)
+            dist.all_reduce(step)  # what a sharded forward does: a collective every rank must join
+            calls.append((list(images), float(step)))
+            texts = {f"img{i}.png": text for i, (_, text) in enumerate(CASES)}
+            return [[texts.get(image, "")] for image in images]
+
+        lockstep.lockstep = lambda trainer: True  # as under FSDP / ZeRO-3, without the accelerator
+        lockstep.generate_explanations = sharded_generate
+        records = [
+            ExplanationRecord(image=f"img{i}.png", explanation="ref", cause=cause) for i, (cause, _) in enumerate(CASES)
+        ][:5]
+        trainer = _trainer(records)
+        trainer.global_rank, trainer.world_size, trainer.is_global_zero = rank, 2, rank == 0
+        module = _Module()
+        callback = ExplanationAccuracyCallback(batch_size=1, causes=["noise", "pixelation", "brightness", "spatial"])
+        callback.on_validation_epoch_end(trainer, module)
+        torch.save({"calls": calls, "result": callback.last_result}, f"{out}/rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_ranks_with_uneven_shares_make_the_same_number_of_generate_calls(tmp_path):
+    import torch.multiprocessing as mp
+
+    mp.spawn(_accuracy_rank, args=(f"file://{tmp_path / 'store'}", str(tmp_path)), nprocs=2)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
+    # pairs 0, 2, 4 on rank 0 and 1, 3 on rank 1 (batch 1): rank 1 pads with one dummy call
+    assert [[images for images, _ in r["calls"]] for r in ranks][0] == [["img0.png"], ["img2.png"], ["img4.png"]]
+    images_1 = [images for images, _ in ranks[1]["calls"]]
+    assert images_1[:2] == [["img1.png"], ["img3.png"]] and len(images_1) == 3
+    assert isinstance(images_1[2][0], torch.Tensor)  # the dummy image; its answer is dropped
+    assert all(step == 2.0 for r in ranks for _, step in r["calls"])  # every collective had both ranks
+    # the five pairs, reduced across ranks: noise 1/2, pixelation 2/3, brightness and spatial absent
+    expected = {"noise": 0.5, "pixelation": 2 / 3}
+    for r in ranks:
+        assert r["result"] == pytest.approx({**expected, "average": (0.5 + 2 / 3) / 2})

@@ -188,3 +188,27 @@ def test_trained_student_beats_an_untrained_one_on_cei(tmp_path):
     best = sum(100 * (p_true(1, 0) - p_true(*[(0, 1), (0, 0)][i])) for i in range(2)) / 2  # both edits to red
     assert untrained == pytest.approx(0.0)
     assert trained == pytest.approx(best, rel=1e-4)
+
+
+def test_a_rank_without_errors_still_joins_sharded_generation(monkeypatch):
+    import nemo_train.callbacks.nemo_eval as nemo_eval
+
+    bench, scorer, panel = toy_setup()
+    calls = []
+
+    def explain_fn(module, errors, class_names):
+        calls.append(len(errors))
+        return ["colour green, correct ones are red"] * len(errors)
+
+    callback = NemoEvalCallback(benchmark=bench, scorer=scorer, panel=panel, explain_fn=explain_fn)
+    module = TinyModule()
+    module.log_dict = lambda *a, **k: None
+    # rank 2 of 3 gets none of the 2 errors
+    trainer = SimpleNamespace(
+        sanity_checking=False, current_epoch=0, global_rank=2, world_size=3, is_global_zero=False, loggers=[]
+    )
+    callback.on_validation_epoch_end(trainer, module)
+    assert calls == []  # DDP / one device: nothing to generate, no call
+    monkeypatch.setattr(nemo_eval, "lockstep", lambda trainer: True)  # as under FSDP / ZeRO-3
+    callback.on_validation_epoch_end(trainer, module)
+    assert calls == [0]  # called with no errors, so that it can take part in the other ranks' generate calls

@@ -33,8 +33,8 @@ def six_cause_pairs(tmp_path_factory, explainer_cache):
 
 @pytest.fixture(scope="session")
 def tiny_real(tmp_path_factory):
-    """Tiny random Qwen2.5-VL and Mllama checkpoints: ``{"qwen2_5_vl": Path, "mllama": Path}``."""
+    """Tiny random Qwen2.5-VL, Qwen3-VL and Mllama checkpoints: ``{"qwen2_5_vl": Path, "qwen3_vl": Path, "mllama": Path}``."""
     from tests.explainer.tiny_real import build
 
     root = tmp_path_factory.mktemp("tiny_real")
-    return {family: build(family, root / family) for family in ("qwen2_5_vl", "mllama")}
+    return {family: build(family, root / family) for family in ("qwen2_5_vl", "qwen3_vl", "mllama")}

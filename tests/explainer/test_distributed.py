@@ -83,6 +83,7 @@ def test_adapter_from_a_gathered_state_dict_round_trips(explainer_cache, tmp_pat
     "family, expected",
     [
         ("qwen2_5_vl", {"Qwen2_5_VLDecoderLayer", "Qwen2_5_VLVisionBlock"}),
+        ("qwen3_vl", {"Qwen3VLTextDecoderLayer", "Qwen3VLVisionBlock"}),
         (
             "mllama",
             {"MllamaSelfAttentionDecoderLayer", "MllamaCrossAttentionDecoderLayer", "MllamaVisionEncoderLayer"},

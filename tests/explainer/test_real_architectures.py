@@ -1,4 +1,4 @@
-"""The shipped Qwen2.5-VL and Llama-3.2-Vision presets on tiny random checkpoints of those architectures.
+"""The shipped Qwen2.5-VL, Qwen3-VL and Llama-3.2-Vision presets on tiny random checkpoints of those architectures.
 
 Each preset, pointed at a tiny local checkpoint, fits two epochs with validation (4-bit QLoRA and bf16
 LoRA, Lightning's sanity check on); its adapter reloads with ``PeftModel.from_pretrained`` and explains
@@ -22,8 +22,12 @@ from nemo_train.explainer.generation import generate_explanations
 from nemo_train.models.vlm import load_processor
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "explainer"
-PRESETS = {"qwen2_5_vl": "qwen2_5_vl_7b_qlora.yaml", "mllama": "llama3_2_11b_vision_qlora.yaml"}
-END = {"qwen2_5_vl": "<|im_end|>", "mllama": "<|eot_id|>"}
+PRESETS = {
+    "qwen2_5_vl": "qwen2_5_vl_7b_qlora.yaml",
+    "qwen3_vl": "qwen3_vl_8b_qlora.yaml",
+    "mllama": "llama3_2_11b_vision_qlora.yaml",
+}
+END = {"qwen2_5_vl": "<|im_end|>", "qwen3_vl": "<|im_end|>", "mllama": "<|eot_id|>"}
 
 
 @pytest.mark.parametrize("family", PRESETS)

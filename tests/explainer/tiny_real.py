@@ -1,6 +1,7 @@
 """Tiny random checkpoints of the real explainer architectures, built offline in seconds.
 
-Qwen2.5-VL (``Qwen2_5_VLConfig`` + ``Qwen2_5_VLProcessor`` with Qwen's chat template) and
+Qwen2.5-VL (``Qwen2_5_VLConfig`` + ``Qwen2_5_VLProcessor`` with Qwen's chat template), Qwen3-VL
+(``Qwen3VLConfig``: 16-pixel patches, interleaved multimodal rotary positions, deepstack features) and
 Llama-3.2-Vision (``MllamaConfig`` + ``MllamaProcessor`` with the Llama 3 header / ``<|image|>``
 template layout), each with a small byte-level BPE tokenizer holding the family's special tokens.
 Written with ``save_pretrained`` so tests load them through ``from_pretrained`` like hub models.
@@ -23,6 +24,10 @@ from transformers import (
     Qwen2_5_VLProcessor,
     Qwen2VLImageProcessor,
     Qwen2VLVideoProcessor,
+    Qwen3VLConfig,
+    Qwen3VLForConditionalGeneration,
+    Qwen3VLProcessor,
+    Qwen3VLVideoProcessor,
 )
 
 from nemo_train import vocabulary
@@ -98,6 +103,38 @@ def build_tiny_qwen2_5_vl(folder: Path) -> Path:
     return _save(Qwen2_5_VLForConditionalGeneration(config), processor, folder)
 
 
+def build_tiny_qwen3_vl(folder: Path) -> Path:
+    tok = _tokenizer(
+        SPECIAL_TOKENS, eos_token="<|im_end|>", pad_token="<|endoftext|>", additional_special_tokens=SPECIAL_TOKENS[1:]
+    )
+    pixels = dict(patch_size=16, merge_size=2, temporal_patch_size=2)
+    size = {"shortest_edge": 32 * 32, "longest_edge": 64 * 64}
+    processor = Qwen3VLProcessor(
+        image_processor=Qwen2VLImageProcessor(size=size, **pixels),
+        video_processor=Qwen3VLVideoProcessor(size=size, **pixels),
+        tokenizer=tok,
+        chat_template=QWEN_TEMPLATE,
+    )
+    ids = tok.convert_tokens_to_ids
+    config = Qwen3VLConfig(
+        text_config=dict(
+            vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, max_position_embeddings=2048,
+            rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3], "mrope_interleaved": True,
+                             "rope_theta": 10000.0},
+            bos_token_id=ids("<|endoftext|>"), eos_token_id=ids("<|im_end|>"), pad_token_id=ids("<|endoftext|>"),
+        ),
+        vision_config=dict(
+            depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64, patch_size=16,
+            spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=16, deepstack_visual_indexes=[0],
+        ),
+        image_token_id=ids("<|image_pad|>"), video_token_id=ids("<|video_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"), vision_end_token_id=ids("<|vision_end|>"),
+        tie_word_embeddings=False,
+    )  # fmt: skip
+    return _save(Qwen3VLForConditionalGeneration(config), processor, folder)
+
+
 def build_tiny_mllama(folder: Path) -> Path:
     tok = _tokenizer(
         LLAMA_SPECIAL,
@@ -141,4 +178,5 @@ def _save(model, processor, folder: Path) -> Path:
 def build(family: str, folder: Path) -> Path:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        return {"qwen2_5_vl": build_tiny_qwen2_5_vl, "mllama": build_tiny_mllama}[family](folder)
+        builders = {"qwen2_5_vl": build_tiny_qwen2_5_vl, "qwen3_vl": build_tiny_qwen3_vl, "mllama": build_tiny_mllama}
+        return builders[family](folder)

@@ -211,3 +211,18 @@ def test_score_many_derives_the_edits_of_a_chunk_in_one_request(pipeline):
     # one request for the chunk; errors 0 and 2 share classes, so their "the colour" requests are asked once
     assert backend.batches == [4]
     assert [[t.instruction for t in found] for found in trials] == [["make it red"] * len(h) for h in hypotheses]
+
+
+def test_a_pipeline_that_reads_an_image_list_as_one_edit_gets_one_edit_per_call():
+    """Qwen-Image-Edit-2509's pipeline composes a list of images into one edit: batching would mix errors."""
+
+    class QwenImageEditPlusPipeline:
+        def set_progress_bar_config(self, **kwargs):
+            pass
+
+        def __call__(self, prompt=None, image=None, negative_prompt=None, true_cfg_scale=4.0, height=None, width=None):
+            raise AssertionError("not called")
+
+    editor = DiffusersEditor(QwenImageEditPlusPipeline(), batch_size=8, device="cpu", size=64)
+    assert editor.batch_size == 1
+    assert editor.call_kwargs["num_inference_steps"] == 40 and editor.call_kwargs["negative_prompt"] == " "

@@ -35,11 +35,14 @@ MINIMAL = {
     "explain": ["--model", "missing"],
     "lbee": ["--data", "datamodules.nico.NICODataModule"],
     "differences": ["--generator", "nemo_train.differences.generators.CMNISTGenerator"],
+    "export": ["--adapter", "missing"],
 }
 SECRET = "sk-live0123456789abcdefXYZ"
 #: Commands that only read (a data-folder check): no output folder, so no run floor.
 READ_ONLY = {"prepare"}
 WRITERS = sorted(set(PIPELINE_COMMANDS) - READ_ONLY)
+#: Commands whose only run argument is the output folder (no models of their own to seed or place, nothing to log).
+OUT_DIR_ONLY = {"demo", "export"}
 
 
 def hold_lock(folder: Path, pid: str = "4242") -> int:
@@ -61,13 +64,13 @@ def test_every_command_takes_the_run_arguments_with_one_help(command):
     func = _load(PIPELINE_COMMANDS[command].target)
     assert func.run_command == command
     help_text = " ".join(auto_parser(func, as_positional=False).format_help().split())
-    names = ["out_dir"] if command == "demo" else list(RUN_ARGS_HELP)
+    names = ["out_dir"] if command in OUT_DIR_ONLY else list(RUN_ARGS_HELP)
     for name in names:
         assert f"--{name}" in help_text
         assert " ".join(RUN_ARGS_HELP[name].split()) in help_text  # the same words in every command
     out_dir = auto_parser(func, as_positional=False).get_defaults().out_dir
     assert out_dir.startswith("checkpoints/")
-    if command != "demo":
+    if command not in OUT_DIR_ONLY:
         assert auto_parser(func, as_positional=False).get_defaults().wandb is False
 
 

@@ -1,7 +1,7 @@
 """How explanations become counterfactuals (the editor part of the counterfactual test), as configurable objects.
 
 * :class:`ExactEdit` — re-render a generated image with the named attribute changed (CMNIST, CLEVR);
-* :class:`DiffusersEdit` — an instruction-following diffusers editor (FLUX.1 Kontext, Qwen-Image-Edit,
+* :class:`DiffusersEdit` — an instruction-following diffusers editor (FLUX.1 Kontext, Qwen-Image-Edit-2509,
   InstructPix2Pix) for image-folder benchmarks;
 * :class:`PromptEdit` — rewrite the true class's prompt of a zero-shot target (NEMO Eq. 8).
 """
@@ -72,8 +72,9 @@ class DiffusersEdit(EditorSpec):
     """An instruction-following diffusers editor; the explainer writes the edit instruction.
 
     Args:
-        model: hub id or local folder (``black-forest-labs/FLUX.1-Kontext-dev``, ``Qwen/Qwen-Image-Edit``,
-            ``timbrooks/instruct-pix2pix``).
+        model: hub id or local folder (``black-forest-labs/FLUX.1-Kontext-dev``, ``Qwen/Qwen-Image-Edit-2509``
+            (Apache-2.0; its pipeline reads a list of images as several inputs to one edit, so give it
+            ``edit_batch_size: 1``), ``timbrooks/instruct-pix2pix``).
         edit_batch_size: edits per pipeline call (the hypotheses of one error and of the other errors of its
             chunk share calls); it bounds memory and leaves the edits as they are (each edit has its own seeded
             generator), so it is not part of the results' settings. size: edit resolution.
