@@ -54,6 +54,7 @@ def main() -> None:
     from nemo_train.backends.student import StudentBackend
     from nemo_train.console import print_table
     from nemo_train.nemo.benchmark import build_synthetic_benchmark
+    from nemo_train.nemo.classifiers import load_checkpoint_target
     from nemo_train.nemo.distill.rows import ExhaustiveSearchExplainer, OnePassExplainer
     from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
     from nemo_train.nemo.methods.base import explain_many
@@ -64,7 +65,6 @@ def main() -> None:
         SciTX,
     )
     from nemo_train.nemo.structured import DISTILL_PROMPT, StructuredEditDeriver
-    from nemo_train.nemo.targets import load_checkpoint_target
 
     target = load_checkpoint_target(args.classifier)
     kwargs = {"image_size": args.image_size} if args.image_size else None

@@ -32,7 +32,7 @@ import lightning as L  # noqa: E402
 import torch  # noqa: E402
 
 from datamodules.explanations import read_records, write_records  # noqa: E402
-from datamodules.explanations.captions import caption_references, facts_named, parse_caption  # noqa: E402
+from datamodules.explanations.caption_pairs import caption_references, facts_named, parse_caption  # noqa: E402
 from datamodules.explanations.shift_pairs import GRADES, known_shift_records, score_answer  # noqa: E402
 from nemo_train.explainer.generation import generate_explanations  # noqa: E402
 from nemo_train.lightning_cli import NemoLightningCLI  # noqa: E402

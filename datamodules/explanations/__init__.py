@@ -9,7 +9,12 @@ graded part by part).
 """
 
 from datamodules.explanations.builders import build_cmnist_bias_pairs, build_six_cause_pairs
-from datamodules.explanations.captions import CAPTION_PROMPT, build_shift_caption_pairs, caption_accuracy, parse_caption
+from datamodules.explanations.caption_pairs import (
+    CAPTION_PROMPT,
+    build_shift_caption_pairs,
+    caption_accuracy,
+    parse_caption,
+)
 from datamodules.explanations.datamodule import ExplanationDataModule, ExplanationPairsDataset, auto_processor
 from datamodules.explanations.encoding import (
     IGNORE_INDEX,

@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, Dataset
 from transformers import AutoProcessor
 
 from datamodules.explanations.builders import build_six_cause_pairs
-from datamodules.explanations.captions import build_shift_caption_pairs
+from datamodules.explanations.caption_pairs import build_shift_caption_pairs
 from datamodules.explanations.encoding import (
     ConversationEncoder,
     ConversationTooLong,
@@ -34,7 +34,7 @@ from nemo_train.errors import UserInputError
 from nemo_train.vocabulary import CAUSES
 
 #: The pairs built into ``data_dir`` when no ``train_jsonl`` is given: the six-cause CMNIST pairs, or captions
-#: of shifts digits (:func:`datamodules.explanations.captions.build_shift_caption_pairs`).
+#: of shifts digits (:func:`datamodules.explanations.caption_pairs.build_shift_caption_pairs`).
 Recipe = Literal["six_causes", "shift_captions"]
 
 

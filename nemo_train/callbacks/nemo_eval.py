@@ -16,12 +16,12 @@ from nemo_train.explainer.distributed import lockstep
 from nemo_train.explainer.lockstep import explain_in_lockstep
 from nemo_train.metrics.nemo import CEI, LLMMatch, score_mean
 from nemo_train.nemo.benchmark import FACT_SHEETS, ErrorSample, build_synthetic_benchmark
+from nemo_train.nemo.classifiers import load_checkpoint_target
 from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
 from nemo_train.nemo.judges import GroundedJudge, JudgeItem, JudgePanel
 from nemo_train.nemo.labels import match_key, match_label
 from nemo_train.nemo.shift_benchmark import build_shift_benchmark
 from nemo_train.nemo.structured import DISTILL_PROMPT, StructuredEditDeriver
-from nemo_train.nemo.targets import load_checkpoint_target
 from nemo_train.vocabulary import BIAS_PROMPT
 
 ExplainFn = Callable[[L.LightningModule, Sequence[ErrorSample], Sequence[str]], list[str]]

@@ -10,7 +10,7 @@ import torch
 from torchmetrics import MeanMetric, MetricCollection
 
 from datamodules.explanations import ExplanationRecord, question_for
-from datamodules.explanations.captions import CaptionFacts, caption_references, facts_named, parse_caption
+from datamodules.explanations.caption_pairs import CaptionFacts, caption_references, facts_named, parse_caption
 from datamodules.explanations.shift_pairs import answer_fields, score_answer
 from nemo_train.explainer.lockstep import explain_in_lockstep
 
@@ -81,7 +81,7 @@ class CaptionAccuracyCallback(_HeldOutAccuracy):
     """Held-out caption accuracy per factor of a generator's fact sheet.
 
     A factor of a generated caption is right when it states the reference caption's value of it
-    (:func:`datamodules.explanations.captions.parse_caption`). Logs ``val/caption_acc`` (the mean over the
+    (:func:`datamodules.explanations.caption_pairs.parse_caption`). Logs ``val/caption_acc`` (the mean over the
     factors) and ``val/caption_acc/<factor>`` (the class attribute too, outside the mean), also kept in
     :attr:`last_result`. Only held-out pairs whose answer is a caption of the fact sheet are scored.
 

@@ -75,7 +75,7 @@ CHAT_TEMPLATE = (
 def _shift_texts() -> list[str]:
     """What the explainer reads and writes about the shifts digits: the fact sheet's words, a caption per value
     of every factor, the structured explanation of every cause value and the distillation questions."""
-    from datamodules.explanations.captions import CAPTION_PROMPT
+    from datamodules.explanations.caption_pairs import CAPTION_PROMPT
     from datamodules.sentences import (
         DISTILL_CAM_PROMPT,
         DISTILL_CHANGE_PROMPT,

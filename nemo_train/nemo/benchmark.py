@@ -29,7 +29,7 @@ from datamodules.fact_sheets import SHEETS
 from datamodules.facts import DatasetFacts
 from datamodules.folder import UNREADABLE, read_image
 from nemo_train.errors import UserInputError
-from nemo_train.nemo.targets import load_checkpoint_target
+from nemo_train.nemo.classifiers import load_checkpoint_target
 from nemo_train.quiet import progress_bar
 
 

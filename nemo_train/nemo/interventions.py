@@ -10,7 +10,7 @@ from ``e`` alone. Three steps, each behind a small interface:
    :class:`KeywordAttributeDeriver`, the offline deriver for closed-vocabulary synthetic data: a rule-based
    parser that looks for attribute words (``colour``, ``red``, ``rotated`` ...) in the explanation.
 2. **Intervention**: an image editor (:class:`ExactAttributeEditor` re-renders a synthetic image with one
-   attribute changed; :class:`~nemo_train.nemo.editors.DiffusersEditor` runs an instruction-following
+   attribute changed; :class:`~nemo_train.nemo.editing.DiffusersEditor` runs an instruction-following
    diffusion editor) or, for zero-shot targets, a prompt swap.
 3. **Estimation**: :class:`CounterfactualScorer` classifies the original and all ``M`` counterfactuals of
    one error in a single batch and returns one :class:`Trial` per explanation

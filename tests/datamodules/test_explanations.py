@@ -187,7 +187,12 @@ def test_sixteen_bit_grey_images_are_scaled_not_clipped(tmp_path):
 
 
 def test_shift_caption_pairs_are_valid_records(tmp_path):
-    from datamodules.explanations.captions import CAPTION_PROMPT, build_shift_caption_pairs, facts_named, parse_caption
+    from datamodules.explanations.caption_pairs import (
+        CAPTION_PROMPT,
+        build_shift_caption_pairs,
+        facts_named,
+        parse_caption,
+    )
 
     facts = facts_named("shifts")
     paths = build_shift_caption_pairs(tmp_path, size=12, seed=0, val_fraction=0.25, shifted_share=0.5)
@@ -207,7 +212,7 @@ def test_shift_caption_pairs_are_valid_records(tmp_path):
 
 
 def test_caption_parsing_and_accuracy_worked_by_hand():
-    from datamodules.explanations.captions import caption_accuracy, facts_named, parse_caption
+    from datamodules.explanations.caption_pairs import caption_accuracy, facts_named, parse_caption
 
     facts = facts_named("shifts")
     reference = "a small dotted red digit 3, rotated 45 degrees clockwise, on a striped background, at the left"

@@ -132,7 +132,7 @@ def test_shift_captions_recipe_is_rebuilt_when_it_changes(tmp_path, explainer_ca
 
 
 def test_the_tokenizer_knows_the_shifts_words(explainer_cache):
-    from datamodules.explanations.captions import CAPTION_PROMPT
+    from datamodules.explanations.caption_pairs import CAPTION_PROMPT
     from datamodules.shifts import FACTS
     from nemo_train.models.vlm import load_processor
     from nemo_train.nemo.structured import DISTILL_PROMPT

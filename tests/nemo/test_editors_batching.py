@@ -22,7 +22,7 @@ from nemo_train.errors import UserInputError  # noqa: E402
 from nemo_train.nemo.batched_scoring import score_many, select_many  # noqa: E402
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark, ReferenceSet  # noqa: E402
 from nemo_train.nemo.components import DiffusersEdit  # noqa: E402
-from nemo_train.nemo.editors import DiffusersEditor, tiny_random_instruct_pix2pix  # noqa: E402
+from nemo_train.nemo.editing import DiffusersEditor, tiny_random_instruct_pix2pix  # noqa: E402
 from nemo_train.nemo.interventions import (  # noqa: E402
     CounterfactualScorer,
     ExactAttributeEditor,

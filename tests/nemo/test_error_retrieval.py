@@ -15,7 +15,7 @@ from datamodules.captions import VOCABULARIES
 from nemo_train.demo_steps import STEPS
 from nemo_train.errors import UserInputError
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark, ReferenceSet
-from nemo_train.nemo.components.methods import BuildContext, ErrorRetrievalMethod
+from nemo_train.nemo.components.method_specs import BuildContext, ErrorRetrievalMethod
 from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
 from nemo_train.nemo.methods.error_retrieval import ContrastRetrieval, caption_pairs
 from nemo_train.nemo.methods.validation import WithValidation

@@ -16,6 +16,7 @@ from tiny_recipe import tiny_instruct_pix2pix  # noqa: E402
 from nemo_train.backends import ScriptedBackend  # noqa: E402
 from nemo_train.errors import UserInputError  # noqa: E402
 from nemo_train.nemo.benchmark import ErrorSample  # noqa: E402
+from nemo_train.nemo.classifiers import tiny_random_clip  # noqa: E402
 from nemo_train.nemo.interventions import (  # noqa: E402
     CounterfactualScorer,
     ExactAttributeEditor,
@@ -24,7 +25,6 @@ from nemo_train.nemo.interventions import (  # noqa: E402
     LLMInstructionDeriver,
     Trial,
 )
-from nemo_train.nemo.targets import tiny_random_clip  # noqa: E402
 
 
 def green_sample(angle: int = 10) -> ErrorSample:
@@ -194,7 +194,7 @@ def test_prompt_mode_needs_zero_shot_target():
 
 # ------------------------------------------------------------------ diffusers editor
 def test_diffusers_editor_is_batched_seeded_and_keeps_size():
-    from nemo_train.nemo.editors import DiffusersEditor
+    from nemo_train.nemo.editing import DiffusersEditor
 
     pipeline = tiny_instruct_pix2pix()
     calls = []
@@ -225,7 +225,7 @@ def test_diffusers_editor_options_reach_kontext_and_qwen_pipelines(name):
 
     import diffusers
 
-    from nemo_train.nemo.editors import DiffusersEditor
+    from nemo_train.nemo.editing import DiffusersEditor
 
     calls = []
 

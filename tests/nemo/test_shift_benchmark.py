@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from nemo_train.nemo.benchmark import FACT_SHEETS
+from nemo_train.nemo.classifiers import load_checkpoint_target
 from nemo_train.nemo.evaluation import score_explanation
 from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
 from nemo_train.nemo.judges import GroundedJudge, JudgePanel
 from nemo_train.nemo.methods.reference import ConstantExplainer, KnownCauseExplainer
 from nemo_train.nemo.shift_benchmark import UNEXPLAINED, build_shift_benchmark, cause_shares, cause_table
-from nemo_train.nemo.targets import load_checkpoint_target
 
 
 @pytest.fixture(scope="module")

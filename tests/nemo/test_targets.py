@@ -11,7 +11,7 @@ import torch
 os.environ.setdefault("WANDB_MODE", "disabled")
 
 from nemo_train.errors import UserInputError  # noqa: E402
-from nemo_train.nemo.targets import (  # noqa: E402
+from nemo_train.nemo.classifiers import (  # noqa: E402
     ClassifierTarget,
     ClassMapping,
     TimmTarget,

@@ -5,7 +5,7 @@ results (they go into every stored result, so a rerun with other settings recomp
 """
 
 from nemo_train.nemo.components.editors import DiffusersEdit, EditorSpec, ExactEdit, PromptEdit
-from nemo_train.nemo.components.methods import (
+from nemo_train.nemo.components.method_specs import (
     BuildContext,
     CamMLLMMethod,
     ChangeMLLMMethod,

@@ -16,7 +16,7 @@ from nemo_train.backends.base import ChatBackend
 from nemo_train.errors import UserInputError
 from nemo_train.nemo import interventions as iv
 from nemo_train.nemo.benchmark import NemoBenchmark
-from nemo_train.nemo.editors import DiffusersEditor
+from nemo_train.nemo.editing import DiffusersEditor
 from nemo_train.nemo.prompt_rule import CaptionPromptRule
 
 

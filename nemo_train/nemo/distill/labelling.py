@@ -35,6 +35,7 @@ from nemo_train.backends.cache import ResponseCache
 from nemo_train.console import print_table
 from nemo_train.errors import UserInputError
 from nemo_train.metrics.nemo import score_mean
+from nemo_train.nemo.classifiers import ClassMapping
 from nemo_train.nemo.components.editors import DiffusersEdit
 from nemo_train.nemo.components.targets import CheckpointTarget, TargetSpec, TimmModel
 from nemo_train.nemo.distill.mining import mine_folder_errors, mine_synthetic_errors
@@ -48,7 +49,6 @@ from nemo_train.nemo.interventions import (
 )
 from nemo_train.nemo.methods.scitx import MLLMCaptioner, MLLMHypothesizer, SciTX
 from nemo_train.nemo.shift_benchmark import build_shift_benchmark
-from nemo_train.nemo.targets import ClassMapping
 from nemo_train.quiet import progress_bar
 from nemo_train.runs import Device, OutDir, Seed, run_command
 from nemo_train.sharding import ShardedResultStore, Strategy, current_ranks, merge_shards

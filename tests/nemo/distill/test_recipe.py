@@ -37,13 +37,13 @@ from nemo_train.backends import OpenAICompatibleBackend
 from nemo_train.cli import run_lightning_cli, run_pipeline
 from nemo_train.errors import UserInputError
 from nemo_train.explainer import ExplainerModule
+from nemo_train.nemo.classifiers import ClassMapping
 from nemo_train.nemo.components import DiffusersEdit, TimmModel
 from nemo_train.nemo.distill.rows import KnownCause, StudentGreedy
 from nemo_train.nemo.distill.student_eval import distill_eval, edit_scorers
 from nemo_train.nemo.folder_benchmark import build_folder_benchmark
 from nemo_train.nemo.judges import LLMJudge
 from nemo_train.nemo.structured import split_answer
-from nemo_train.nemo.targets import ClassMapping
 from tests.explainer.tiny_real import build
 
 ROOT = Path(__file__).resolve().parents[3]
