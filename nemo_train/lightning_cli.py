@@ -7,6 +7,7 @@ Every output of a run lives under ``trainer.default_root_dir`` (the one path a p
 
 from __future__ import annotations
 
+import os
 import warnings
 import zipfile
 from collections.abc import Callable, Iterator
@@ -144,13 +145,23 @@ def resume_callbacks(trainer: Any) -> list[L.Callback]:
     return callbacks
 
 
+def process_lock_name() -> str:
+    """The lock file of this process: ``.lock`` for a run's first process (so a second run is refused), and one of
+    its own for each process a launcher started beside it (Lightning's ``LOCAL_RANK`` / ``NODE_RANK``, torchrun's
+    ``RANK``), which run in the same folder by design."""
+    ranks = (
+        [os.environ["RANK"]] if "RANK" in os.environ else [os.environ.get(k, "0") for k in ("NODE_RANK", "LOCAL_RANK")]
+    )
+    return RunLock.FILE_NAME if all(r == "0" for r in ranks) else f"{RunLock.FILE_NAME}.rank-{'-'.join(ranks)}"
+
+
 @contextmanager
 def default_root_dir_lock(root: str | Path) -> Iterator[RunLock]:
     """Hold the writer lock of a run's ``default_root_dir``; a file, a folder that cannot be written or a folder
     in use by another run is a one-line error naming it."""
     try:
         check_out_dir(root)
-        lock = RunLock(root).acquire()
+        lock = RunLock(root, name=process_lock_name()).acquire()
     except UserInputError as err:
         raise UserInputError(f"trainer.default_root_dir: {err}".replace("another out_dir", "another folder")) from None
     try:

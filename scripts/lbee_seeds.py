@@ -13,9 +13,9 @@ its AHR is above TopS's. Nothing else of the preset changes.
 
 ``--base`` names the shared fragments loaded before each preset (``--config base ... --config preset``).
 
-Seed 0 reuses the preset's own CLIP and classifier (train that one first with its ``nemo-train fit`` preset);
-other seeds train theirs once (a CLIP takes about 7 min on 2 cores) next to the preset's CLIP
-(``<path>_seed<s>``) and under ``--out_dir`` (in the folder named after the preset's classifier experiment, so
+Data seed 0 reuses the preset's own classifier (train that one first with its ``nemo-train fit`` preset); other
+data seeds train theirs once. Each CLIP seed trains one joint space, ``<out_dir>/clips/seed<s>`` (about 7 min on
+2 cores), shared by every preset and data seed. Classifiers go under ``--out_dir`` (in the folder named after the preset's classifier experiment, so
 presets that share a classifier share its seeds; ``--fit-config`` names the classifier recipe when no shipped
 preset writes the preset's checkpoint), so a rerun only analyses. Every finished run's scores are kept in ``<out_dir>/seeds.jsonl``: a rerun, or one after a kill, only
 runs what is missing (a run is redone when its preset file or overrides changed).
@@ -75,7 +75,7 @@ def train_classifier(fit_config: str | Path, seed: int, folder: Path) -> Path:
 
 def run_config(config: str, clip_seed: int, data_seed: int, out_dir: Path, base: Sequence[str] = ()) -> list[str]:
     """Command-line overrides of one preset run at ``clip_seed`` / ``data_seed``."""
-    cfg = _parser().parse_args(config_args(config, base))
+    _parser().parse_args(config_args(config, base))  # a preset that does not parse fails here, before any run
     stem = Path(config).stem
     args = [
         *config_args(config, base),
@@ -84,9 +84,9 @@ def run_config(config: str, clip_seed: int, data_seed: int, out_dir: Path, base:
         "--out_dir",
         str(out_dir / stem / f"clip{clip_seed}_data{data_seed}"),
     ]
+    args += ["--encoder.init_args.path", str(out_dir / "clips" / f"seed{clip_seed}")]  # one per CLIP seed, shared
     if clip_seed:
-        path = cfg.encoder.init_args.path
-        args += ["--encoder.init_args.seed", str(clip_seed), "--encoder.init_args.path", f"{path}_seed{clip_seed}"]
+        args += ["--encoder.init_args.seed", str(clip_seed)]
     if data_seed:
         args += ["--data.init_args.seed", str(data_seed), "--seed", str(data_seed)]
         args += ["--classifier", str(seed_classifier(config, data_seed, out_dir, base))]

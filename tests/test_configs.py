@@ -188,5 +188,7 @@ def test_composed_lbee_preset_equals_the_single_file_it_replaced(tmp_path):
     composed = parse("lbee", [*config_args(fragments), "--out_dir", "checkpoints/lbee/nico85_per_class"])
     single = parse("lbee", ["--config", str(old)])
     composed.pop("config"), single.pop("config")
+    assert single.encoder.init_args.path == "checkpoints/lbee/clip_nico_12k"
+    single.encoder.init_args.path = None  # since then the joint space is trained under out_dir, not in a shared folder
     assert composed == single
     assert composed.search.init_args.per_class and composed.data.init_args.correlation == 0.85  # not defaults

@@ -284,7 +284,7 @@ def test_trained_cnn_shows_the_planted_material_bias(material, tmp_path):
     data_args = {**config["data"]["init_args"], "test_styles": 2}
     L.seed_everything(0, verbose=False)
     dm = CLEVRDataModule(**data_args)
-    module = ClassifierModule(**config["model"]["init_args"])
+    module = ClassifierModule(**config["model"]["init_args"], num_classes=dm.num_classes)  # linked by the CLI
     trainer = L.Trainer(
         max_epochs=config["trainer"]["max_epochs"],
         accelerator="cpu",

@@ -38,12 +38,12 @@ def test_summary_by_hand():
 def test_seed_zero_keeps_the_preset_paths():
     config, base = (str(ROOT / "configs" / "lbee" / name) for name in ("nico95.yaml", "nico_base.yaml"))
     args = SCRIPT["run_config"](config, 0, 0, Path("/x"), [base])
-    assert "--encoder.init_args.path" not in args and "--classifier" not in args
+    assert "--classifier" not in args and "--encoder.init_args.seed" not in args
     assert args[:4] == ["--config", base, "--config", config]  # the shared recipe first, then the preset
+    assert dict(zip(args[4::2], args[5::2], strict=True))["--encoder.init_args.path"] == "/x/clips/seed0"
     args = SCRIPT["run_config"](config, 2, 1, Path("/x"), [base])
     options = dict(zip(args[4::2], args[5::2], strict=True))
-    preset_clip = yaml.safe_load(Path(base).read_text())["encoder"]["init_args"]["path"]
-    assert options["--encoder.init_args.path"] == f"{preset_clip}_seed2"
+    assert options["--encoder.init_args.path"] == "/x/clips/seed2"  # one joint space per CLIP seed, shared
     assert options["--encoder.init_args.seed"] == "2"
     assert options["--data.init_args.seed"] == options["--seed"] == "1"
     assert options["--classifier"] == "/x/nico95_cnn/data1/checkpoints/best.ckpt"  # the preset's classifier experiment
@@ -110,8 +110,9 @@ def test_runs_every_seed_pair_and_summarises(tiny_preset, tiny_fit, tmp_path, mo
     lines = [json.loads(line) for line in (out / "seeds.jsonl").read_text().splitlines()]
     assert [r["key"] for r in lines] == [f"{tiny_preset} clip {c} data {d}" for c in (0, 1) for d in (0, 1)]
     record = lines
-    # seed 0 uses the preset's CLIP and classifier; other seeds train their own next to them / under out_dir
-    assert (tmp_path / "clip").is_dir() and (tmp_path / "clip_seed1").is_dir()
+    # one joint space per CLIP seed under out_dir, shared by the data seeds; data seed 0 uses the preset's
+    # classifier, other data seeds train their own under out_dir
+    assert sorted(p.name for p in (out / "clips").iterdir()) == ["seed0", "seed1"]
     assert (out / "tiny_cnn" / "data1" / "checkpoints" / "best.ckpt").is_file()  # by the --fit-config recipe
     ahr = [r["scores"]["SetDiff"]["ahr"] for r in record]
     assert f"{statistics.fmean(ahr):.3f} ± {statistics.stdev(ahr):.3f}" in printed
