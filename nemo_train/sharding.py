@@ -139,6 +139,17 @@ class Ranks:
         dist.gather_object(value, found, dst=0)
         return found
 
+    def all_gather(self, value: T) -> list[T]:
+        """Every rank's ``value`` (any picklable object), in rank order, on every rank (``[value]`` in a
+        one-process run)."""
+        if self.fabric is None:
+            return [value]
+        import torch.distributed as dist
+
+        found: list[Any] = [None] * self.world_size
+        dist.all_gather_object(found, value)
+        return found
+
     def lock(self, folder: str | Path) -> RunLock:
         """The writer lock of this rank: rank 0 takes the folder's lock (so a second run is refused), rank r
         its own ``.lock.rank-<r>``."""

@@ -31,6 +31,7 @@ from datamodules.folder import UNREADABLE, read_image
 from nemo_train.errors import UserInputError
 from nemo_train.nemo.classifiers import load_checkpoint_target
 from nemo_train.quiet import progress_bar
+from nemo_train.sharding import current_ranks
 
 
 @dataclass
@@ -151,18 +152,26 @@ def classify(
     image_size: int = 224,
     desc: str = "classifying",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Predictions ``[N]`` and L2-normalised features ``[N, D]`` of ``target`` on images or image files."""
-    preds, feats = [], []
-    n = len(images)
-    for start in progress_bar(range(0, n, batch_size), desc=desc, leave=False, disable=n <= batch_size):
+    """Predictions ``[N]`` and L2-normalised features ``[N, D]`` of ``target`` on images or image files.
+
+    In a run on several processes (:func:`~nemo_train.sharding.current_ranks`) each classifies every
+    ``world_size``-th batch and all receive every batch's results: the same batches, so the same numbers.
+    """
+    ranks = current_ranks()
+    starts = list(range(0, len(images), batch_size))
+    done: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    mine = ranks.shard(starts)
+    for start in progress_bar(mine, desc=desc, leave=False, disable=len(mine) <= 1 or not ranks.is_main):
         chunk = images[start : start + batch_size]
         if isinstance(chunk, torch.Tensor):
             batch = chunk.float() / 255.0 if chunk.dtype == torch.uint8 else chunk.float()
         else:
             batch = torch.stack([load_image(p, image_size) for p in chunk])
-        preds.append(target.predict(batch).cpu())
-        feats.append(torch.nn.functional.normalize(target.features(batch).float(), dim=-1).cpu())
-    return torch.cat(preds), torch.cat(feats)
+        predicted, features = target.predict_and_features(batch)
+        done[start] = (predicted.cpu(), torch.nn.functional.normalize(features.float(), dim=-1).cpu())
+    if ranks.world_size > 1:
+        done = {start: result for part in ranks.all_gather(done) for start, result in part.items()}
+    return torch.cat([done[s][0] for s in starts]), torch.cat([done[s][1] for s in starts])
 
 
 #: Benchmarks whose errors are graded against their fact sheet (the grounded judge, the Constant row, the

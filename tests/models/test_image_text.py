@@ -23,7 +23,7 @@ from transformers import (
 from nemo_train.errors import UserInputError
 from nemo_train.models.clip import CLIP_MEAN, CLIP_STD, CLIPEncoder, CLIPModule
 from nemo_train.models.image_text import ImageTextEncoder, PixelPreprocess
-from nemo_train.nemo.classifiers import ZeroShotTarget
+from nemo_train.nemo.zero_shot import ZeroShotTarget
 from tests.models.tiny_clip import TINY_CLIP
 
 TEXTS = ["a photo of a bird", "the digit three in a green box", "x", "a red digit one"]

@@ -15,10 +15,9 @@ from nemo_train.nemo.classifiers import (  # noqa: E402
     ClassifierTarget,
     ClassMapping,
     TimmTarget,
-    ZeroShotTarget,
     load_checkpoint_target,
-    tiny_random_clip,
 )
+from nemo_train.nemo.zero_shot import ZeroShotTarget, tiny_random_clip  # noqa: E402
 
 
 def test_imagenet_r_style_mask_equals_softmax_over_the_subset():
@@ -189,3 +188,18 @@ def test_siglip_target_loads_from_a_hub_layout_folder(tmp_path):
     with torch.no_grad():
         reference = target.model(input_ids=tokens["input_ids"], pixel_values=(images - target.mean) / target.std)
     assert torch.allclose(probs, reference.logits_per_image.softmax(-1), atol=1e-5)  # the bias cancels
+
+
+@pytest.mark.parametrize("backbone", ["bias_cnn", "resnet18"])
+def test_one_forward_gives_the_predictions_and_features_of_two(backbone):
+    """The benchmark classifies its grid with one pass per batch; the numbers are those of two separate passes."""
+    from nemo_train.models import ClassifierModule
+
+    torch.manual_seed(0)
+    module = ClassifierModule(backbone=backbone, num_classes=5).eval()
+    target = ClassifierTarget(module, [str(i) for i in range(5)], image_size=32)
+    images = torch.rand(6, 3, 40, 40)
+    predicted, features = target.predict_and_features(images)
+    assert torch.equal(predicted, target.predict(images)) and torch.equal(features, target.features(images))
+    logits = module.model.get_classifier()(features)
+    assert torch.equal(logits, target.logits(images))  # bit for bit: the same operations

@@ -14,9 +14,9 @@ from transformers import CLIPImageProcessor
 
 import nemo_train.artefacts as artefacts
 from nemo_train.artefacts import path_digest, record_artefact, reuse_artefact
-from nemo_train.nemo.classifiers import tiny_random_clip
 from nemo_train.nemo.components import BenchmarkArgs, ErrorRetrievalMethod
 from nemo_train.nemo.run import nemo_eval
+from nemo_train.nemo.zero_shot import tiny_random_clip
 
 pytestmark = pytest.mark.fault
 

@@ -16,7 +16,8 @@ from datamodules.captions import VOCABULARIES
 from nemo_train.errors import UserInputError
 from nemo_train.models.loading import check_classifier_file
 from nemo_train.nemo.benchmark import SYNTHETIC
-from nemo_train.nemo.classifiers import ClassMapping, Target, TimmTarget, ZeroShotTarget, load_checkpoint_target
+from nemo_train.nemo.classifiers import ClassMapping, Target, TimmTarget, load_checkpoint_target
+from nemo_train.nemo.zero_shot import ZeroShotTarget
 from nemo_train.store import file_digest
 
 
