@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
@@ -34,6 +35,15 @@ def check_threshold(threshold: float) -> float:
     if not 0.0 < threshold < 1.0:
         raise UserInputError(f"competency threshold={threshold} is out of range; expected a value in (0, 1)")
     return threshold
+
+
+def damaged_estimator(path: Path, err: BaseException) -> UserInputError:
+    """The one-line error for a saved estimator file that cannot be read (cut short, or not what ``save`` writes)."""
+    reason = " ".join(str(err).split())[:120] or type(err).__name__
+    return UserInputError(
+        f"saved PaRCE estimator file {str(path)!r} is damaged ({reason}); delete it (with the other parce.* files "
+        "beside it) to calibrate the estimator again, or rerun with another out_dir"
+    )
 
 
 def parce_score(
@@ -260,12 +270,23 @@ class PaRCE(nn.Module):
             raise UserInputError(
                 f"no saved PaRCE estimator in {str(folder)!r} (expected parce.json and parce.safetensors)"
             )
-        meta = json.loads(meta_path.read_text())
-        tensors = load_file(str(tensor_path), device=str(map_location))
-        autoencoder = CompetencyAutoencoder(**meta["autoencoder"])
-        autoencoder.load_state_dict(
-            {k.removeprefix("autoencoder."): v for k, v in tensors.items() if k.startswith("autoencoder.")}
-        )
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            if not isinstance(meta, dict) or not isinstance(meta.get("autoencoder"), dict):
+                raise ValueError("not the JSON object save writes")
+        except (UnicodeDecodeError, ValueError) as err:  # JSONDecodeError is a ValueError
+            raise damaged_estimator(meta_path, err) from None
+        try:
+            tensors = load_file(str(tensor_path), device=str(map_location))
+            autoencoder = CompetencyAutoencoder(**meta["autoencoder"])
+            autoencoder.load_state_dict(
+                {k.removeprefix("autoencoder."): v for k, v in tensors.items() if k.startswith("autoencoder.")}
+            )
+            for key in ("class_means", "class_stds"):
+                if key not in tensors:
+                    raise KeyError(key)
+        except (SafetensorError, RuntimeError, KeyError, TypeError, ValueError) as err:
+            raise damaged_estimator(tensor_path, err) from None
         estimator = cls(classifier, autoencoder, meta["num_classes"], meta["threshold"], meta["loss_scale"])
         estimator.class_means.copy_(tensors["class_means"])
         estimator.class_stds.copy_(tensors["class_stds"])

@@ -4,6 +4,12 @@
 batches (``images_per_batch`` at a time), and caches every value by (model identities, generator,
 condition, n, seed): in memory, and in a JSON file when ``cache_file`` is given, so a rerun or a
 second explainer never renders a condition twice.
+
+On several processes (:func:`~nemo_train.sharding.current_ranks`) the first process drives the run and the others
+serve it (:meth:`DiffModel.serve`): each sweep (the conditions not yet cached, in the order asked) is sent to all,
+each process measures every ``world_size``-th condition, and every process receives every value. A condition's
+images depend on (condition, n, seed) only and each image is classified on its own, so its value does not depend
+on which process measured it or which conditions shared its batch; the first process alone writes the cache file.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import torch
 from nemo_train.differences.conditions import Condition
 from nemo_train.differences.generators import ConditionalGenerator
 from nemo_train.differences.models import ComparedModel
+from nemo_train.sharding import Ranks, current_ranks
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +64,9 @@ class DiffModel:
         n: samples per condition.
         seed: sampling seed (a condition's images depend on (condition, n, seed) only).
         images_per_batch: images rendered and classified at once.
-        cache_file: JSON file keeping computed values across runs (``None``: memory only).
+        cache_file: JSON file keeping computed values across runs (``None``: memory only); read and written by
+            the first process only.
+        ranks: the processes sharing the sweeps (default: those of the command being run).
     """
 
     def __init__(
@@ -69,13 +78,15 @@ class DiffModel:
         seed: int = 0,
         images_per_batch: int = 4096,
         cache_file: str | Path | None = None,
+        ranks: Ranks | None = None,
     ) -> None:
+        self.ranks = ranks or current_ranks()
         self.model_a, self.model_b, self.generator = model_a, model_b, generator
         self.n, self.seed, self.images_per_batch = n, seed, images_per_batch
         self.prefix = f"{model_a.identity}|{model_b.identity}|{generator.identity}|n={n}|seed={seed}|"
         self.cache_file = Path(cache_file) if cache_file else None
         self.cache: dict[str, tuple[float, float]] = {}
-        if self.cache_file is not None and self.cache_file.is_file():
+        if self.cache_file is not None and self.cache_file.is_file() and self.ranks.is_main:
             self.cache = read_cache(self.cache_file)
         self.images_generated = 0
 
@@ -87,8 +98,25 @@ class DiffModel:
         and classifies one condition at a time (the benchmark's reference)."""
         todo = list(dict.fromkeys(c for c in conditions if self._key(c) not in self.cache))
         per_chunk = max(1, self.images_per_batch // self.n) if batched else 1
-        for start in range(0, len(todo), per_chunk):
-            chunk = todo[start : start + per_chunk]
+        if todo:
+            if self.ranks.world_size > 1:
+                self.ranks.on_main(lambda: (todo, per_chunk))  # the sweep, to the processes in :meth:`serve`
+                found = {
+                    k: v for part in self.ranks.all_gather(self._measure(todo, per_chunk)) for k, v in part.items()
+                }
+            else:
+                found = self._measure(todo, per_chunk)
+            for condition in todo:  # in the order asked, as a one-process run fills the cache
+                self.cache[self._key(condition)] = found[self._key(condition)]
+            self.save()
+        return [Observation(c, *self.cache[self._key(c)]) for c in conditions]
+
+    def _measure(self, todo: list[Condition], per_chunk: int) -> dict[str, tuple[float, float]]:
+        """Accuracies of this process's share of ``todo`` (all of it on one process), ``per_chunk`` conditions
+        rendered and classified at once."""
+        mine, found = self.ranks.shard(todo), {}
+        for start in range(0, len(mine), per_chunk):
+            chunk = mine[start : start + per_chunk]
             images, labels = self.generator.generate(chunk, self.n, self.seed)
             self.images_generated += len(images)
             correct_a = self._correct(self.model_a, images, labels)
@@ -96,10 +124,20 @@ class DiffModel:
             acc_a = correct_a.view(len(chunk), -1).float().mean(1).tolist()
             acc_b = correct_b.view(len(chunk), -1).float().mean(1).tolist()
             for condition, a, b in zip(chunk, acc_a, acc_b):
-                self.cache[self._key(condition)] = (a, b)
-        if todo:
-            self.save()
-        return [Observation(c, *self.cache[self._key(c)]) for c in conditions]
+                found[self._key(condition)] = (a, b)
+        return found
+
+    def serve(self) -> None:
+        """On every process but the first: measure this process's share of each sweep the first one starts, until
+        it calls :meth:`stop`."""
+        while (sweep := self.ranks.on_main(lambda: None)) is not None:
+            todo, per_chunk = sweep
+            self.ranks.all_gather(self._measure(todo, per_chunk))
+
+    def stop(self) -> None:
+        """On the first process: release the processes serving in :meth:`serve` (nothing on one process)."""
+        if self.ranks.world_size > 1 and self.ranks.is_main:
+            self.ranks.on_main(lambda: None)
 
     def _correct(self, model: ComparedModel, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         preds = torch.cat([model.predict(part) for part in images.split(self.images_per_batch)])
@@ -110,7 +148,7 @@ class DiffModel:
         return np.array([o.diff for o in self.observe(conditions)], dtype=float)
 
     def save(self) -> None:
-        if self.cache_file is not None:
+        if self.cache_file is not None and self.ranks.is_main:
             self.cache_file.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.cache_file.with_suffix(".tmp")
             tmp.write_text(json.dumps(self.cache))

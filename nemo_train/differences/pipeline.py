@@ -29,6 +29,7 @@ from nemo_train.differences.report import DifferencesResult, MethodScore, log_wa
 from nemo_train.differences.summarizers import Summarizer, TreeSummarizer
 from nemo_train.errors import UserInputError
 from nemo_train.runs import Device, OutDir, Seed, run_command
+from nemo_train.sharding import Strategy, current_ranks
 
 log = logging.getLogger(__name__)
 
@@ -185,8 +186,12 @@ def run_differences(
     heatmap_grid: bool = True,
     wandb: bool = False,
     quiet: bool = False,
-) -> DifferencesResult:
-    """Run the explainers and score them; write ``results.json`` and figures under ``out_dir``."""
+) -> DifferencesResult | None:
+    """Run the explainers and score them; write ``results.json`` and figures under ``out_dir``.
+
+    On several processes (:func:`~nemo_train.sharding.current_ranks`) the first one runs the explainers and
+    writes everything; the others only measure their share of each Diff_Model sweep and return ``None``.
+    """
     methods = list(methods or ["raw_differences", "summarization", "optimization"])
     sampling, protocol = sampling or SamplingArgs(), protocol or ProtocolArgs()
     optimization = optimization or OptimizationArgs()
@@ -194,19 +199,47 @@ def run_differences(
     evaluator, summarizer, explorer = (explainers or Explainers()).resolved()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for part in (evaluator, summarizer, explorer):  # language models cache replies under out_dir unless given one
-        if getattr(part, "backend", None) is not None:
-            part.backend.attach_cache(out_dir / "llm_cache")
     dev = _device(device)
     for model in (model_a, model_b):
         model.prepare(out_dir, dev)
-    space, task = generator.space, generator.task_description
-    for part in (evaluator, summarizer, explorer):
-        part.bind(space, task)
     diff_model = DiffModel(
         model_a, model_b, generator, sampling.samples_per_condition, sampling.seed, sampling.images_per_batch,
-        cache_file=out_dir / "diff_model_cache.json",
+        cache_file=out_dir / "diff_model_cache.json", ranks=current_ranks(),
     )  # fmt: skip
+    if not diff_model.ranks.is_main:
+        diff_model.serve()
+        return None
+    try:
+        return _explain(
+            diff_model, (evaluator, summarizer, explorer), methods, sampling, protocol, optimization, human, out_dir,
+            heatmap_grid, wandb, quiet,
+        )  # fmt: skip
+    finally:
+        diff_model.stop()  # the other processes return, also when this one fails
+
+
+def _explain(
+    diff_model: DiffModel,
+    parts: tuple[Evaluator, Summarizer, Explorer],
+    methods: list[str],
+    sampling: SamplingArgs,
+    protocol: ProtocolArgs,
+    optimization: OptimizationArgs,
+    human: str | None,
+    out_dir: Path,
+    heatmap_grid: bool,
+    wandb: bool,
+    quiet: bool,
+) -> DifferencesResult:
+    """Everything after the models are loaded, on the first process: explainers, scores, figures, ``results.json``."""
+    evaluator, summarizer, explorer = parts
+    generator = diff_model.generator
+    for part in parts:  # language models cache replies under out_dir unless given one
+        if getattr(part, "backend", None) is not None:
+            part.backend.attach_cache(out_dir / "llm_cache")
+    space, task = generator.space, generator.task_description
+    for part in parts:
+        part.bind(space, task)
     test, observed = _test_and_observed(generator, protocol, explorer, sampling.seed)
     test_diffs = diff_model(test)
 
@@ -296,7 +329,10 @@ def differences(
     heatmap_grid: bool = True,
     wandb: bool = False,
     seed: Seed = 0,
-) -> DifferencesResult:
+    devices: int = 1,
+    num_nodes: int = 1,
+    strategy: Strategy = "auto",
+) -> DifferencesResult | None:
     """Explain how two vision models differ (Raw Differences, Summarization, Optimization) and score it.
 
     Args:
@@ -316,6 +352,10 @@ def differences(
 
     Writes ``results.json``, the figures and the Diff_Model cache under ``out_dir``; with ``wandb`` the tables and
     figures are logged too (``sampling.seed`` draws the conditions).
+
+    With ``devices`` > 1 (or several nodes) the processes split every Diff_Model sweep (test and observed
+    conditions, explored conditions, the heat-map grid) condition by condition; process 0 runs the explainers and
+    writes everything a one-process run writes, with the same numbers (the others return ``None``).
     """
     model_a, model_b = model_pair(targets)  # checked before anything is written
     explainers = Explainers(evaluator, summarizer, explorer)

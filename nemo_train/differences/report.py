@@ -85,6 +85,7 @@ def print_result(result: DifferencesResult, title: str) -> None:
 def log_wandb(result: DifferencesResult, attributions: dict[str, Attribution], out_dir: Path, run_name: str) -> None:
     """Results, per-iteration explanations and scores, heat map, attribution and token-ratio plots."""
     import wandb  # heavy; only when logging
+
     from nemo_train.loggers import init_run
 
     # the run the command opened (nemo_train.runs: quiet, redacted, no command line); else one like it

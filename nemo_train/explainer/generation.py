@@ -26,6 +26,7 @@ from datamodules.explanations import (
     to_pil,
 )
 from nemo_train.artefacts import path_digest, source_identity
+from nemo_train.backends.student import check_adapter_folder
 from nemo_train.errors import UserInputError
 from nemo_train.explainer.module import ExplainerModule
 from nemo_train.explainer.report import print_accuracy_table
@@ -42,6 +43,7 @@ def load_explainer(model: str | Path | ExplainerModule, merge: bool = False) -> 
         model.configure_model()
         return model
     if is_explainer_folder(model):
+        check_adapter_folder(model, "model")
         return ExplainerModule.from_adapter(model, merge=merge)
     module = ExplainerModule(model_name_or_path=str(model))  # a fresh LoRA starts at zero: the base model's answers
     module.configure_model()
@@ -293,6 +295,8 @@ def explain(
         generation: generation settings (:class:`GenerationArgs`).
     """
     check_generation(generation)
+    if is_explainer_folder(model):  # a missing or damaged adapter file: one line before any image is read
+        check_adapter_folder(model, "model")
     records = _records(pairs, images, counterfactuals)
     show_cf = prompting.counterfactual != "hide"
     for record in records:

@@ -29,7 +29,7 @@ from nemo_train.lbee.encoders import Encoder, SyntheticCLIP
 from nemo_train.lbee.outputs import place_outputs
 from nemo_train.lbee.partition import partition_precision
 from nemo_train.lbee.plots import beta_sweep_plot, cluster_grid
-from nemo_train.lbee.relevance import AttributeRelevance, Relevance
+from nemo_train.lbee.relevance import AttributeRelevance, Relevance, VQARelevance
 from nemo_train.lbee.report import print_sentence_table
 from nemo_train.lbee.search import FailureModeSearch, MethodScores, beta_sweep, evaluate
 from nemo_train.lbee.sentences import AttributeSentences, SentenceSource
@@ -220,6 +220,8 @@ def lbee(
     batch by batch; process 0 gathers them, clusters, scores and writes everything (the others return ``None``).
     """
     check_classifier(classifier)  # before anything is written
+    if isinstance(relevance, VQARelevance):
+        relevance.check_backends()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     encoder = encoder or SyntheticCLIP()

@@ -54,12 +54,20 @@ class VQARelevance:
     """
 
     def __init__(self, backends: Sequence[ChatBackend], max_tokens: int = 8) -> None:
-        if not backends:
-            raise UserInputError("VQA relevance needs at least one backend")
+        # an empty list is refused by check_backends (called by lbee before any work, and before answering): an
+        # error raised here would reach the command line inside the config parser's list of every type it tried
         self.backends, self.max_tokens = list(backends), max_tokens
         self.malformed = 0
         #: per backend model: (questions failed, questions not asked, first error)
         self.failures: dict[str, tuple[int, int, str]] = {}
+
+    def check_backends(self) -> None:
+        """A one-line error when no backend is given."""
+        if not self.backends:
+            raise UserInputError(
+                "relevance.init_args.backends is empty; VQA relevance needs at least one multimodal chat backend "
+                "(e.g. an OpenAICompatibleBackend)"
+            )
 
     def _ask(self, backend: ChatBackend, conversations: list) -> list[str | None]:
         """Each conversation's reply, ``None`` where its request failed for good or was not asked (recorded in
@@ -111,6 +119,7 @@ class VQARelevance:
 
     def __call__(self, sentences: SentenceSet, images: torch.Tensor, attrs: dict[str, torch.Tensor]) -> torch.Tensor:
         """``Gamma``: attribute conditions where a sentence has them, the backends' AND elsewhere."""
+        self.check_backends()
         known = torch.tensor(sentences.known(), dtype=torch.bool)
         out = torch.ones(len(images), len(sentences), dtype=torch.bool)
         if known.any():

@@ -116,7 +116,16 @@ class FileSentences:
         path = Path(self.path)
         if not path.is_file():
             raise UserInputError(f"sentence file {self.path!r} does not exist")
-        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+        data = path.read_bytes()
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as err:
+            line = data[: err.start].count(b"\n") + 1
+            raise UserInputError(
+                f"sentence file {self.path}:{line} is not UTF-8 text (byte {err.start}); "
+                "expected one sentence per line, saved as UTF-8"
+            ) from None
+        lines = [line.strip() for line in text.splitlines()]
         texts = list(dict.fromkeys(line for line in lines if line and not line.startswith("#")))
         return SentenceSet(texts, None, source=f"user ({path.name})")
 

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import wandb
+
 from nemo_train.console import print_table
 from nemo_train.loggers import init_run
 from nemo_train.metrics.nemo import score_mean

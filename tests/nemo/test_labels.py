@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import wandb
+
 from nemo_train.backends import ScriptedBackend
 from nemo_train.nemo.judges import GroundedJudge, KeywordJudge, LLMJudge
 from nemo_train.nemo.labels import match_key, match_label, stand_in_judges

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from distributed_runs import kill_mid_run
 
 from nemo_train.sharding import shard_paths
 
@@ -79,29 +78,7 @@ def test_two_processes_give_the_one_process_rows_and_table(model_a_checkpoint, o
 def test_a_killed_two_process_run_resumes_on_one_process(model_a_checkpoint, one_process, tmp_path):
     reference, _ = one_process
     out = tmp_path / "killed"
-    proc = subprocess.Popen(
-        command(model_a_checkpoint, out, 2),
-        env=ENV,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    deadline = time.time() + 300
-    written = 0
-    while time.time() < deadline and proc.poll() is None:
-        shards = shard_paths(out / "results.jsonl")
-        written = sum(p.read_bytes().count(b"\n") for p in shards)
-        if len(shards) == 2 and written >= 8:
-            break
-        time.sleep(0.05)
-    assert proc.poll() is None, "the run finished before it could be killed"
-    children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
-    for pid in children:  # first one rank, then the whole job
-        os.kill(int(pid), signal.SIGKILL)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    left = {json.loads(line)["key"] for p in shard_paths(out / "results.jsonl") for line in p.read_text().splitlines()}
+    left = kill_mid_run(command(model_a_checkpoint, out, 2), ENV, ROOT, out / "results.jsonl", min_lines=8)
     assert 8 <= len(left) < TOTAL
 
     done = run(command(model_a_checkpoint, out, 1))

@@ -28,7 +28,7 @@ from typing import Literal
 from jsonargparse.typing import PositiveInt
 
 from nemo_train.artefacts import path_digest
-from nemo_train.backends.student import StudentBackend
+from nemo_train.backends.student import StudentBackend, check_adapter_folder
 from nemo_train.console import print_table
 from nemo_train.errors import UserInputError
 from nemo_train.metrics.nemo import score_mean
@@ -170,8 +170,13 @@ def distill_eval(
     each row's pending errors into ``results.rank-<r>.jsonl``, and process 0 merges them and prints the table
     (the others return ``None``).
     """
-    if not Path(student).is_dir():
+    if not Path(student).exists():
         raise UserInputError(f"student adapter folder {student!r} does not exist; run the distilled explainer's fit")
+    check_adapter_folder(student, "student")
+    if not targets:
+        raise UserInputError(
+            "targets is empty; give at least one classifier checkpoint (the one the student was distilled on first)"
+        )
     specs = [as_spec(t) for t in targets]
     for spec in specs:
         spec.check()

@@ -1,0 +1,104 @@
+"""``differences --devices 2``: two processes (Lightning Fabric, gloo on CPU) split every Diff_Model sweep condition
+by condition (test and observed conditions, the explored ones, the heat-map grid); the first runs the explainers,
+and the run equals the one-process run (same results.json, same table, same Diff_Model cache)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import lightning as L
+import pytest
+
+from nemo_train.differences.diff_model import DiffModel
+from nemo_train.differences.generators import CMNIST_SPACE, CMNISTGenerator
+from nemo_train.differences.models import LightningClassifier
+from nemo_train.models import ClassifierModule
+from nemo_train.sharding import Ranks
+
+ROOT = Path(__file__).resolve().parents[2]
+NEMO_TRAIN = str(Path(sys.executable).with_name("nemo-train"))
+ENV = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+
+
+class RankOf(Ranks):
+    """One process's view of a run of ``world_size`` processes (only its share of a sweep is measured)."""
+
+    def __init__(self, rank: int, world_size: int) -> None:
+        super().__init__()
+        self._rank, self._world_size = rank, world_size
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def world_size(self) -> int:
+        return self._world_size
+
+
+def test_shares_of_a_sweep_are_disjoint_and_equal_the_whole_sweep(tmp_path):
+    pair = []
+    for seed in (0, 1):
+        L.seed_everything(seed, verbose=False)
+        pair.append(LightningClassifier.from_module(f"m{seed}", ClassifierModule(backbone="bias_cnn", num_classes=10)))
+    generator, conditions = CMNISTGenerator(), CMNIST_SPACE.grid()[::13]
+    whole = DiffModel(*pair, generator, n=3, images_per_batch=300, ranks=Ranks())  # one chunk of 100 conditions
+    values = {o.condition: (o.acc_a, o.acc_b) for o in whole.observe(conditions)}
+    shares = [DiffModel(*pair, generator, n=3, images_per_batch=12, ranks=RankOf(r, 2)) for r in (0, 1)]
+    measured = [share._measure(conditions, per_chunk=4) for share in shares]  # other batches, other neighbours
+    assert [len(m) for m in measured] == [50, 50] and not set(measured[0]) & set(measured[1])
+    assert {**measured[0], **measured[1]} == {whole._key(c): v for c, v in values.items()}
+    assert len(set(values.values())) > 1  # the values differ from condition to condition
+
+
+@pytest.fixture(scope="module")
+def targets(tmp_path_factory, lightning_checkpoint) -> str:
+    """Two untrained CMNIST classifiers (their accuracies differ condition by condition)."""
+    folder = tmp_path_factory.mktemp("pair")
+    paths = []
+    for name, seed in (("model_a", 0), ("model_b", 1)):
+        L.seed_everything(seed, verbose=False)
+        module = ClassifierModule(backbone="bias_cnn", num_classes=10, lr=1e-3)
+        paths.append(lightning_checkpoint(module, folder / name / "checkpoints" / "best.ckpt"))
+    return f"[{paths[0]}, {paths[1]}]"
+
+
+def run(targets: str, out: Path, devices: int) -> str:
+    args = [
+        NEMO_TRAIN, "differences", "--config", str(ROOT / "configs/differences/cmnist.yaml"), "--out_dir", str(out),
+        "--wandb", "false", "--device", "cpu", "--targets", targets, "--devices", str(devices),
+        "--sampling.samples_per_condition", "2", "--sampling.images_per_batch", "50",  # several chunks per process
+        "--protocol.test_conditions", "16", "--protocol.observed_conditions", "9",
+        "--protocol.attribution_questions", "4", "--optimization.iterations", "2",
+        "--optimization.conditions_per_iteration", "3", "--optimization.initial_conditions", "5",
+    ]  # fmt: skip
+    done = subprocess.run(args, capture_output=True, text=True, timeout=600, env=ENV, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def results(out: Path) -> dict:
+    saved = json.loads((out / "results.json").read_text())
+    saved.pop("files")  # paths under each run's own folder
+    return saved
+
+
+@pytest.mark.slow
+def test_two_processes_give_the_one_process_result(targets, tmp_path):
+    one_stdout = run(targets, tmp_path / "one", 1)
+    two_stdout = run(targets, tmp_path / "two", 2)
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert results(two) == results(one)
+    assert [r["method"] for r in results(one)["rows"]] == ["raw_differences", "summarization", "optimization"]
+    title = "Model differences"
+    assert two_stdout[two_stdout.index(title) :] == one_stdout[one_stdout.index(title) :]
+    assert two_stdout.count(title) == 1  # only the first process prints
+    cache = json.loads((one / "diff_model_cache.json").read_text())
+    assert len(cache) == 1300  # the heat map measured the whole digit x colour x angle grid
+    assert (two / "diff_model_cache.json").read_text() == (one / "diff_model_cache.json").read_text()
+    assert (two / "heatmap.png").is_file() and not list(two.glob("*.tmp"))
+    assert json.loads((two / "provenance.json").read_text())["world_size"] == 2
