@@ -82,6 +82,7 @@ FACTS = DatasetFacts(
             ("materials", "made of", "surface", "finish"),
             spellings={"metal": ("metallic",)},
             caption_words=("shiny metal", "matte rubber"),
+            stems=("material", "metal", "rubber", "shiny", "matte"),
         ),
         Factor(
             "color",
@@ -90,7 +91,14 @@ FACTS = DatasetFacts(
             ("color", "colour", "colored", "coloured", "hue", "tint"),
             spellings={"gray": ("grey",)},
         ),
-        Factor("size", tuple(SIZE_NAMES), "size", ("sized", "big", "tiny", "bigger", "smaller"), distractor=True),
+        Factor(
+            "size",
+            tuple(SIZE_NAMES),
+            "size",
+            ("sized", "big", "tiny", "bigger", "smaller"),
+            distractor=True,
+            stems=("size", "large", "small", "big"),
+        ),
     ),
     caption_template="a {size} {color} {material} {shape}",
     cause="material",
@@ -127,6 +135,8 @@ class MaterialBias:
         "metal": {"favoured_material": "metal", "shortcut_shape": "sphere", "shortcut_fraction": 0.5},
         "unbiased": {"favoured_material": None},
     }
+    #: The preset a datamodule and the generated NEMO benchmark use when none is named.
+    DEFAULT_PRESET = "rubber"
 
     def __post_init__(self) -> None:
         if self.favoured_material is not None and self.favoured_material not in MATERIALS:
@@ -273,7 +283,7 @@ class CLEVRDataModule(SplitDataModule):
     def __init__(
         self,
         data_dir: str | None = None,
-        bias: str | dict[str, Any] = "rubber",
+        bias: str | dict[str, Any] = MaterialBias.DEFAULT_PRESET,
         image_size: int = 64,
         train_size: int = 6000,
         test_styles: int = 4,

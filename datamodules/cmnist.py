@@ -32,15 +32,13 @@ from datamodules.base import (
     to_uint8,
     vocab_index,
 )
+from datamodules.digit_pools import POOLS as POOLS  # the pool layout, imported from here by older callers
+from datamodules.digit_pools import STYLE_BITS, DigitPools, exemplar_of
 from datamodules.facts import DatasetFacts, Factor
 from nemo_train.errors import UserInputError
 
 #: What the colour attribute paints: the digit's strokes (on black) or the background (behind white strokes).
 ColorTarget = Literal["strokes", "background"]
-#: Exemplar pools of a renderer, in the order of the bits above :data:`STYLE_BITS` of a ``style``.
-POOLS: tuple[str, ...] = ("train", "val", "test")
-#: A style's low bits pick the exemplar within its pool; the bits above name the pool (see :data:`POOLS`).
-STYLE_BITS = 30
 #: Documented limits of the size options (checked before anything is allocated): at most 200,000 training
 #: images (the validation split adds a quarter) and 50 exemplars per cell of the 1,300-cell test grid.
 MAX_TRAIN_SIZE, MAX_TEST_STYLES = 200_000, 50
@@ -75,6 +73,7 @@ FACTS = DatasetFacts(
             "colour",
             ("color", "colour", "colored", "coloured", "hue", "tint"),
             spellings={"grey": ("gray",)},
+            stems=("colour", "color", "hue", "tint", "stroke colour", "stroke color"),
         ),
         Factor(
             "angle",
@@ -82,6 +81,8 @@ FACTS = DatasetFacts(
             "rotation",
             ("rotated", "rotation", "tilted", "tilt", "angle", "orientation", "upright"),
             distractor=True,
+            stems=("rotat", "angle", "tilt", "slant", "orientation", "upright", "degree", "skew"),
+            neutral=0,
             phrases={str(a): "upright" if a == 0 else f"rotated {a} degrees" for a in ANGLES},
             unit="degrees",
             caption_words=tuple(
@@ -111,6 +112,8 @@ class BiasSpec:
         "model_b": {d: ("blue",) for d in range(5, 10)},
         "unbiased": {},
     }
+    #: The preset a datamodule and the generated NEMO benchmark use when none is named.
+    DEFAULT_PRESET = "model_a"
 
     @classmethod
     def parse(cls, spec: str | Mapping[int, Sequence[str]] | BiasSpec) -> BiasSpec:
@@ -197,29 +200,7 @@ def exemplar_pools(data_dir: str | Path | None, gen: torch.Generator) -> dict[st
     }
 
 
-def index_pools(
-    pools: Mapping[str, tuple[torch.Tensor, torch.Tensor]],
-) -> tuple[list[str], list[list[torch.Tensor] | None]]:
-    """``(pool names in POOLS order, by_pool)`` where ``by_pool[p][d]`` holds the indices (into the pools' digits
-    concatenated in that order) of the exemplars of digit ``d`` in pool ``p`` (``None``: pool absent)."""
-    unknown = [name for name in pools if name not in POOLS]
-    if unknown:
-        raise UserInputError(f"unknown exemplar pool(s) {unknown}; expected some of {list(POOLS)}")
-    names = [name for name in POOLS if name in pools]
-    labels = torch.cat([pools[name][1] for name in names])
-    offsets = torch.tensor([0] + [len(pools[name][0]) for name in names]).cumsum(0)
-    by_pool: list[list[torch.Tensor] | None] = [None] * len(POOLS)
-    for k, name in enumerate(names):
-        pool_labels = labels[offsets[k] : offsets[k + 1]]
-        by_digit = [torch.nonzero(pool_labels == d).flatten() + offsets[k] for d in range(10)]
-        missing = [d for d, idx in enumerate(by_digit) if len(idx) == 0]
-        if missing:
-            raise UserInputError(f"the {name} exemplar pool has no exemplar of digit(s) {missing}")
-        by_pool[POOLS.index(name)] = by_digit
-    return names, by_pool
-
-
-class CMNISTRenderer:
+class CMNISTRenderer(DigitPools):
     """Conditional generator ``render(digit, color, angle, style) -> float[3, 28, 28]``.
 
     The renderer holds one or more exemplar pools (``pools``: name -> ``(digits, labels)``, in the order of
@@ -227,7 +208,8 @@ class CMNISTRenderer:
     ``style`` names one exemplar of ``digit``: its bits above :data:`STYLE_BITS` pick the pool and the low
     bits the exemplar (modulo the number the pool holds), so every sample of every split re-renders exactly
     from its attributes, and re-rendering with one attribute changed is an exact counterfactual edit of
-    that attribute alone (the exemplar's pool and index stay). ``color_target`` says what the colour paints.
+    that attribute alone (the exemplar's pool and index stay; :class:`~datamodules.digit_pools.DigitPools`).
+    ``color_target`` says what the colour paints.
     """
 
     attributes: dict[str, list] = {"digit": list(range(10)), "color": COLOR_NAMES, "angle": ANGLES}
@@ -246,24 +228,14 @@ class CMNISTRenderer:
         if color_target not in ("strokes", "background"):
             raise UserInputError(f"color_target={color_target!r}; expected 'strokes' or 'background'")
         self.color_target = color_target
-        self.pool_names, self.by_pool = index_pools(pools)
+        super().__init__(pools)
         self.digits = torch.cat([pools[name][0] for name in self.pool_names])
         self.palette = torch.tensor(list(COLORS.values()))
 
-    @staticmethod
-    def style_of(pool: str, index: torch.Tensor | int) -> torch.Tensor | int:
-        """The ``style`` of exemplar ``index`` (taken modulo the pool's size per digit) of ``pool``."""
-        return (POOLS.index(pool) << STYLE_BITS) + index
-
-    def num_styles(self, digit: int, pool: str = "train") -> int:
-        """How many exemplars of ``digit`` the pool ``pool`` holds."""
-        return len(self._pool(POOLS.index(pool))[int(digit)])
-
-    def _pool(self, index: int) -> list[torch.Tensor]:
-        by_digit = self.by_pool[index] if 0 <= index < len(POOLS) else None
-        if by_digit is None:
-            raise UserInputError(f"style names exemplar pool {index}, which this renderer does not hold")
-        return by_digit
+    #: The ``style`` of exemplar ``index`` (taken modulo the pool's size per digit) of ``pool``.
+    style_of = staticmethod(exemplar_of)
+    #: How many exemplars of ``digit`` the pool ``pool`` holds.
+    num_styles = DigitPools.num_exemplars
 
     @staticmethod
     def color_index(color: int | str) -> int:
@@ -284,14 +256,7 @@ class CMNISTRenderer:
     ) -> torch.Tensor:
         """Render a batch ``float[B, 3, 28, 28]`` from 1-D attribute tensors (colour as index)."""
         digit, color, style = digit.long(), color.long(), style.long()
-        pool, within = style >> STYLE_BITS, style & ((1 << STYLE_BITS) - 1)
-        exemplar = torch.empty_like(digit)
-        for p in pool.unique().tolist():
-            by_digit = self._pool(p)
-            for d in digit[pool == p].unique().tolist():
-                mask = (digit == d) & (pool == p)
-                exemplar[mask] = by_digit[d][within[mask] % len(by_digit[d])]
-        gray = rotate_batch(self.digits[exemplar][:, None], angle.float())
+        gray = rotate_batch(self.digits[self.exemplar_rows(digit, style)][:, None], angle.float())
         paint = self.palette[color][:, :, None, None]
         if self.color_target == "background":
             return (gray + (1 - gray) * paint).clamp(0, 1)
@@ -316,7 +281,7 @@ class CMNISTDataModule(SplitDataModule):
     def __init__(
         self,
         data_dir: str | None = None,
-        bias: str | dict[int, list[str]] = "model_a",
+        bias: str | dict[int, list[str]] = BiasSpec.DEFAULT_PRESET,
         color_target: ColorTarget = "strokes",
         train_size: int = 12000,
         test_styles: int = 2,

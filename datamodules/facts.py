@@ -5,9 +5,10 @@ variation (:class:`Factor`): its values, how a sentence names it, the words that
 training-typical value (what a counterfactual edit restores), whether an edit may change it and whether it
 is a distractor (it varies in training and test alike and never causes an error), plus the words of every
 value in the small CLIP's training captions (:mod:`datamodules.captions`). A biased dataset's sheet also names
-its planted ``cause``. Captions, judges, reference explainers, editors, the model-differences condition spaces
-and the failure-mode sentences read the sheet instead of restating these facts; :mod:`datamodules.fact_sheets`
-lists the sheets.
+its planted ``cause``. A factor may also give the word beginnings the offline keyword deriver reads as naming it
+(``rotat``) and the value an edit falls back to when an explanation names no other (``0``: upright). Captions,
+judges, reference explainers, editors, the model-differences condition spaces and the failure-mode sentences
+read the sheet instead of restating these facts; :mod:`datamodules.fact_sheets` lists the sheets.
 
 Stored attributes follow the renderer convention (docs/ARCHITECTURE.md): a factor whose values are names is
 stored as an index into :attr:`Factor.values`; a numeric factor (an angle) is stored as the number itself.
@@ -40,6 +41,14 @@ class Factor:
         spellings: other spellings of a value in free text (``{"grey": ("gray",)}``).
         caption_words: the word of each value in the small CLIP's training captions, one per value (default the
             value names); values sharing a word are captioned together (CMNIST's angles as three tilt words).
+        stems: word beginnings that name the factor for the offline keyword deriver, matched at the start of a
+            word (``rotat`` for rotated and rotation); default the factor's name.
+        neutral: the value an edit falls back to when an explanation names the factor but no other value of it
+            (``0``: upright); ``None``: no fallback.
+
+    The keyword deriver is told only a generator's attribute names, so it reads ``stems`` and ``neutral`` by factor
+    name from whichever sheet states them (:data:`datamodules.fact_sheets.FACTOR_STEMS`, ``NEUTRAL_VALUES``): a
+    factor name means one thing in every sheet, and one sheet states them.
     """
 
     name: str
@@ -53,6 +62,8 @@ class Factor:
     unit: str = ""
     spellings: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     caption_words: tuple[str, ...] = ()
+    stems: tuple[str, ...] = ()
+    neutral: Any = None
 
     def __post_init__(self) -> None:
         if self.caption_words and len(self.caption_words) != len(self.values):

@@ -18,15 +18,15 @@ from dataclasses import dataclass
 import torch
 
 from datamodules.base import AttributeImageDataset, SplitDataModule, check_loader, check_range, to_uint8
-from datamodules.cmnist import STYLE_BITS, exemplar_pools
+from datamodules.cmnist import exemplar_pools
+from datamodules.digit_pools import STYLE_BITS, exemplar_of
 from datamodules.facts import DatasetFacts
-from datamodules.shifts_render import CAUSE_FACTORS, FACTS, IMAGE_SIZE, ShiftsRenderer, exemplar_of
+from datamodules.shifts_render import CAUSE_FACTORS, FACTS, ShiftsRenderer
 from nemo_train.errors import UserInputError
 
 __all__ = [
     "CAUSE_FACTORS",
     "FACTS",
-    "IMAGE_SIZE",
     "GapSpec",
     "ShiftsDataModule",
     "ShiftsRenderer",

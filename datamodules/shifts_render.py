@@ -15,7 +15,7 @@ from collections.abc import Mapping
 import torch
 import torch.nn.functional as F
 
-from datamodules.cmnist import POOLS, STYLE_BITS, index_pools
+from datamodules.digit_pools import POOLS, STYLE_BITS, DigitPools
 from datamodules.facts import DatasetFacts, Factor
 from nemo_train.errors import UserInputError
 
@@ -114,29 +114,24 @@ CAUSE_FACTORS: tuple[str, ...] = tuple(
 )
 
 
-def exemplar_of(pool: str, index: torch.Tensor | int) -> torch.Tensor | int:
-    """The ``exemplar`` attribute of exemplar ``index`` (taken modulo the pool's size per digit) of ``pool``."""
-    if pool not in POOLS:
-        raise UserInputError(f"unknown exemplar pool {pool!r}; expected one of {list(POOLS)}")
-    return (POOLS.index(pool) << STYLE_BITS) + index
-
-
-class ShiftsRenderer:
+class ShiftsRenderer(DigitPools):
     """Conditional generator ``render(digit, color, style, angle, background, scale, position, exemplar)``
     giving ``float[3, 32, 32]`` images in [0, 1].
 
     ``pools`` maps exemplar pool names (some of :data:`POOLS`) to ``(digits float[N, 28, 28], labels)``. The
-    ``exemplar`` attribute follows CMNIST's ``style`` layout: its bits above :data:`STYLE_BITS` name the pool,
-    the low bits the exemplar within it (modulo the pool's exemplars of the digit); it also picks the noise
-    texture. Named factors are given by index (or name for :meth:`render`), the angle in degrees.
+    ``exemplar`` attribute is an exemplar code like CMNIST's ``style`` (see
+    :class:`~datamodules.digit_pools.DigitPools`: its bits above :data:`STYLE_BITS` name the pool, the low bits
+    the exemplar within it, modulo the pool's exemplars of the digit); it also picks the noise texture. Named
+    factors are given by index (or name for :meth:`render`), the angle in degrees.
     """
 
     attributes: dict[str, list] = FACTS.vocabulary
+    code_attribute = "exemplar"
 
     def __init__(self, pools: Mapping[str, tuple[torch.Tensor, torch.Tensor]]) -> None:
         if not pools:
             raise UserInputError(f"no exemplar pools; expected some of {list(POOLS)}")
-        self.pool_names, self.by_pool = index_pools(pools)
+        super().__init__(pools)
         digits = torch.cat([pools[name][0].float() for name in self.pool_names])
         if digits.shape[1:] != (28, 28):
             raise UserInputError(f"exemplar digits must be 28x28, got {list(digits.shape[1:])}")
@@ -156,16 +151,6 @@ class ShiftsRenderer:
         stripes = (((x + y) // 2) % 2 == 0).float()[None]
         checker = (((x // 4) + (y // 4)) % 2 == 0).float()[None]
         return torch.cat([plain, noise, stripes, checker]) * BACKGROUND_LEVEL
-
-    def num_exemplars(self, digit: int, pool: str = "train") -> int:
-        """How many exemplars of ``digit`` the pool ``pool`` holds."""
-        return len(self._pool(POOLS.index(pool))[int(digit)])
-
-    def _pool(self, index: int) -> list[torch.Tensor]:
-        by_digit = self.by_pool[index] if 0 <= index < len(POOLS) else None
-        if by_digit is None:
-            raise UserInputError(f"exemplar names pool {index}, which this renderer does not hold")
-        return by_digit
 
     def render(
         self,
@@ -205,7 +190,8 @@ class ShiftsRenderer:
     ) -> torch.Tensor:
         """Render a batch ``float[B, 3, 32, 32]`` from 1-D attribute tensors."""
         digit, exemplar = digit.long(), exemplar.long()
-        mask = self._geometry(self._exemplars(digit, exemplar), angle.float(), scale.long(), position.long())
+        gray = self.digits[self.exemplar_rows(digit, exemplar)][:, None]
+        mask = self._geometry(gray, angle.float(), scale.long(), position.long())
         mask = self._stroke_style(mask, style.long())
         texture_index = background.long().clone()
         noise = background.long() == 1
@@ -214,19 +200,6 @@ class ShiftsRenderer:
         texture = self.backgrounds[texture_index][:, None]
         paint = self.palette[color.long()][:, :, None, None]
         return (paint * mask + texture * (1 - mask)).clamp(0, 1)
-
-    def _exemplars(self, digit: torch.Tensor, exemplar: torch.Tensor) -> torch.Tensor:
-        """Grey digits ``float[B, 1, 32, 32]`` of the exemplars named by ``exemplar``."""
-        pool, within = exemplar >> STYLE_BITS, exemplar & ((1 << STYLE_BITS) - 1)
-        index = torch.empty_like(digit)
-        for p in pool.unique().tolist():
-            by_digit = self._pool(p)
-            for d in digit[pool == p].unique().tolist():
-                if not 0 <= d <= 9:
-                    raise UserInputError(f"digit {d} out of range 0-9")
-                chosen = (digit == d) & (pool == p)
-                index[chosen] = by_digit[d][within[chosen] % len(by_digit[d])]
-        return self.digits[index][:, None]
 
     def _geometry(
         self, gray: torch.Tensor, degrees: torch.Tensor, scale: torch.Tensor, position: torch.Tensor

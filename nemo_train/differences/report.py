@@ -87,6 +87,7 @@ def log_wandb(result: DifferencesResult, attributions: dict[str, Attribution], o
     import wandb  # heavy; only when logging
 
     from nemo_train.loggers import init_run
+    from nemo_train.secrets import scrub_text
 
     # the run the command opened (nemo_train.runs: quiet, redacted, no command line); else one like it
     started = wandb.run is None
@@ -125,8 +126,8 @@ def log_wandb(result: DifferencesResult, attributions: dict[str, Attribution], o
             xname="threshold",
         )
     run.log(payload)
-    for part in ("evaluator", "summarizer", "explorer"):
-        run.summary[part] = getattr(result, part)
+    for part in ("evaluator", "summarizer", "explorer"):  # labels may name an endpoint: through the redaction too
+        run.summary[part] = scrub_text(getattr(result, part))
     for r in result.rows:
         run.summary[f"{r.method}/completeness"] = r.completeness
         run.summary[f"{r.method}/density"] = r.density

@@ -18,16 +18,26 @@ import torch
 
 from datamodules.captions import CaptionDataModule, Source
 from nemo_train.models.clip import CLIPEncoder, CLIPModule
-from nemo_train.models.image_text import ImageTextEncoder
+from nemo_train.models.image_text import ImageTextEncoder, check_open_clip_name
 from nemo_train.models.trainer import fit_quietly
 
 log = logging.getLogger(__name__)
 
 
 class _Space:
-    """A loaded joint space behind the failure-mode search's two calls."""
+    """A joint space behind the failure-mode search's two calls, loaded on first use (so a preset parses, and the
+    run checks its data folder, before any weight is read or downloaded)."""
 
-    space: ImageTextEncoder
+    _space: ImageTextEncoder | None = None
+
+    def _load(self) -> ImageTextEncoder:
+        raise NotImplementedError
+
+    @property
+    def space(self) -> ImageTextEncoder:
+        if self._space is None:
+            self._space = self._load()
+        return self._space
 
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
         return self.space.encode_image(images)
@@ -39,7 +49,7 @@ class _Space:
 class OpenCLIPEncoder(_Space):
     """A released Open-CLIP model, e.g. ``ViT-B-32`` / ``laion2b_s34b_b79k`` (LAION-2B) or ``ViT-B-16-SigLIP2`` /
     ``webli``, by name and pretrained tag, or a local weights file as ``pretrained``. Weights come from the hub
-    (or the file)."""
+    (or the file) when the search first embeds something; the package and the model name are checked at once."""
 
     def __init__(
         self,
@@ -48,17 +58,26 @@ class OpenCLIPEncoder(_Space):
         device: str = "cpu",
         batch_size: int = 256,
     ) -> None:
-        self.space = ImageTextEncoder.from_open_clip(model_name, pretrained, device=device, batch_size=batch_size)
+        check_open_clip_name(model_name)
+        self.model_name, self.pretrained, self.device, self.batch_size = model_name, pretrained, device, batch_size
+
+    def _load(self) -> ImageTextEncoder:
+        return ImageTextEncoder.from_open_clip(
+            self.model_name, self.pretrained, device=self.device, batch_size=self.batch_size
+        )
 
 
 class PretrainedEncoder(_Space):
     """A transformers CLIP / SigLIP / SigLIP 2 model by hub id or local folder, e.g.
-    ``google/siglip2-base-patch16-naflex`` or ``google/siglip2-base-patch16-224``."""
+    ``google/siglip2-base-patch16-naflex`` or ``google/siglip2-base-patch16-224`` (loaded on first use)."""
 
     def __init__(
         self, model: str = "google/siglip2-base-patch16-224", device: str = "cpu", batch_size: int = 256
     ) -> None:
-        self.space = ImageTextEncoder.from_pretrained(model, batch_size=batch_size).to(device)
+        self.model, self.device, self.batch_size = model, device, batch_size
+
+    def _load(self) -> ImageTextEncoder:
+        return ImageTextEncoder.from_pretrained(self.model, batch_size=self.batch_size).to(self.device)
 
 
 class SyntheticCLIP:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
-
 import lightning as L
 import timm
 import torch
@@ -18,18 +16,19 @@ from nemo_train.metrics.group_accuracy import GroupAccuracy
 
 
 def create_backbone(name: str, num_classes: int, in_chans: int = 3, pretrained: bool = False, **kwargs) -> nn.Module:
-    """``timm.create_model`` that falls back to random init, with a warning, when weights are unreachable."""
+    """``timm.create_model``; pretrained weights that cannot be loaded are a one-line error, never a silent
+    random initialisation (a run would then analyse or fine-tune a model nobody asked for)."""
     if name not in timm.list_models() and name.split(".")[0] not in timm.list_models():
         raise UserInputError(f"unknown backbone {name!r}; use `bias_cnn` or a timm model name such as `resnet50`")
     if pretrained:
         try:
             return timm.create_model(name, pretrained=True, num_classes=num_classes, in_chans=in_chans, **kwargs)
         except Exception as err:  # no network, no cached weights, no weights for this name
-            warnings.warn(
-                f"could not load pretrained weights for {name!r} ({type(err).__name__}: {str(err).splitlines()[0][:200]}); "
-                "training from random initialisation instead",
-                stacklevel=2,
-            )
+            reason = (str(err).splitlines() or [""])[0][:160]
+            raise UserInputError(
+                f"cannot load the pretrained weights of {name!r} ({type(err).__name__}: {reason}); make them "
+                "reachable (hub access or a filled HF_HOME cache) or set pretrained: false to start from random weights"
+            ) from None
     return timm.create_model(name, pretrained=False, num_classes=num_classes, in_chans=in_chans, **kwargs)
 
 
@@ -44,7 +43,7 @@ class ClassifierModule(L.LightningModule):
     Args:
         backbone: timm model name, e.g. ``bias_cnn`` or ``resnet50``.
         num_classes: number of classes (must match the datamodule).
-        pretrained: load hub weights when reachable (falls back to random init with a warning).
+        pretrained: start from the hub weights (a one-line error when they cannot be loaded).
         lr, weight_decay: AdamW settings; the learning rate follows a cosine schedule over training.
         label_smoothing: cross-entropy label smoothing.
     """

@@ -138,6 +138,17 @@ def _pooled(output) -> torch.Tensor:
     return output if isinstance(output, torch.Tensor) else output.pooler_output
 
 
+def check_open_clip_name(model_name: str):
+    """The ``open_clip`` module when it is installed and knows ``model_name``; otherwise a one-line error."""
+    try:
+        import open_clip  # optional dependency: only loaded when an open_clip model is asked for
+    except ImportError:
+        raise UserInputError("open_clip models need the open_clip_torch package: pip install open_clip_torch") from None
+    if model_name not in open_clip.list_models():
+        raise UserInputError(f"unknown Open-CLIP model {model_name!r}; see open_clip.list_models()")
+    return open_clip
+
+
 class ImageTextEncoder(BatchedEncoder, nn.Module):
     """A joint image-text space: normalised image / text embeddings, logits and zero-shot classifiers.
 
@@ -198,13 +209,15 @@ class ImageTextEncoder(BatchedEncoder, nn.Module):
         cls, model_name: str, pretrained: str | None = None, device: str = "cpu", batch_size: int = 256
     ) -> ImageTextEncoder:
         """A released open_clip model by name and pretrained tag (or a local weights file as ``pretrained``)."""
+        open_clip = check_open_clip_name(model_name)
         try:
-            import open_clip  # optional dependency: only loaded when an open_clip model is asked for
-        except ImportError:
-            raise UserInputError("open_clip models need the open_clip_torch package: pip install open_clip_torch")
-        if model_name not in open_clip.list_models():
-            raise UserInputError(f"unknown Open-CLIP model {model_name!r}; see open_clip.list_models()")
-        model, _, preprocess = open_clip.create_model_and_transforms(model_name, pretrained=pretrained)
+            model, _, preprocess = open_clip.create_model_and_transforms(model_name, pretrained=pretrained)
+        except (OSError, RuntimeError, ValueError, SafetensorError) as err:  # offline, unknown tag, damaged file
+            raise UserInputError(
+                f"cannot load Open-CLIP weights {model_name!r} / {pretrained!r} "
+                f"({type(err).__name__}: {(str(err).splitlines() or [''])[0][:150]}); expected a pretrained tag "
+                "the hub serves (see open_clip.list_pretrained()) or a local weights file"
+            ) from None
         size = model.visual.image_size
         normalize = next(t for t in preprocess.transforms if type(t).__name__ == "Normalize")
         resample = getattr(model.visual, "preprocess_cfg", {}).get("interpolation", "bicubic")

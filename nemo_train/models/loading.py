@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -153,14 +152,10 @@ class HubClassifier:
 
     def load(self, num_classes: int) -> ClassifierModule:
         """The model in eval mode; its head must have the data's ``num_classes`` outputs."""
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+        try:
             module = ClassifierModule(backbone=self.backbone, num_classes=num_classes, pretrained=True)
-        if any("could not load pretrained weights" in str(w.message) for w in caught):
-            raise UserInputError(
-                f"cannot load the hub weights of {self.backbone!r} (offline, or no weights for that name); "
-                "use a checkpoint of `nemo-train fit` instead"
-            )
+        except UserInputError as err:
+            raise UserInputError(f"{err}; or use a checkpoint of `nemo-train fit` instead") from None
         head = (getattr(module.model, "pretrained_cfg", None) or {}).get("num_classes")
         if head is not None and head != num_classes:
             raise UserInputError(

@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from datamodules.clevr import MaterialBias
+from datamodules.cmnist import BiasSpec
 from datamodules.fact_sheets import SHEETS
 from datamodules.facts import DatasetFacts
 from datamodules.folder import UNREADABLE, read_image
@@ -176,14 +178,24 @@ def classify(
 
 #: Benchmarks whose errors are graded against their fact sheet (the grounded judge, the Constant row, the
 #: reference explainers). CLEVR has a sheet too (:data:`datamodules.fact_sheets.SHEETS`) but its benchmark is still
-#: graded by its criterion's keywords, as before the sheet existed.
+#: graded by its criterion's keywords (:data:`~nemo_train.nemo.criteria.CRITERIA`, whose material words come from the
+#: sheet), as before the sheet existed: grading it against the sheet would change its scores.
 FACT_SHEETS: dict[str, DatasetFacts] = {name: SHEETS[name] for name in ("cmnist", "shifts")}
 
-#: The generated datasets with a planted bias: datamodule, default bias preset and fact sheet (class attribute,
-#: cause, editable factors, distractor, object word and caption are read from the sheet).
+#: The generated datasets with a planted bias: datamodule, default bias preset (the dataset's own, as its
+#: datamodule's default) and fact sheet (class attribute, cause, editable factors, distractor, object word and
+#: caption are read from the sheet).
 SYNTHETIC: dict[str, dict[str, Any]] = {
-    "cmnist": {"datamodule": "datamodules.cmnist:CMNISTDataModule", "bias": "model_a", "facts": SHEETS["cmnist"]},
-    "clevr": {"datamodule": "datamodules.clevr:CLEVRDataModule", "bias": "rubber", "facts": SHEETS["clevr"]},
+    "cmnist": {
+        "datamodule": "datamodules.cmnist:CMNISTDataModule",
+        "bias": BiasSpec.DEFAULT_PRESET,
+        "facts": SHEETS["cmnist"],
+    },
+    "clevr": {
+        "datamodule": "datamodules.clevr:CLEVRDataModule",
+        "bias": MaterialBias.DEFAULT_PRESET,
+        "facts": SHEETS["clevr"],
+    },
 }
 
 
@@ -200,7 +212,7 @@ def check_classes(target, num_classes: int, where: str, probe: torch.Tensor) -> 
 def _bias_values(name: str, dm) -> dict[int, list[str]]:
     """Per class, the values of the cause attribute the class had in training (the bias-aligned ones)."""
     if name == "cmnist":
-        return {d: list(dm.bias.colors_for(d)) for d in range(10)}
+        return {d: list(dm.bias.colors_for(d)) for d in range(dm.num_classes)}
     favoured = dm.bias.favoured_material
     return {k: [favoured] if favoured else [] for k in range(dm.num_classes)}
 
@@ -323,13 +335,13 @@ def build_cmnist_benchmark(
     target=None,
     n: int = 100,
     seed: int = 0,
-    bias: str = "model_a",
+    bias: str | None = None,
     test_styles: int = 2,
     data_dir: str | None = None,
     only_conflicting: bool = True,
 ) -> NemoBenchmark:
     """The embedded default: bias-conflicting errors of a CMNIST classifier (cause: colour); see
-    :func:`build_synthetic_benchmark`."""
+    :func:`build_synthetic_benchmark` (``bias=None``: CMNIST's default preset)."""
     return build_synthetic_benchmark(
         "cmnist", checkpoint, target, n, seed, bias, test_styles, data_dir, only_conflicting
     )

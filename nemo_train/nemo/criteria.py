@@ -2,7 +2,9 @@
 an LLM judge reads.
 
 :class:`FactorCriterion` holds what an LLM judge reads (``description``) and the closed vocabulary the
-offline keyword judge matches (``keywords``, ``partial_keywords``). :data:`JUDGE_PROMPT` grades against a
+offline keyword judge matches (``keywords``, ``partial_keywords``). The generated benchmarks' criteria read
+their factor's word, value names and spellings from the dataset's fact sheet and add only the judge's own
+words (other colour words, surface descriptions). :data:`JUDGE_PROMPT` grades against a
 benchmark's factor; :data:`GROUNDED_PROMPT` grades against one error's own cause and checks the explanation
 against the image's known attributes. :func:`snap_score` and :func:`snap_grounding` read a judge's reply.
 """
@@ -13,6 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from datamodules.fact_sheets import SHEETS
 from nemo_train.errors import UserInputError
 
 SCORES = (0.0, 0.5, 1.0)
@@ -38,11 +41,21 @@ def _words(text: str) -> tuple[str, ...]:
     return tuple(word.strip() for word in text.split(","))
 
 
-_COLOUR_WORDS = _words(
-    "colour, color, colours, colors, coloured, colored, colouring, coloring, hue, hues, red, reddish, green, "
-    "greenish, blue, bluish, yellow, yellowish, orange, purple, violet, magenta, pink, cyan, teal, brown, grey, "
-    "gray, white, black, turquoise, lime, olive, navy, crimson, scarlet"
-)
+def _cause_word(dataset: str) -> str:
+    """How a sentence names the planted cause of a generated dataset (its fact sheet's factor word)."""
+    facts = SHEETS[dataset]
+    return facts.factor(facts.cause).word
+
+
+def _cause_words(dataset: str, more: str) -> tuple[str, ...]:
+    """The keyword vocabulary of a generated dataset's planted cause: the fact sheet's factor name and word, its
+    value names and their other spellings, then ``more`` (the judge's own words, comma-separated)."""
+    facts = SHEETS[dataset]
+    factor = facts.factor(facts.cause)
+    spellings = [w for v in factor.values for w in factor.spellings.get(str(v), ())]
+    sheet = [factor.name, factor.word, *map(str, factor.values), *spellings]
+    return tuple(dict.fromkeys([*sheet, *_words(more)]))
+
 
 CRITERIA: dict[str, FactorCriterion] = {
     "imagenet_r": FactorCriterion(
@@ -84,23 +97,26 @@ CRITERIA: dict[str, FactorCriterion] = {
         partial_keywords=("surface", "appearance", "pattern", "setting", "context", "finish"),
     ),
     "cmnist": FactorCriterion(
-        name="colour",
+        name=_cause_word("cmnist"),
         description=(
             "the colour of the digit: that the classifier relied on the digit's colour (a colour typical "
             "of another class) rather than on its shape"
         ),
-        keywords=_COLOUR_WORDS,
+        keywords=_cause_words(
+            "cmnist",
+            "colours, colors, coloured, colored, colouring, coloring, hue, hues, reddish, greenish, bluish, "
+            "yellowish, violet, teal, brown, white, black, turquoise, lime, olive, navy, crimson, scarlet",
+        ),
         partial_keywords=("tint", "shade", "brightness", "bright", "dark", "appearance"),
     ),
     "clevr": FactorCriterion(
-        name="material",
+        name=_cause_word("clevr"),
         description=(
             "the material of the object: metal versus rubber, i.e. a shiny, reflective metallic surface "
             "versus a matte one"
         ),
-        keywords=_words(
-            "material, materials, metal, metallic, rubber, shiny, matte, reflective, reflection, reflections, "
-            "glossy, specular"
+        keywords=_cause_words(
+            "clevr", "materials, shiny, matte, reflective, reflection, reflections, glossy, specular"
         ),
         partial_keywords=("surface", "texture", "finish", "lighting", "appearance"),
     ),

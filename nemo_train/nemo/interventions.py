@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 import torch
 
-from datamodules.fact_sheets import DEFAULT_EDITABLE
+from datamodules.fact_sheets import DEFAULT_EDITABLE, FACTOR_STEMS, NEUTRAL_VALUES
 from nemo_train.backends.messages import user_message
 from nemo_train.errors import UserInputError
 from nemo_train.metrics.nemo import cei_points
@@ -47,30 +47,22 @@ class Deriver(Protocol):
     ) -> list[Instruction | None]: ...
 
 
-#: Words that point at an attribute of a synthetic generator (matched as word prefixes, lower case).
-ATTRIBUTE_KEYWORDS: dict[str, tuple[str, ...]] = {
-    "color": ("colour", "color", "hue", "tint", "stroke colour", "stroke color"),
-    "angle": ("rotat", "angle", "tilt", "slant", "orientation", "upright", "degree", "skew"),
-    "material": ("material", "metal", "rubber", "shiny", "matte"),
-    "shape": ("shape", "cube", "sphere", "cylinder"),
-    "size": ("size", "large", "small", "big"),
-}
-
-
 class KeywordAttributeDeriver:
     """Offline rule-based deriver for closed-vocabulary synthetic datasets (CMNIST, CLEVR).
 
     It is *not* a language model: it scans the explanation for the words of each editable attribute
-    (its :data:`ATTRIBUTE_KEYWORDS` and its vocabulary values, e.g. colour names), picks the attribute
-    mentioned most (ties: first mentioned), and sets it to the last vocabulary value the explanation
-    names that differs from the image's current value; with no such value it uses ``neutral`` (e.g.
-    ``angle -> 0``: upright) or gives up (``None``). It suits only explanations phrased in the
-    generator's vocabulary.
+    (the word beginnings the fact sheets give the factor, :data:`~datamodules.fact_sheets.FACTOR_STEMS`, else
+    its name, and its vocabulary values, e.g. colour names), picks the attribute mentioned most (ties: first
+    mentioned), and sets it to the last vocabulary value the explanation names that differs from the image's
+    current value; with no such value it uses the factor's neutral value (the sheets'
+    :data:`~datamodules.fact_sheets.NEUTRAL_VALUES`, e.g. ``angle -> 0``: upright) or gives up (``None``). It
+    suits only explanations phrased in the generator's vocabulary.
 
     Args:
         vocabulary: ``renderer.attributes`` (name -> allowed values; string values are stored as indices).
         editable: attributes it may change (the class attribute, e.g. ``digit``, must not be listed).
-        neutral: fallback value per attribute when the explanation names no other value.
+        neutral: fallback value per attribute when the explanation names no other value (default the sheets').
+        keywords: word beginnings per attribute (default the sheets' stems).
     """
 
     def __init__(
@@ -87,8 +79,8 @@ class KeywordAttributeDeriver:
             )
         self.vocabulary = {k: list(v) for k, v in vocabulary.items()}
         self.editable = list(editable)
-        self.neutral = dict({"angle": 0} if neutral is None else neutral)
-        self.keywords = {a: tuple((keywords or ATTRIBUTE_KEYWORDS).get(a, (a,))) for a in self.editable}
+        self.neutral = dict(NEUTRAL_VALUES if neutral is None else neutral)
+        self.keywords = {a: tuple((keywords or FACTOR_STEMS).get(a, (a,))) for a in self.editable}
 
     def _mentions(self, text: str, attribute: str) -> list[int]:
         """Positions where the explanation refers to ``attribute`` (keywords and, for names, its values)."""

@@ -86,3 +86,33 @@ def test_two_processes_give_the_one_process_result(tiny_classifier, tmp_path):
     assert two_stdout.count("Failure-mode sentences") == 1  # only the first process prints
     assert (two / "hard_clusters.png").is_file() and (two / "clip" / "config.json").is_file()
     assert json.loads((two / "provenance.json").read_text())["world_size"] == 2
+
+
+@pytest.mark.fault
+def test_a_killed_two_process_run_reruns_on_one_process(tiny_classifier, tmp_path):
+    """A two-process run killed once its joint space is saved (both processes then classify and embed), rerun on
+    one process in the same folder: the rerun finishes and equals an uninterrupted one-process run."""
+    import signal
+    import time
+
+    one, _ = run(tiny_classifier, tmp_path / "one", 1)
+    folder = tmp_path / "killed"
+    folder.mkdir()
+    out = folder / "run"
+    path = folder / "lbee.yaml"
+    path.write_text(yaml.safe_dump(config(tiny_classifier, out)))
+    args = [NEMO_TRAIN, "lbee", "--config", str(path)]
+    proc = subprocess.Popen(
+        [*args, "--devices", "2"], env=ENV, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and not (out / "clip" / "zero_shot.json").is_file():
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (out / "results.json").exists()
+    done = subprocess.run([*args, "--devices", "1"], capture_output=True, text=True, timeout=600, env=ENV, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert results(out) == results(one)

@@ -36,10 +36,9 @@ def test_unknown_backbone_and_unreachable_weights(monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # fail fast instead of retrying
     with pytest.raises(UserInputError, match="unknown backbone"):
         ClassifierModule(backbone="no_such_net")
-    # no network here: pretrained weights fall back to random init with a warning
-    with pytest.warns(UserWarning, match="could not load pretrained weights"):
-        module = ClassifierModule(backbone="resnet18", pretrained=True, num_classes=6)
-    assert module.eval()(torch.rand(1, 3, 32, 32)).shape == (1, 6)
+    # no network here: unreachable pretrained weights are one line, never a silent random initialisation
+    with pytest.raises(UserInputError, match="cannot load the pretrained weights of 'resnet18'.*pretrained: false"):
+        ClassifierModule(backbone="resnet18", pretrained=True, num_classes=6)
 
 
 def test_num_classes_mismatch_is_reported():

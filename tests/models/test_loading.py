@@ -111,5 +111,7 @@ def test_hub_classifier_refuses_random_weights_offline(monkeypatch):
 
     create = timm.create_model
     monkeypatch.setattr(timm, "create_model", offline)
-    with pytest.raises(UserInputError, match="cannot load the hub weights of 'bias_cnn'"):
+    with pytest.raises(
+        UserInputError, match="cannot load the pretrained weights of 'bias_cnn'.*checkpoint of .nemo-train fit."
+    ):
         HubClassifier("bias_cnn").load(10)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from jsonargparse.typing import PositiveInt
 
@@ -78,6 +78,9 @@ class DistillContext:
 class DistillMethod(ABC):
     """One row of the distilled explainer's evaluation."""
 
+    #: whether the row asks the student (rows that do not never load it)
+    uses_student: ClassVar[bool] = True
+
     @abstractmethod
     def build(self, ctx: DistillContext) -> tuple[Method, CounterfactualScorer]:
         """The method and the scorer its answers are tested with."""
@@ -90,6 +93,8 @@ class DistillMethod(ABC):
 class ExhaustiveTeacher(DistillMethod):
     """The distillation teacher: every single-attribute edit rendered and classified, the max-CEI edit kept
     (not a language model)."""
+
+    uses_student = False
 
     def build(self, ctx: DistillContext) -> tuple[Method, CounterfactualScorer]:
         return ExhaustiveSearchExplainer(ctx.target), ctx.structured
@@ -151,6 +156,8 @@ class StudentChangeMLLM(DistillMethod):
 
 class KnownCause(DistillMethod):
     """Names the planted bias; its edit comes from the keyword deriver (rule-based, not a model)."""
+
+    uses_student = False
 
     def build(self, ctx: DistillContext) -> tuple[Method, CounterfactualScorer]:
         return KnownCauseExplainer(), ctx.keyword

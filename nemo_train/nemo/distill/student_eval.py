@@ -172,18 +172,19 @@ def distill_eval(
     """
     if not Path(student).exists():
         raise UserInputError(f"student adapter folder {student!r} does not exist; run the distilled explainer's fit")
-    check_adapter_folder(student, "student")
     if not targets:
         raise UserInputError(
             "targets is empty; give at least one classifier checkpoint (the one the student was distilled on first)"
         )
+    folder = dataset == "folder"
+    rows = list(methods) if methods else (student_distill_methods() if folder else default_distill_methods())
+    if any(row.uses_student for row in rows):  # a missing or damaged adapter file: one line before any work
+        check_adapter_folder(student, "student")
     specs = [as_spec(t) for t in targets]
     for spec in specs:
         spec.check()
     if biases is not None and len(biases) != len(targets):
         raise UserInputError(f"{len(biases)} biases for {len(targets)} targets; give one per target")
-    folder = dataset == "folder"
-    rows = list(methods) if methods else (student_distill_methods() if folder else default_distill_methods())
     if folder:
         check_folder_settings(evaluation_root, criterion, judges, editor, rows)
     out, ranks = Path(out_dir), current_ranks()
