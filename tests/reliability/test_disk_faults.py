@@ -100,13 +100,29 @@ def test_explain_on_a_full_disk_is_one_line_and_the_rerun_completes(tmp_path, mo
     assert len(lines) == 3 and all(json.loads(line)["explanations"] for line in lines)
 
 
-@pytest.mark.parametrize("command", ["counterfactuals", "distill-teacher", "demo", "lbee", "nemo-eval", "explain"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        "counterfactuals",
+        "distill-teacher",
+        "demo",
+        "lbee",
+        "nemo-eval",
+        "explain",
+        "differences",
+        "distill-eval",
+        "export",
+    ],
+)
 def test_a_read_only_out_dir_is_one_line_for_every_command(tmp_path, capsys, command):
     read_only = Path("/proc/nemo-train-read-only")  # cannot be created, even by root
     extra = {
         "distill-teacher": ["--classifier", "missing.ckpt"],
         "lbee": ["--data", "datamodules.nico.NICODataModule"],
         "explain": ["--model", "missing"],
+        "differences": ["--config", str(Path(__file__).parents[2] / "configs" / "differences" / "cmnist.yaml")],
+        "distill-eval": ["--student", "missing", "--targets", "[missing.ckpt]"],
+        "export": ["--adapter", "missing"],
     }.get(command, [])
     err = one_line_error(capsys, [command, *extra, "--out_dir", str(read_only)])
     assert "cannot be written" in err and str(read_only) in err
