@@ -5,7 +5,7 @@ providers), ``HFLocalBackend`` runs a local Hugging Face image-text-to-text mode
 LoRA adapter), ``ScriptedBackend`` replays scripted replies for tests.
 """
 
-from nemo_train.backends.base import BackendError, BackendStats, ChatBackend
+from nemo_train.backends.base import BackendError, BackendStats, ChatBackend, MalformedReplyError, strict_json
 from nemo_train.backends.hf_local import HFLocalBackend
 from nemo_train.backends.messages import (
     assistant_message,
@@ -23,11 +23,13 @@ __all__ = [
     "BackendStats",
     "ChatBackend",
     "HFLocalBackend",
+    "MalformedReplyError",
     "OpenAICompatibleBackend",
     "ScriptedBackend",
     "assistant_message",
     "image_part",
     "object_schema",
+    "strict_json",
     "system_message",
     "text_part",
     "user_message",

@@ -5,7 +5,10 @@ from __future__ import annotations
 import logging
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
@@ -52,6 +55,26 @@ class BackendError(RuntimeError):
     """A request failed for good (after its retries, or at once for a client error such as HTTP 401)."""
 
 
+class MalformedReplyError(BackendError):
+    """A reply asked for as JSON stayed malformed after its re-asks (raised only inside :func:`strict_json`)."""
+
+
+_STRICT_JSON: ContextVar[bool] = ContextVar("strict_json", default=False)
+
+
+@contextmanager
+def strict_json() -> Iterator[None]:
+    """Within this block :meth:`ChatBackend.chat_json_batch` raises :class:`MalformedReplyError` (naming the
+    backend) for a reply that stays malformed, instead of returning ``None`` for it. A run that stores results
+    uses it so that such a sample is recorded as failed and asked again by the next run, never stored as a
+    finished result without the reply's content."""
+    token = _STRICT_JSON.set(True)
+    try:
+        yield
+    finally:
+        _STRICT_JSON.reset(token)
+
+
 @dataclass
 class BackendStats:
     """Counters of one backend: requests sent, cache hits, retries, JSON replies, re-asks and failures.
@@ -89,7 +112,8 @@ class ChatBackend(ABC):
     Subclasses implement :meth:`_generate`; this class adds the on-disk cache (a request equal in
     model, messages and parameters is answered from disk), batches run over a thread pool of
     ``concurrency`` workers, and :meth:`chat_json` (JSON extraction, a bounded re-ask, ``None`` for a
-    reply that stays malformed: recorded in :attr:`stats`, never raised).
+    reply that stays malformed: recorded in :attr:`stats` and forgotten by the cache, raised only inside
+    :func:`strict_json`).
     """
 
     #: name of the model, part of every cache key
@@ -149,7 +173,7 @@ class ChatBackend(ABC):
         backend can; elsewhere it is ignored."""
         settings = with_defaults(sampling)
         schema = schema if self.constrains(schema) else None
-        key = self._cache_key(messages, **settings, **({"schema": schema} if schema is not None else {}))
+        key = self._request_key(messages, {**settings, "schema": schema})
         cached = self._cached(key, settings["n"])
         if cached is not None:
             return cached
@@ -158,6 +182,15 @@ class ChatBackend(ABC):
             return self._store(key, self._generate(messages, **settings), settings["n"])
         self.stats.add("constrained")
         return self._store(key, self._generate(messages, schema=schema, **settings), settings["n"])
+
+    def _request_key(self, messages: list[Message], sampling: dict[str, Any]) -> str | None:
+        """The cache key of ``chat(messages, **sampling)`` (its ``schema`` counted where :meth:`constrains` says)."""
+        settings = dict(sampling)
+        schema = settings.pop("schema", None)
+        schema = schema if self.constrains(schema) else None
+        return self._cache_key(
+            messages, **with_defaults(settings), **({"schema": schema} if schema is not None else {})
+        )
 
     def _cache_key(
         self,
@@ -223,8 +256,9 @@ class ChatBackend(ABC):
         Where the backend :meth:`constrains` replies, the endpoint is asked for ``schema`` (or for any JSON
         object when ``schema`` is ``None``), so replies come back well formed. Otherwise, or when a reply is
         still malformed, it is re-asked (the bad reply plus a request for the bare JSON object) up to
-        ``max_reasks`` times; after that it counts in ``stats.json_failures`` and is returned as ``None``, so
-        one bad reply never stops a run.
+        ``max_reasks`` times; after that it counts in ``stats.json_failures``, the cached replies of its requests
+        are removed (a later run asks again rather than replaying it) and it is returned as ``None``, so one bad
+        reply never stops a run; inside :func:`strict_json` it raises :class:`MalformedReplyError` instead.
         """
         return self.chat_json_batch([messages], max_reasks=max_reasks, schema=schema, **sampling)[0]
 
@@ -245,9 +279,10 @@ class ChatBackend(ABC):
         first = self.chat_batch(conversations, **sampling)
         parsed = [[extract_json(reply) for reply in replies] for replies in first]
         self.stats.add("json_replies", sum(len(replies) for replies in first))
-        # (conversation, reply) of every malformed reply, with the conversation it was given in
+        reask = {**sampling, "n": 1}
+        # every malformed reply: its place, the conversation it was given in, and the requests that led to it
         pending = [
-            ((i, j), conversations[i], reply)
+            ((i, j), conversations[i], reply, [(conversations[i], sampling)])
             for i, replies in enumerate(first)
             for j, reply in enumerate(replies)
             if parsed[i][j] is None
@@ -259,19 +294,36 @@ class ChatBackend(ABC):
             self.stats.add("json_reasks", len(pending))
             asked = [
                 conversation + [assistant_message(reply), user_message(REASK_TEXT)]
-                for _, conversation, reply in pending
+                for _, conversation, reply, _ in pending
             ]
-            replies = [r[0] for r in self.chat_batch(asked, **{**sampling, "n": 1})]
+            replies = [r[0] for r in self.chat_batch(asked, **reask)]
             still = []
-            for ((i, j), _, _), conversation, reply in zip(pending, asked, replies):
+            for ((i, j), _, _, requests), conversation, reply in zip(pending, asked, replies):
                 parsed[i][j] = extract_json(reply)
                 if parsed[i][j] is None:
-                    still.append(((i, j), conversation, reply))
+                    still.append(((i, j), conversation, reply, [*requests, (conversation, reask)]))
             pending = still
-        for _, _, reply in pending:
+        if pending:
+            self._give_up([(reply, requests) for _, _, reply, requests in pending], max_reasks)
+        return parsed
+
+    def _give_up(self, failed: list[tuple[str, list[tuple[list[Message], dict[str, Any]]]]], max_reasks: int) -> None:
+        """Count the replies that stayed malformed (``(last reply, the requests that led to it)``) and forget those
+        requests' cached replies, so that a later run asks the model again instead of replaying the malformed
+        ones (a reply repaired by a re-ask keeps its requests cached); raise inside :func:`strict_json`."""
+        for reply, requests in failed:
             self.stats.add("json_failures")
             log.debug("%s: reply is not a JSON object after %d re-asks: %.80r", self.model, max_reasks, reply)
-        return parsed
+            for messages, sampling in requests:
+                key = self._request_key(messages, sampling)
+                if key is not None:
+                    self.cache.discard(key)
+        if _STRICT_JSON.get():
+            count = f"{len(failed)} replies are" if len(failed) > 1 else "a reply is"
+            raise MalformedReplyError(
+                f"{type(self).__name__} {self.model!r}: {count} not JSON (no JSON object after {max_reasks} "
+                f"re-asks): {failed[0][0][:80]!r}"
+            )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r})"

@@ -130,6 +130,10 @@ class ResponseCache:
             (key, model, json.dumps(list(replies), ensure_ascii=False)),
         )
 
+    def discard(self, key: str) -> None:
+        """Remove the replies stored under ``key`` (nothing happens when there are none)."""
+        self._connection().execute("DELETE FROM replies WHERE key = ?", (key,))
+
     def __len__(self) -> int:
         return self._connection().execute("SELECT COUNT(*) FROM replies").fetchone()[0]
 

@@ -4,14 +4,14 @@ CEI (NEMO Eq. 6) is the change, in percentage points, of the classifier's probab
 class once the cause named by an explanation is neutralised: ``100 * (P(y|s_e) - P(y|s_o))``;
 :func:`cei_points` is the one place the formula is written (a trial's CEI, a teacher's label, the
 :class:`CEI` metric all call it). LLM Match is the judges' 1 / 0.5 / 0 score of an explanation, averaged
-over judges then samples. :class:`ScoreMean` averages stored per-error scores (CEI, LLM Match,
-grounding) for the tables of ``nemo-eval``, ``distill-eval`` and the distillation teacher.
+over judges (one explanation's: :func:`judge_mean`) then samples. :class:`ScoreMean` averages stored per-error
+scores (CEI, LLM Match, grounding) for the tables of ``nemo-eval``, ``distill-eval`` and the distillation teacher.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 from torchmetrics import Metric
@@ -98,6 +98,15 @@ def score_mean(values: Scores, weights: Sequence[float] | None = None) -> float:
     """Mean of per-error scores (``None`` skipped; ``weights``: a weighted mean), ``nan`` when none is scored."""
     total, count = _accumulate(0.0, 0.0, values, weights)
     return total / count if count else math.nan
+
+
+def judge_mean(scores: Iterable[float | None]) -> float | None:
+    """The mean over a panel's judges of one explanation's scores (``None``: the judge failed or reported nothing,
+    skipped), ``None`` when no judge scored it: the explanation's LLM Match (judges' 1 / 0.5 / 0, the row
+    :func:`llm_match` and :class:`LLMMatch` average per sample) or its grounding. Summed in judge order by
+    :func:`score_mean`."""
+    value = score_mean(list(scores))
+    return None if math.isnan(value) else value
 
 
 class ScoreMean(Metric):

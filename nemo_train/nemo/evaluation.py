@@ -6,18 +6,22 @@ request to its language model where the method supports it); each record is then
 A record is written as soon as its sample is finished and carries the settings it was computed with
 (target identity, method options, benchmark, explainer, judges, editor), so a rerun skips exactly the
 records whose settings are unchanged. A sample whose language-model calls fail for good (after the
-backend's retries) is stored as ``failed`` with the reason; the run goes on and a rerun retries it.
+backend's retries) is stored as ``failed`` with the reason; the run goes on and a rerun retries it. So is,
+for a :class:`TargetJob` with ``strict_json`` (``nemo-eval``), a sample one of whose JSON replies (a
+hypothesis, an edit, a judge's grade) is still malformed after the backend's re-asks
+(:func:`~nemo_train.backends.base.strict_json`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from contextlib import nullcontext
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
-from nemo_train.backends.base import BackendError, ChatBackend
+from nemo_train.backends.base import BackendError, ChatBackend, strict_json
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
 from nemo_train.nemo.interventions import CounterfactualScorer, Trial
 from nemo_train.nemo.judges import JudgeItem, JudgePanel
@@ -164,6 +168,13 @@ class TargetJob:
     panel: JudgePanel
     #: (method, the settings of its records) in table order
     methods: list[tuple[Method, dict[str, Any]]]
+    #: a JSON reply still malformed after its re-asks fails its sample (a rerun asks again) instead of being
+    #: scored as an empty answer (``nemo-eval``; ``distill-eval`` scores a student's unreadable answer as given)
+    strict_json: bool = False
+
+    def json_replies(self):
+        """The context the job's language-model calls run in (:func:`~nemo_train.backends.base.strict_json`)."""
+        return strict_json() if self.strict_json else nullcontext()
 
 
 def run_target(
@@ -205,10 +216,12 @@ def run_target(
 
 
 def _compute(job, method, samples, settings, store, progress, keep_images) -> None:
-    """Evaluate and store ``samples``; when a batched request fails for good, each sample is retried alone
-    (replies that came back are cached) so that only the failing ones are recorded as failed."""
+    """Evaluate and store ``samples``; when a batched request fails for good (or a JSON reply stays malformed),
+    each sample is retried alone (replies that came back are cached) so that only the failing ones are recorded
+    as failed."""
     try:
-        results = evaluate_samples(method, samples, job.benchmark, job.scorer, job.panel, job.name)
+        with job.json_replies():  # strict: a malformed reply fails its sample, not scored as an empty answer
+            results = evaluate_samples(method, samples, job.benchmark, job.scorer, job.panel, job.name)
     except BackendError as err:
         if len(samples) > 1:
             for sample in samples:
@@ -245,7 +258,7 @@ def run_global(
         return None
     method = GlobalExplanation(text)
     settings = {**settings, "method.class": "GlobalExplanation", "method.text": text}
-    one_row = TargetJob(job.name, job.benchmark, job.scorer, job.panel, [(method, settings)])
+    one_row = replace(job, methods=[(method, settings)])
     run_target(one_row, store, progress, show_bar=False, shard=shard)
     return text
 
@@ -265,7 +278,8 @@ def global_text(
         return None
     try:
         if backend is not None:
-            text = summarize_explanations(backend, texts)
+            with job.json_replies():  # strict: a malformed summary is a failed one, not an empty one
+                text = summarize_explanations(backend, texts)
         elif bench.facts is not None:  # not told the cause: the factor the explanations blame most
             text = summarize_factor_explanations(texts, bench.facts)
         else:
@@ -304,5 +318,5 @@ def run_constant(
     """Score one fixed explanation (``text``) on every error of the target as the row ``Constant``."""
     method = ConstantExplainer(text)
     settings = {**settings, "method.class": "ConstantExplainer", "method.text": text}
-    one_row = TargetJob(job.name, job.benchmark, job.scorer, job.panel, [(method, settings)])
+    one_row = replace(job, methods=[(method, settings)])
     run_target(one_row, store, progress, keep_images=keep_images, show_bar=False, shard=shard)

@@ -23,6 +23,7 @@ from nemo_train.backends.base import ChatBackend
 from nemo_train.backends.messages import system_message, user_message
 from nemo_train.backends.providers import object_schema
 from nemo_train.errors import UserInputError
+from nemo_train.metrics.nemo import judge_mean
 from nemo_train.nemo.criteria import (
     CRITERIA,
     GROUNDED_PROMPT,
@@ -350,14 +351,13 @@ class PanelJudgement:
 
     @property
     def mean(self) -> float | None:
-        valid = [s for s in self.scores.values() if s is not None]
-        return sum(valid) / len(valid) if valid else None
+        """The explanation's LLM Match (:func:`~nemo_train.metrics.nemo.judge_mean`); ``None`` when no judge answered."""
+        return judge_mean(self.scores.values())
 
     @property
     def grounding(self) -> float | None:
         """Mean grounding over the judges that reported one; ``None`` when none did."""
-        valid = [g for g in self.groundings.values() if g is not None]
-        return sum(valid) / len(valid) if valid else None
+        return judge_mean(self.groundings.values())
 
 
 class JudgePanel:

@@ -7,7 +7,8 @@ options, the benchmark, explainer, judges and editor); a rerun with the same ``o
 the records whose settings are unchanged, recomputes the others and says which settings changed. One
 run at a time may use an ``out_dir`` (an advisory lock). Language-model replies are cached under
 ``<out_dir>/llm_cache``, so an interrupted sample does not pay twice for its calls; a sample whose calls
-fail for good is recorded as failed (with the reason) and retried by the next run.
+fail for good, or whose JSON replies stay malformed after the re-asks, is recorded as failed (with the reason)
+and retried by the next run.
 
 Embedded default (``cmnist``, no ``explainer``): hypotheses from the offline attribute-contrast
 hypothesizer (a template over generator attributes, not a language model), edits by the exact CMNIST
@@ -148,9 +149,8 @@ def nemo_eval(
             print_causes(bench.cause_counts, name)
         scorer = editor.build_scorer(bench, target, explainer, benchmark.seed, run.batched)
         base = {"target": spec.identity(), **shared}
-        job = TargetJob(
-            name, bench, scorer, panel, _build_methods(method_specs, bench, target, explainer, scorer, base)
-        )
+        built = _build_methods(method_specs, bench, target, explainer, scorer, base)
+        job = TargetJob(name, bench, scorer, panel, built, strict_json=True)  # a malformed reply fails its sample
         show_bar = sys.stderr.isatty() and ranks.is_main
         run_target(job, store, progress, wandb, show_bar, run.error_batch, shard=ranks.shard)
         if ranks.world_size > 1:  # the Constant and Global rows read every process's records

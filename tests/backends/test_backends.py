@@ -119,6 +119,15 @@ def test_hf_local_backend_generates_from_images_and_text(tiny_model_dir, tmp_pat
     assert uncached.stats.json_failures == 1
 
 
+def test_hf_local_backend_forgets_cached_replies_that_stay_malformed(tiny_model_dir, tmp_path):
+    """A local model's batched ``chat_batch`` keys its cache as ``chat`` does: a reply that is still not JSON after
+    the re-asks leaves no row (first reply nor re-ask), so a later run asks again instead of replaying it."""
+    backend = HFLocalBackend(tiny_model_dir, device="cpu", cache=tmp_path / "cache")
+    messages = [user_message("Why was this digit misclassified?", [torch.rand(3, 28, 28)])]
+    assert backend.chat_json_batch([messages, messages[:]], max_tokens=4, max_reasks=1) == [[None], [None]]
+    assert backend.stats.json_failures == 2 and len(backend.cache) == 0
+
+
 def test_hf_local_backend_with_objects_and_a_peft_adapter(tiny_model_dir, tmp_path):
     from peft import LoraConfig, PeftModel, get_peft_model
     from transformers import AutoModelForImageTextToText, AutoProcessor

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 
@@ -11,8 +12,17 @@ import pytest
 import torch
 
 from nemo_train.backends import ScriptedBackend
-from nemo_train.metrics.nemo import CEI, LLMMatch, ScoreMean, cei, cei_points, llm_match, score_mean
-from nemo_train.nemo.judges import JudgeItem, JudgePanel, KeywordJudge, LLMJudge
+from nemo_train.metrics.nemo import (
+    CEI,
+    LLMMatch,
+    ScoreMean,
+    cei,
+    cei_points,
+    judge_mean,
+    llm_match,
+    score_mean,
+)
+from nemo_train.nemo.judges import JudgeItem, JudgePanel, KeywordJudge, LLMJudge, PanelJudgement
 
 
 def test_cei_hand_values_from_true_class_probabilities():
@@ -136,6 +146,24 @@ def test_llm_match_merges_like_one_process():
     a.merge_state(b)
     assert a.compute().item() == pytest.approx(whole.compute().item())
     assert a.per_judge() == pytest.approx(whole.per_judge())
+
+
+def test_a_panels_mean_is_the_metrics_judge_mean_bit_for_bit():
+    """A panel's per-explanation LLM Match and grounding come from ``metrics.nemo.judge_mean`` (no mean of its own):
+    the numbers the hand-written mean gave (judge order, left to right), and LLMMatch's per-sample row."""
+    rng = random.Random(0)
+    for _ in range(2000):
+        row = [rng.choice([None, 0.0, 0.5, 1.0, rng.random()]) for _ in range(rng.randint(0, 7))]
+        valid = [s for s in row if s is not None]
+        before = sum(valid) / len(valid) if valid else None  # the mean PanelJudgement wrote by hand
+        verdict = PanelJudgement(dict(enumerate(row)), groundings=dict(enumerate(row)))
+        assert judge_mean(row) == verdict.mean == verdict.grounding == before
+    graded = [[1.0, None, 0.5], [None, None, None], [0.0, 0.5, 0.5]]
+    per_sample = [PanelJudgement(dict(enumerate(row))).mean for row in graded]
+    assert per_sample == [0.75, None, 1 / 3]
+    metric = LLMMatch(["a", "b", "c"])
+    metric.update(graded)
+    assert metric.compute().item() == score_mean(per_sample) and metric.failures.item() == 1
 
 
 def test_llm_match_with_scripted_llm_judges_and_keyword_judge():
