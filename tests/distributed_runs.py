@@ -31,3 +31,10 @@ def kill_mid_run(command: list[str], env: dict, cwd: Path, results: Path, min_li
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     return {json.loads(line)["key"] for p in shard_paths(results) for line in p.read_text().splitlines()}
+
+
+def run_to_end(command: list[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    """Run ``command`` to its end (at most 10 minutes); it must exit 0."""
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=cwd)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from distributed_runs import kill_mid_run
+from distributed_runs import kill_mid_run, run_to_end
 
 from nemo_train.sharding import shard_paths
 
@@ -36,9 +36,7 @@ ENV = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
 
 
 def run(args: list[str]) -> subprocess.CompletedProcess:
-    done = subprocess.run(args, capture_output=True, text=True, timeout=600, env=ENV, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done
+    return run_to_end(args, ENV, ROOT)
 
 
 def rows(out_dir: Path) -> dict[str, tuple]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from cli_errors import one_line_error
-from PIL import Image
+from explain_runs import explain_argv
 
 from nemo_train.errors import UserInputError
 from nemo_train.store import ResultStore, write_json_atomic
@@ -76,14 +76,8 @@ def adapter(tmp_path_factory):
 
 
 def test_explain_on_a_full_disk_is_one_line_and_the_rerun_completes(tmp_path, monkeypatch, capsys, adapter):
-    images = []
-    for i in range(3):
-        Image.new("RGB", (28, 28), (40 * i, 30, 30)).save(tmp_path / f"{i}.png")
-        images.append(str(tmp_path / f"{i}.png"))
-    out = tmp_path / "out"
-    argv = ["explain", "--model", str(adapter), "--images", json.dumps(images), "--out_dir", str(out)]
-    argv += ["--generation.max_new_tokens", "2", "--generation.batch_size", "1", "--device", "cpu"]
-    results = out / "explanations.jsonl"
+    argv, results = explain_argv(tmp_path, adapter)
+    out = results.parent
     full_disk_after(monkeypatch, results, allowed_bytes=0)
     from nemo_train.cli import main
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from cli_errors import one_line_error
+from explain_runs import explain_argv
 from PIL import Image
 from safetensors.torch import save_file
 
@@ -143,15 +144,8 @@ def test_explain_rerun_after_a_torn_last_line_completes(tmp_path, capsys):
     module = ExplainerModule(lora_r=2)
     module.configure_model()
     adapter = module.save_adapter(tmp_path / "adapter")
-    images = []
-    for i in range(3):
-        Image.new("RGB", (28, 28), (40 * i, 30, 30)).save(tmp_path / f"{i}.png")
-        images.append(str(tmp_path / f"{i}.png"))
-    out = tmp_path / "out"
-    argv = ["explain", "--model", str(adapter), "--images", json.dumps(images), "--out_dir", str(out)]
-    argv += ["--generation.max_new_tokens", "2", "--generation.batch_size", "1", "--device", "cpu"]
+    argv, results = explain_argv(tmp_path, adapter)
     main(argv)
-    results = out / "explanations.jsonl"
     whole = results.read_text().splitlines()
     torn = "\n".join(whole[:2]) + "\n" + whole[2][: len(whole[2]) // 2]  # a kill while the last line was written
     results.write_text(torn)

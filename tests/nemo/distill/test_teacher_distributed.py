@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from distributed_runs import kill_mid_run
+from distributed_runs import kill_mid_run, run_to_end
 
 from nemo_train.sharding import shard_paths
 
@@ -33,9 +33,7 @@ def command(checkpoint: str, out_dir: Path, devices: int) -> list[str]:
 
 
 def run(args: list[str]) -> subprocess.CompletedProcess:
-    done = subprocess.run(args, capture_output=True, text=True, timeout=600, env=ENV, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done
+    return run_to_end(args, ENV, ROOT)
 
 
 def labels(out_dir: Path) -> dict[str, tuple]:
