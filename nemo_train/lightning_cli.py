@@ -21,10 +21,11 @@ from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 
 from nemo_train.callbacks.resume import LastCheckpoint, RandomStates
 from nemo_train.errors import UserInputError
+from nemo_train.provenance import fit_provenance
 from nemo_train.quiet import interactive, is_verbose, set_output
 from nemo_train.runs import check_out_dir
 from nemo_train.secrets import scrub_secrets
-from nemo_train.store import RunLock
+from nemo_train.store import RunLock, write_bytes_atomic, write_json_atomic
 
 #: Sub-folders of ``trainer.default_root_dir``.
 CHECKPOINT_DIR = "checkpoints"
@@ -58,12 +59,19 @@ class ScrubbedSaveConfigCallback(SaveConfigCallback):
         super().__init__(*args, **kwargs)
 
     def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        """The redacted config (``config.yaml``) and the run's provenance (``provenance.json``: commit, package
+        versions, the files the config names with their digests, model ids) beside the checkpoints; both go to
+        the loggers too (W&B's config)."""
         config = scrub_secrets(yaml.safe_load(self.parser.dump(self.config, skip_none=False, skip_check=True)))
-        log_dir = trainer.default_root_dir
-        Path(log_dir).mkdir(parents=True, exist_ok=True)
-        (Path(log_dir) / self.config_filename).write_text(yaml.safe_dump(config, sort_keys=False))
+        log_dir = Path(trainer.default_root_dir)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(log_dir / self.config_filename, yaml.safe_dump(config, sort_keys=False).encode("utf-8"))
+        record = fit_provenance(stage, config)
+        write_json_atomic(log_dir / "provenance.json", record)
         for logger in trainer.loggers:
-            logger.log_hyperparams({"config": config})
+            logger.log_hyperparams(
+                {"config": config, "provenance": {k: v for k, v in record.items() if k != "settings"}}
+            )
 
 
 def processor_loader(model_name_or_path: str) -> Callable[[str], Any]:

@@ -83,6 +83,23 @@ def provenance(command: str, args: Any, device: str, settings: dict[str, Any], s
     }
 
 
+def fit_provenance(command: str, config: dict[str, Any]) -> dict[str, Any]:
+    """The provenance record of a LightningCLI run (``fit``, ``validate``, ...) from its parsed ``config``: the
+    same fields as :func:`provenance` but the run arguments, which such a run takes from ``trainer``."""
+    plain = scrub_secrets(to_jsonable(config))
+    return {
+        "command": command,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "git": git_state(),
+        "python": platform.python_version(),
+        "packages": package_versions(),
+        "settings": plain,
+        "files": named_files(plain),
+        "model_ids": model_ids(plain),
+        "stand_ins": [],
+    }
+
+
 def git_state(root: Path | None = None) -> dict[str, Any] | None:
     """``{"commit", "dirty"}`` of the checkout holding the package, or ``None`` when there is none."""
     root = root or Path(__file__).resolve().parents[1]

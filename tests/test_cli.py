@@ -76,6 +76,11 @@ def test_fit_then_test_reports_group_accuracy(tmp_path):
     assert {"test/acc", "test/acc_aligned", "test/acc_conflicting"} <= metric_columns(tmp_path)
     saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
     assert saved["data"]["init_args"]["bias"] == "model_a"
+    # the run's provenance beside its checkpoints: the commit, the versions, the config, the checkpoint's digest
+    record = json.loads((tmp_path / "run" / "provenance.json").read_text())
+    assert record["command"] == "test" and set(record["git"] or {}) <= {"commit", "dirty"}
+    assert record["packages"]["torch"] and record["settings"]["data"]["init_args"]["bias"] == "model_a"
+    assert any(f["path"] == str(best) and len(f["sha256"]) == 64 for f in record["files"]), record["files"]
 
 
 @pytest.mark.parametrize(
@@ -181,6 +186,7 @@ def test_wandb_offline_run_holds_metrics_config_and_grid(tmp_path, monkeypatch):
         assert run is not None and run.name == "run"  # named after trainer.default_root_dir
         assert Path(run.dir).is_relative_to(tmp_path / "run" / "wandb")  # a sibling of the checkpoint folder
         saved = run.config.as_dict()["config"]
+        assert run.config.as_dict()["provenance"]["packages"]["lightning"]  # commit, versions, files, model ids
         assert saved["seed_everything"] == 0 and saved["data"]["init_args"]["bias"] == "model_a"
         assert saved["model"]["init_args"]["lr"] == 0.002
         assert {"val/acc_aligned", "train/loss"} <= {key for data in logged for key in data}
