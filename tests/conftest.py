@@ -4,10 +4,34 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("WANDB_SILENT", "true")
+# a W&B run a test starts without naming its folder writes in the temp folder, never in the repository
+os.environ.setdefault("WANDB_DIR", tempfile.mkdtemp(prefix="nemo-train-tests-wandb-"))
+
+ROOT = Path(__file__).resolve().parents[1]
+#: What the repository's top folder and ``checkpoints/`` held when the session started (tests add nothing there).
+_BEFORE: set[str] = set()
+
+
+def _repository_entries() -> set[str]:
+    return {p.name for p in ROOT.iterdir()} | {f"checkpoints/{p.name}" for p in (ROOT / "checkpoints").glob("*")}
+
+
+def pytest_sessionstart(session) -> None:
+    _BEFORE.update(_repository_entries())
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """Fail the session when a test left something new in the repository (runs write where they are told)."""
+    new = sorted(_repository_entries() - _BEFORE - {".pytest_cache", ".ruff_cache", ".import_linter_cache"})
+    if new and not hasattr(session.config, "workerinput"):
+        print(f"\ntests wrote into the repository: {', '.join(new)}", file=sys.stderr)
+        session.exitstatus = 1
+
 
 import lightning as L  # noqa: E402
 import pytest  # noqa: E402

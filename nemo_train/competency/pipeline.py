@@ -39,7 +39,7 @@ from nemo_train.errors import UserInputError
 from nemo_train.metrics.perceptual import perceptual_distance
 from nemo_train.models.loading import load_classifier
 from nemo_train.runs import Device, OutDir, Seed, run_command
-from nemo_train.store import changed_settings
+from nemo_train.store import changed_settings, write_bytes_atomic
 
 
 def _accelerator(device: str) -> tuple[str, torch.device]:
@@ -144,7 +144,7 @@ def run_counterfactuals(
         "grid": out_dir / "grid.png",
         "reliability": out_dir / "reliability.png",
     }
-    files["table"].write_text(format_table(rows))
+    write_bytes_atomic(files["table"], format_table(rows).encode("utf-8"))  # a kill leaves the old file or the new
     results = {
         "calibration": vars(calibration),
         "causes": cause_scores,
@@ -152,7 +152,7 @@ def run_counterfactuals(
         "generator_options": {g.name: {"class_path": g.class_path(), "init_args": g.options()} for g in methods},
         "run": dict(run_info or {}),
     }
-    files["results"].write_text(json.dumps(results, indent=2, default=float))
+    write_bytes_atomic(files["results"], json.dumps(results, indent=2, default=float).encode("utf-8"))
     save_grid(data.images, grids, data.causes, files["grid"])
     return CounterfactualRun(out_dir, rows, calibration, cause_scores, files)
 

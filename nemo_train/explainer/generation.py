@@ -178,7 +178,7 @@ class GenerationArgs:
         top_p: nucleus sampling mass.
         max_new_tokens: length limit of an explanation.
         batch_size: images per ``generate`` call.
-        seed: sampling seed (repeatable runs; a resumed run continues the same sequence).
+        seed: sampling seed (repeatable runs; a resumed run samples what an uninterrupted run samples).
     """
 
     num_samples: int = 1
@@ -254,6 +254,21 @@ def write_jsonl_atomic(path: Path, rows: list[dict[str, Any]]) -> None:
     os.replace(scratch, path)
 
 
+def generation_batches(todo: list[int], total: int, batch_size: int, sampled: bool) -> list[list[int]]:
+    """The input positions of each ``generate`` call that computes the pending inputs ``todo`` (of ``total``).
+
+    A sampled reply depends on the batch it is drawn in (one random stream per call, seeded by the batch's first
+    position), so sampled inputs are generated in the batches of an uninterrupted run, positions
+    ``[k * batch_size, (k + 1) * batch_size)``, whole, whichever of their inputs are done: a run killed between two
+    records of a batch resumes to the replies an uninterrupted run writes. Greedy replies do not depend on the
+    batch: the pending inputs are batched together.
+    """
+    if not sampled:
+        return [todo[start : start + batch_size] for start in range(0, len(todo), batch_size)]
+    starts = dict.fromkeys(i - i % batch_size for i in todo)
+    return [list(range(start, min(start + batch_size, total))) for start in starts]
+
+
 #: The explanations ``explain`` writes under its ``out_dir``.
 EXPLANATIONS_FILE = "explanations.jsonl"
 
@@ -322,8 +337,10 @@ def explain(
     }
     keys = [record_key(i, r, use_cf) for i, r in enumerate(records)]
     todo = [i for i, key in enumerate(keys) if store.lookup(key, settings) is None]
-    for start in progress_bar(range(0, len(todo), g.batch_size), desc="explaining", disable=not todo):
-        chunk = [records[i] for i in todo[start : start + g.batch_size]]
+    pending = set(todo)
+    batches = generation_batches(todo, len(records), g.batch_size, sampled=g.temperature > 0)
+    for batch in progress_bar(batches, desc="explaining", disable=not todo):
+        chunk = [records[i] for i in batch]
         try:
             texts = generate_explanations(
                 module,
@@ -338,12 +355,14 @@ def explain(
                 if use_cf and any(r.counterfactual for r in chunk)
                 else None,
                 system_prompt=prompting.system_prompt,
-                seed=g.seed + todo[start],  # the input's position: the same seed whichever inputs were done
+                seed=g.seed + batch[0],  # the batch's first position: the same seed whichever inputs were done
             )
         except UserInputError as err:
             where = f"{chunk[0].origin}..{chunk[-1].origin}" if chunk[0].origin else "images"
             raise UserInputError(f"{where}: {err}") from None
-        for i, record, samples in zip(todo[start : start + g.batch_size], chunk, texts):
+        for i, record, samples in zip(batch, chunk, texts):
+            if i not in pending:  # done already; generated again only so that its batch is an uninterrupted run's
+                continue
             row: dict[str, Any] = {"key": keys[i], **record.to_json(), "explanations": samples}
             if record.cause:
                 row["correct"] = [predicted_cause(s, cause_candidates(record.cause)) == record.cause for s in samples]

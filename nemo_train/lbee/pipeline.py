@@ -38,6 +38,7 @@ from nemo_train.models.classifier import ClassifierModule
 from nemo_train.models.loading import HubClassifier, check_classifier_file, load_classifier
 from nemo_train.runs import Device, OutDir, Seed, run_command
 from nemo_train.sharding import Strategy, current_ranks
+from nemo_train.store import write_bytes_atomic
 
 #: largest ``o`` of ``beta = o * std(omega)`` (above it no image is hard)
 MAX_O = 10.0
@@ -315,7 +316,8 @@ def lbee(
         partition_precision=precision,
         encoder_zero_shot=dict(getattr(encoder, "zero_shot", {}) or {}),
     )
-    (out / "results.json").write_text(json.dumps({**asdict(res), "sweep": {"o": evaluation.sweep, **sweep}}, indent=1))
+    saved = json.dumps({**asdict(res), "sweep": {"o": evaluation.sweep, **sweep}}, indent=1)
+    write_bytes_atomic(out / "results.json", saved.encode("utf-8"))  # a kill leaves the old file or the new one
     columns = ["method", "ACR", "AHR", "TPR", "JI", "|R_S|"]
     rows = [[s.method, s.acr, s.ahr, s.tpr, s.ji, s.num_selected] for s in scores]
     caption = (
