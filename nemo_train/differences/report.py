@@ -10,6 +10,7 @@ from typing import Any
 from nemo_train.console import print_table
 from nemo_train.differences.metrics import THRESHOLDS, Attribution, effective_token_ratio
 from nemo_train.secrets import scrub_secrets
+from nemo_train.store import write_bytes_atomic
 
 METHOD_NAMES = {
     "human": "Human",
@@ -62,7 +63,8 @@ class DifferencesResult:
         return scrub_secrets(asdict(self))
 
     def save(self, path: Path) -> None:
-        path.write_text(json.dumps(self.to_json(), indent=2))
+        """Write the result as JSON, atomically (a kill leaves the old file or the new one)."""
+        write_bytes_atomic(path, json.dumps(self.to_json(), indent=2).encode("utf-8"))
 
 
 def print_result(result: DifferencesResult, title: str) -> None:

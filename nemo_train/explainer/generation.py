@@ -289,7 +289,7 @@ def explain(
     generation: GenerationArgs = GenerationArgs(),
     wandb: bool = False,
     seed: Seed = 0,
-    device: Device = "cpu",
+    device: Device = "auto",
 ) -> Path:
     """Write explanations of classifier errors (JSONL) with a fine-tuned explainer or a base MLLM.
 

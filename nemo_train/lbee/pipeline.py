@@ -196,7 +196,7 @@ def lbee(
     out_dir: OutDir = "checkpoints/lbee/run",
     wandb: bool = False,
     seed: Seed = 0,
-    device: Device = "cpu",
+    device: Device = "auto",
     devices: int = 1,
     num_nodes: int = 1,
     strategy: Strategy = "auto",

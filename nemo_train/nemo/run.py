@@ -84,7 +84,7 @@ def nemo_eval(
     out_dir: OutDir = "checkpoints/nemo_eval",
     wandb: bool = False,
     seed: Seed = 0,
-    device: Device = "cpu",
+    device: Device = "auto",
     devices: int = 1,
     num_nodes: int = 1,
     strategy: Strategy = "auto",

@@ -70,8 +70,9 @@ def test_every_command_takes_the_run_arguments_with_one_help(command):
         assert " ".join(RUN_ARGS_HELP[name].split()) in help_text  # the same words in every command
     out_dir = auto_parser(func, as_positional=False).get_defaults().out_dir
     assert out_dir.startswith("checkpoints/")
-    if command not in OUT_DIR_ONLY:
-        assert auto_parser(func, as_positional=False).get_defaults().wandb is False
+    if command not in OUT_DIR_ONLY:  # the same defaults everywhere: no W&B unless asked, a GPU when one is visible
+        defaults = auto_parser(func, as_positional=False).get_defaults()
+        assert defaults.wandb is False and defaults.device == "auto"
 
 
 @pytest.mark.parametrize("command", WRITERS)

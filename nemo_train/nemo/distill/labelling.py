@@ -222,7 +222,7 @@ def distill_teacher(
     val_fraction: float = 0.1,
     error_batch: PositiveInt = 8,
     wandb: bool = False,
-    device: Device = "cpu",
+    device: Device = "auto",
     devices: int = 1,
     num_nodes: int = 1,
     strategy: Strategy = "auto",

@@ -127,7 +127,7 @@ def distill_eval(
     distilled_on: str | None = None,
     out_dir: OutDir = "checkpoints/distill_cmnist/eval",
     wandb: bool = False,
-    device: Device = "cpu",
+    device: Device = "auto",
     devices: int = 1,
     num_nodes: int = 1,
     strategy: Strategy = "auto",
