@@ -53,3 +53,33 @@ def test_open_clip_errors_are_one_line(tiny_open_clip, monkeypatch):
     monkeypatch.setitem(sys.modules, "open_clip", None)  # as if the package were not installed
     with pytest.raises(UserInputError, match="pip install open_clip_torch"):
         OpenCLIPEncoder(tiny_open_clip, pretrained=None)
+
+
+def test_weights_load_on_first_use_and_unreachable_weights_are_one_line(tiny_open_clip, monkeypatch):
+    calls = []
+
+    def offline(name, pretrained=None, **kwargs):
+        calls.append((name, pretrained))
+        raise RuntimeError(f"Failed to download weights for tag {pretrained!r}\nmore lines")
+
+    monkeypatch.setattr(open_clip, "create_model_and_transforms", offline)
+    encoder = OpenCLIPEncoder(tiny_open_clip, pretrained="laion2b_s34b_b79k")  # a preset parses: nothing loaded
+    assert calls == []
+    with pytest.raises(UserInputError, match=r"cannot load Open-CLIP weights 'nemo-tiny-clip' / 'laion2b_s34b_b79k'"):
+        encoder.encode_text(["a photo of a bird"])
+    assert calls == [(tiny_open_clip, "laion2b_s34b_b79k")]
+
+
+def test_the_imagenet_preset_offline_is_one_line(capsys, tmp_path, monkeypatch):
+    """The LBEE ImageNet preset on a machine without its data or weights: one line naming the missing folder
+    (before: the config parser's multi-line error, since the weights were loaded while parsing)."""
+    from pathlib import Path
+
+    from cli_errors import one_line_error
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)  # the preset names its sentence file relative to the repository
+    err = one_line_error(
+        capsys, ["lbee", "--config", "configs/lbee/imagenet_per_class.yaml", "--out_dir", str(tmp_path / "out")]
+    )
+    assert "ImageNet validation folder" in err and "does not exist" in err
