@@ -75,3 +75,17 @@ def test_damaged_checkpoint_is_one_line_naming_the_file(command, tmp_path, monke
         args += ["--data.init_args.train_size=60", "--data.init_args.test_per_pair=1"]
     err = one_line_error(capsys, args)
     assert str(damaged) in err and "cannot be read" in err
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_folder_given_as_the_checkpoint_is_one_line(command, tmp_path, monkeypatch, capsys):
+    """A folder (a fit's run folder instead of its ``.ckpt``) is refused, never replaced by a model of its own."""
+    preset, _, option = COMMANDS[command]
+    monkeypatch.chdir(tmp_path)
+    folder, other = tmp_path / "run_a", tmp_path / "run_b"
+    for path in (folder, other):
+        (path / "checkpoints").mkdir(parents=True)
+    args = [command, *config_args(preset), "--out_dir", str(tmp_path / "o"), option.format(folder, other)]
+    err = one_line_error(capsys, args)
+    assert f"{str(folder)!r} is a folder; expected the .ckpt file `fit` writes" in err
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").glob("*.ckpt"))
