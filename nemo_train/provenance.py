@@ -62,41 +62,36 @@ _digests: dict[tuple[str, int, int], str] = {}
 
 def provenance(command: str, args: Any, device: str, settings: dict[str, Any], stand_ins: list[str]) -> dict[str, Any]:
     """The provenance record of a run of ``command`` with run arguments ``args`` and ``settings``."""
-    plain = scrub_secrets(to_jsonable(settings))
-    return {
-        "command": command,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "git": git_state(),
-        "python": platform.python_version(),
-        "packages": package_versions(),
-        "run": {
-            "out_dir": str(args.out_dir),
-            "wandb": bool(args.wandb),
-            "seed": int(args.seed),
-            "device": args.device,
-            "device_used": device,
-        },
-        "settings": plain,
-        "files": named_files(plain),
-        "model_ids": model_ids(plain),
-        "stand_ins": list(stand_ins),
+    run = {
+        "out_dir": str(args.out_dir),
+        "wandb": bool(args.wandb),
+        "seed": int(args.seed),
+        "device": args.device,
+        "device_used": device,
     }
+    return fit_provenance(command, settings, stand_ins, run)
 
 
-def fit_provenance(command: str, config: dict[str, Any]) -> dict[str, Any]:
-    """The provenance record of a LightningCLI run (``fit``, ``validate``, ...) from its parsed ``config``: the
-    same fields as :func:`provenance` but the run arguments, which such a run takes from ``trainer``."""
-    plain = scrub_secrets(to_jsonable(config))
-    return {
+def fit_provenance(
+    command: str, settings: dict[str, Any], stand_ins: list[str] | None = None, run: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The provenance record of ``command`` with ``settings``; a LightningCLI run (``fit``, ``validate``, ...) has
+    no ``run`` arguments (its trainer's settings are in ``settings``)."""
+    plain = scrub_secrets(to_jsonable(settings))
+    record = {
         "command": command,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "git": git_state(),
         "python": platform.python_version(),
         "packages": package_versions(),
+    }
+    if run is not None:
+        record["run"] = run
+    return record | {
         "settings": plain,
         "files": named_files(plain),
         "model_ids": model_ids(plain),
-        "stand_ins": [],
+        "stand_ins": list(stand_ins or []),
     }
 
 
