@@ -62,6 +62,12 @@ def kill_when(argv: list[str], env: dict[str, str], cwd: Path, mid_run: Callable
     assert mid_run(), f"no sign of the run being mid-way after {DEADLINE_S} s"
 
 
+def wrote_only_in_out_dir(cwd: Path) -> bool:
+    """Whether the runs started in ``cwd`` left nothing there but their out_dir (``run``) and the killed run's
+    captured stderr: no cache, log, W&B or lightning folder relative to where the command was started."""
+    return {p.name for p in cwd.iterdir()} <= {"run", "killed.stderr"}
+
+
 def line_count(path: Path) -> int:
     return path.read_bytes().count(b"\n") if path.is_file() else 0
 
@@ -130,6 +136,7 @@ def test_distill_eval_killed_mid_run_resumes_to_the_uninterrupted_rows(
     assert 1 <= len(before) < len(reference)
 
     run_to_end(argv, env, tmp_path)
+    assert wrote_only_in_out_dir(tmp_path)
     assert records(results) == reference  # same rows, settings and numbers
     written = Counter(r["key"] for r in map(json.loads, results.read_text().splitlines()))
     again = {key for key, count in written.items() if count > 1}
@@ -188,6 +195,7 @@ def test_differences_killed_mid_run_measures_the_rest_and_scores_as_uninterrupte
     assert 1 <= len(measured) < len(reference_cache)
 
     run_to_end(argv, environment(), tmp_path)
+    assert wrote_only_in_out_dir(tmp_path)
     final_cache = json.loads(cache.read_text())
     assert list(final_cache.items()) == list(reference_cache.items())  # same values, same order, none twice
     assert saved(out) == saved(differences_reference)
@@ -249,6 +257,7 @@ def test_lbee_killed_after_training_its_joint_space_reuses_it_and_scores_as_unin
     trained = unchanged(weights)
 
     run_to_end(argv, environment(), tmp_path)
+    assert wrote_only_in_out_dir(tmp_path)
     assert unchanged(weights) == trained  # reused, not trained again
     assert weights.read_bytes() == (lbee_reference / "clip" / "model.safetensors").read_bytes()
     assert saved(out) == saved(lbee_reference)
@@ -315,6 +324,7 @@ def test_counterfactuals_killed_after_calibrating_reuses_the_estimator_and_score
     calibrated = unchanged(weights)
 
     run_to_end(argv, environment(), tmp_path)
+    assert wrote_only_in_out_dir(tmp_path)
     assert unchanged(weights) == calibrated  # reused, not calibrated again
     assert weights.read_bytes() == (counterfactuals_reference / "parce" / "parce.safetensors").read_bytes()
     assert table(out) == table(counterfactuals_reference)
@@ -377,6 +387,7 @@ def test_explain_killed_mid_run_resumes_to_the_uninterrupted_explanations(
     assert 1 <= line_count(explanations) < total
 
     run_to_end(argv, env, tmp_path)
+    assert wrote_only_in_out_dir(tmp_path)
     assert outputs(out) == outputs(explain_reference)  # one line per input, in order, the same answers
 
 
