@@ -22,6 +22,8 @@ from nemo_train.models.vlm import EXPLAINER_META
 from nemo_train.runs import RUN_FLOOR_FILES, OutDir, run_command
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+#: Where an export is written before it is moved into ``out_dir`` whole (a killed run leaves it there).
+STAGE = ".export-unfinished"
 
 
 def _read_adapter(adapter: Path) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
@@ -102,8 +104,12 @@ def export(
     """
     source, out = Path(adapter), Path(out_dir)
     meta, config, names = _read_adapter(source)
-    if any(p.name not in RUN_FLOOR_FILES for p in out.iterdir()):  # the run floor made the folder
+    stage = out / STAGE
+    if (stage / "README.md").is_file():  # a run killed while it moved the finished files in: finish the move
+        return _publish(stage, out)
+    if any(p.name not in (*RUN_FLOOR_FILES, STAGE) for p in out.iterdir()):  # the run floor made the folder
         raise UserInputError(f"out_dir={out_dir!r} is not empty; export into a new or empty folder")
+    shutil.rmtree(stage, ignore_errors=True)  # what a killed run had begun to write
     if adapter_only:
         vision = vision_weights(names)
         if vision:
@@ -112,19 +118,29 @@ def export(
                 f"{vision[0]}), which engines serving LoRA on the language model ignore; export the merged model "
                 "or train with language_only: true"
             )
-        out.mkdir(parents=True, exist_ok=True)
+        stage.mkdir(parents=True)
         for name in ADAPTER_FILES:
-            shutil.copy2(source / name, out / name)
-        (out / "README.md").write_text(model_card(meta, config, source, merged=False, base_dtype=""))
-        return out
+            shutil.copy2(source / name, stage / name)
+        (stage / "README.md").write_text(model_card(meta, config, source, merged=False, base_dtype=""))
+        return _publish(stage, out)
     base_dtype = dtype or meta.get("torch_dtype", "float32")
     module = ExplainerModule(model_name_or_path=meta["model_name_or_path"], adapter=str(source), torch_dtype=base_dtype)
     module.configure_model()  # unquantized: merging into 4-bit weights would round the LoRA update away
     model = module.model.merge_and_unload()
     set_kv_cache(model, True)  # off while training; generation and serving want it
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    module.processor.save_pretrained(out)  # tokenizer, image processor and chat template
-    (out / "README.md").write_text(model_card(meta, config, source, merged=True, base_dtype=base_dtype))
+    stage.mkdir(parents=True)
+    model.save_pretrained(stage)
+    module.processor.save_pretrained(stage)  # tokenizer, image processor and chat template
+    (stage / "README.md").write_text(model_card(meta, config, source, merged=True, base_dtype=base_dtype))
+    _publish(stage, out)
     print(f"wrote the merged explainer to {out}")
+    return out
+
+
+def _publish(stage: Path, out: Path) -> Path:
+    """Move the finished export from ``stage`` into ``out`` (one rename a file; the model card, written last into
+    ``stage``, says the export is whole, so a rerun after a kill here finishes the move)."""
+    for path in sorted(stage.iterdir(), key=lambda p: (p.name == "README.md", p.name)):  # the card last
+        path.replace(out / path.name)
+    stage.rmdir()
     return out

@@ -97,3 +97,33 @@ def test_language_only_keeps_lora_and_saved_modules_out_of_the_vision_tower(tiny
     assert names and not any("vision_model" in n for n in names)
     with pytest.raises(UserInputError, match="language_only=True but modules_to_save"):
         ExplainerModule(language_only=True, modules_to_save=["visual", "lm_head"])
+
+
+@pytest.mark.fault
+def test_an_export_killed_before_its_end_is_finished_by_the_rerun(tiny_real, tmp_path):
+    """The export is written into ``<out_dir>/.export-unfinished`` and moved in whole, the model card last: a
+    rerun after a kill while writing starts again, one after a kill while moving finishes the move; either way
+    the folder ends byte for byte equal to an uninterrupted export's."""
+    from nemo_train.explainer.export import STAGE
+
+    adapter = _adapter(tiny_real["qwen2_5_vl"], tmp_path / "adapter", lora_targets=VISION_LANGUAGE_TARGETS)
+    reference = export(str(adapter), str(tmp_path / "reference"))
+    files = {p.name: p.read_bytes() for p in reference.iterdir() if p.name != "provenance.json"}
+
+    def contents(folder):
+        return {p.name: p.read_bytes() for p in folder.iterdir() if p.name != "provenance.json"}
+
+    writing = tmp_path / "killed_while_writing"  # half a weights file in the stage, nothing moved yet
+    (writing / STAGE).mkdir(parents=True)
+    (writing / STAGE / "model.safetensors").write_bytes(files["model.safetensors"][:100])
+    export(str(adapter), str(writing))
+    assert contents(writing) == files
+
+    moving = tmp_path / "killed_while_moving"  # a whole stage, two files already moved in
+    (moving / STAGE).mkdir(parents=True)
+    for name, data in files.items():
+        (moving / STAGE / name).write_bytes(data)
+    for name in sorted(n for n in files if n != "README.md")[:2]:
+        (moving / STAGE / name).replace(moving / name)
+    export(str(adapter), str(moving))
+    assert contents(moving) == files
