@@ -68,6 +68,20 @@ def wrote_only_in_out_dir(cwd: Path) -> bool:
     return {p.name for p in cwd.iterdir()} <= {"run", "killed.stderr"}
 
 
+def kill_then_reuse(argv: list[str], cwd: Path, recorded: str, weights: str, reference: Path) -> None:
+    """Kill the run in ``cwd / "run"`` once its artefact is saved and ``recorded`` (a path under the run) exists,
+    before its results; rerun it to its end: the artefact's ``weights`` file is reused as it was (not made
+    again) and equals the uninterrupted ``reference`` run's."""
+    out = cwd / "run"
+    kill_when(argv, environment(), cwd, (out / recorded).is_file)
+    assert not (out / "results.json").exists()
+    before = unchanged(out / weights)
+    run_to_end(argv, environment(), cwd)
+    assert wrote_only_in_out_dir(cwd)
+    assert unchanged(out / weights) == before  # reused, not made again
+    assert (out / weights).read_bytes() == (reference / weights).read_bytes()
+
+
 def line_count(path: Path) -> int:
     return path.read_bytes().count(b"\n") if path.is_file() else 0
 
@@ -250,16 +264,8 @@ def test_lbee_killed_after_training_its_joint_space_reuses_it_and_scores_as_unin
 ):
     out = tmp_path / "run"
     argv = command("lbee", "--config", str(lbee_config), "--out_dir", str(out))
-    recorded = out / "clip.fingerprint.json"  # the joint space is trained, saved and recorded
-    kill_when(argv, environment(), tmp_path, recorded.is_file)
-    assert not (out / "results.json").exists()
-    weights = out / "clip" / "model.safetensors"
-    trained = unchanged(weights)
-
-    run_to_end(argv, environment(), tmp_path)
-    assert wrote_only_in_out_dir(tmp_path)
-    assert unchanged(weights) == trained  # reused, not trained again
-    assert weights.read_bytes() == (lbee_reference / "clip" / "model.safetensors").read_bytes()
+    # killed once the joint space is trained, saved and recorded
+    kill_then_reuse(argv, tmp_path, "clip.fingerprint.json", "clip/model.safetensors", lbee_reference)
     assert saved(out) == saved(lbee_reference)
 
 
@@ -317,16 +323,10 @@ def test_counterfactuals_killed_after_calibrating_reuses_the_estimator_and_score
 ):
     out = tmp_path / "run"
     argv = command("counterfactuals", "--config", str(counterfactuals_config), "--out_dir", str(out))
-    recorded = out / "parce" / "parce.json.fingerprint.json"  # the estimator is calibrated, saved and recorded
-    kill_when(argv, environment(), tmp_path, recorded.is_file)
-    assert not (out / "results.json").exists()
-    weights = out / "parce" / "parce.safetensors"
-    calibrated = unchanged(weights)
-
-    run_to_end(argv, environment(), tmp_path)
-    assert wrote_only_in_out_dir(tmp_path)
-    assert unchanged(weights) == calibrated  # reused, not calibrated again
-    assert weights.read_bytes() == (counterfactuals_reference / "parce" / "parce.safetensors").read_bytes()
+    # killed once the estimator is calibrated, saved and recorded
+    kill_then_reuse(
+        argv, tmp_path, "parce/parce.json.fingerprint.json", "parce/parce.safetensors", counterfactuals_reference
+    )
     assert table(out) == table(counterfactuals_reference)
 
 
