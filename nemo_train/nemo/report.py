@@ -7,6 +7,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import wandb
 
@@ -190,9 +191,12 @@ def known_cause_win_rate(records: Iterable[dict], target: str | None = None) -> 
     return wins / len(pairs), len(pairs)
 
 
-def log_wandb(records: list[dict], cells: list[CellScore], benchmark: str, images: dict[str, tuple]) -> None:
-    """Log the table and one row per sample (image, edit, edited image, scores) to Weights & Biases."""
-    run = wandb.run or init_run("wandb", project="nemo-train", job_type="nemo-eval")  # nemo-eval opens one in out_dir
+def log_wandb(
+    records: list[dict], cells: list[CellScore], benchmark: str, images: dict[str, tuple], out_dir: str | Path
+) -> None:
+    """Log the table and one row per sample (image, edit, edited image, scores) to Weights & Biases: to the run
+    the command opened, else to one opened under ``out_dir``."""
+    run = wandb.run or init_run(out_dir, project="nemo-train", job_type="nemo-eval")
     judge_names = sorted({j for r in records for j in r["judges"]})
     match = match_label(judge_names)  # names the judges that are rules, not models
     table = wandb.Table(columns=["method", "target", match, "grounding", "cei", "n", "failed"])

@@ -191,7 +191,7 @@ def nemo_eval(
     )
     _print_counts(summary, explainer, time.perf_counter() - started)
     if wandb:
-        log_wandb(records, cells, benchmark.name, progress.images)
+        log_wandb(records, cells, benchmark.name, progress.images, out)
     return summary
 
 

@@ -31,7 +31,7 @@ def test_match_key_and_label():
     assert match_key([]) == "llm_match"
 
 
-def test_wandb_summary_table_names_the_stand_in_judge(monkeypatch):
+def test_wandb_summary_table_names_the_stand_in_judge(monkeypatch, tmp_path):
     logged = []
     monkeypatch.setattr(wandb, "run", type("FakeRun", (), {"log": lambda self, data: logged.append(data)})())
     record = {
@@ -46,7 +46,7 @@ def test_wandb_summary_table_names_the_stand_in_judge(monkeypatch):
         "judges": {GROUNDED: 1.0},
     }
     cell = CellScore("KnownCause", "model_a", 1.0, 80.0, 1)
-    log_wandb([record], [cell], "cmnist", {})
+    log_wandb([record], [cell], "cmnist", {}, tmp_path)
     ((data,),) = [logged]
     table = data["nemo/cmnist/table"]
     assert table.columns == [

@@ -283,8 +283,9 @@ def test_wandb_table_per_sample(checkpoint, tmp_path, monkeypatch):
     fake_run = type("FakeRun", (), {"log": lambda self, data: logged.append(data)})()
     monkeypatch.setattr(wandb, "run", None)
     monkeypatch.setattr(wandb, "init", lambda **kwargs: fake_run)
-    nemo_eval(small(3), [checkpoint], [KnownCauseMethod()], out_dir=str(tmp_path), wandb=True)
+    nemo_eval(small(3), [checkpoint], [KnownCauseMethod()], out_dir=str(tmp_path / "run"), wandb=True)
     ((data,),) = [logged]
+    assert not Path("wandb").exists() or Path("wandb").resolve().is_relative_to(tmp_path)  # nothing in the cwd
     table, samples = data["nemo/cmnist/table"], data["nemo/cmnist/samples"]
     assert table.data[0][:2] == ["KnownCause", "model_a"]
     assert [row[3] for row in samples.data] == ["KnownCause"] * 3 + ["Constant"] * 3
