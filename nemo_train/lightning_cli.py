@@ -21,7 +21,7 @@ from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 
 from nemo_train.callbacks.resume import LastCheckpoint, RandomStates
 from nemo_train.errors import UserInputError
-from nemo_train.provenance import fit_provenance
+from nemo_train.provenance import provenance_record
 from nemo_train.quiet import interactive, is_verbose, set_output
 from nemo_train.runs import check_out_dir
 from nemo_train.secrets import scrub_secrets
@@ -66,7 +66,7 @@ class ScrubbedSaveConfigCallback(SaveConfigCallback):
         log_dir = Path(trainer.default_root_dir)
         log_dir.mkdir(parents=True, exist_ok=True)
         write_bytes_atomic(log_dir / self.config_filename, yaml.safe_dump(config, sort_keys=False).encode("utf-8"))
-        record = fit_provenance(stage, config)
+        record = provenance_record(stage, config)
         write_json_atomic(log_dir / "provenance.json", record)
         for logger in trainer.loggers:
             logger.log_hyperparams(

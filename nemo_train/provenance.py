@@ -69,10 +69,10 @@ def provenance(command: str, args: Any, device: str, settings: dict[str, Any], s
         "device": args.device,
         "device_used": device,
     }
-    return fit_provenance(command, settings, stand_ins, run)
+    return provenance_record(command, settings, stand_ins, run)
 
 
-def fit_provenance(
+def provenance_record(
     command: str, settings: dict[str, Any], stand_ins: list[str] | None = None, run: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """The provenance record of ``command`` with ``settings``; a LightningCLI run (``fit``, ``validate``, ...) has
