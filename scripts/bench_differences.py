@@ -30,8 +30,9 @@ from nemo_train.differences.diff_model import DiffModel
 from nemo_train.differences.evaluators import LLMEvaluator
 from nemo_train.differences.generators import CMNIST_SPACE, CMNISTGenerator
 from nemo_train.differences.metrics import completeness, density
-from nemo_train.differences.models import LightningClassifier
+from nemo_train.differences.models import SpecClassifier
 from nemo_train.models import ClassifierModule
+from nemo_train.models.specs import FitCheckpoint
 from nemo_train.models.trainer import quiet_trainer
 
 HUMAN = (
@@ -41,7 +42,7 @@ HUMAN = (
 )
 
 
-def models(folder: Path) -> tuple[LightningClassifier, LightningClassifier]:
+def models(folder: Path) -> tuple[SpecClassifier, SpecClassifier]:
     pair = []
     for name, bias in (("cmnist_model_a", "model_a"), ("cmnist_model_b", "model_b")):
         path = folder / f"{name}.ckpt"
@@ -51,7 +52,7 @@ def models(folder: Path) -> tuple[LightningClassifier, LightningClassifier]:
             trainer.fit(module, CMNISTDataModule(bias=bias, train_size=3000, batch_size=64, test_styles=1))
             folder.mkdir(parents=True, exist_ok=True)
             trainer.save_checkpoint(str(path), weights_only=True)
-        model = LightningClassifier(str(path), name=name)
+        model = SpecClassifier(FitCheckpoint(str(path)), name=name)
         model.prepare(folder.parent, torch.device("cpu"))
         pair.append(model)
     return tuple(pair)

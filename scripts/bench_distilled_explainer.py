@@ -53,8 +53,8 @@ def main() -> None:
     from nemo_train.backends.hf_local import HFLocalBackend
     from nemo_train.backends.student import StudentBackend
     from nemo_train.console import print_table
+    from nemo_train.models.targets import load_checkpoint_target
     from nemo_train.nemo.benchmark import build_synthetic_benchmark
-    from nemo_train.nemo.classifiers import load_checkpoint_target
     from nemo_train.nemo.distill.rows import ExhaustiveSearchExplainer, OnePassExplainer
     from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
     from nemo_train.nemo.methods.base import explain_many

@@ -20,7 +20,8 @@ import torch
 from datamodules.captions import VOCABULARIES
 from nemo_train.console import print_table
 from nemo_train.metrics.nemo import cei_points
-from nemo_train.nemo.components import BenchmarkArgs, CaptionZeroShotModel
+from nemo_train.models.specs import CaptionZeroShotModel
+from nemo_train.nemo.components import BenchmarkArgs
 from nemo_train.nemo.prompt_rule import CAPTION_ATTRIBUTES, CaptionPromptRule
 
 

@@ -1,6 +1,6 @@
 """Every pipeline takes its classifier the same way and never trains one it was not asked to train.
 
-``--classifier`` (one checkpoint or a spec object) or ``--targets`` (several), ``--out_dir`` for every output;
+``--classifier`` (one checkpoint or a ``ClassifierSpec``) or ``--targets`` (several), ``--out_dir`` for every output;
 a missing checkpoint stops the command with one line naming the ``nemo-train fit`` command that writes it, and
 a damaged one with one line naming the file.
 """
@@ -44,6 +44,7 @@ def test_every_pipeline_takes_out_dir_and_its_classifier_the_same_way(command):
     assert ("--out_dir" in help_text) is (command not in READ_ONLY)
     if command not in NO_CLASSIFIER:
         assert "--classifier" in help_text or "--targets" in help_text
+        assert "subclass of ClassifierSpec" in help_text  # the one spec type (nemo_train.models.specs)
     for old in ("--run.out_dir", "--estimator.classifier_checkpoint", "--classifier.checkpoint", "--model_a"):
         assert old not in help_text
 

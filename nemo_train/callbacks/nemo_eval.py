@@ -15,8 +15,8 @@ from nemo_train.console import print_table
 from nemo_train.explainer.distributed import lockstep
 from nemo_train.explainer.lockstep import explain_in_lockstep
 from nemo_train.metrics.nemo import CEI, LLMMatch, score_mean
+from nemo_train.models.targets import load_checkpoint_target
 from nemo_train.nemo.benchmark import FACT_SHEETS, ErrorSample, build_synthetic_benchmark
-from nemo_train.nemo.classifiers import load_checkpoint_target
 from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
 from nemo_train.nemo.judges import GroundedJudge, JudgeItem, JudgePanel
 from nemo_train.nemo.labels import match_key, match_label

@@ -38,6 +38,7 @@ from nemo_train.console import print_table
 from nemo_train.errors import UserInputError
 from nemo_train.metrics.perceptual import perceptual_distance
 from nemo_train.models.loading import load_classifier
+from nemo_train.models.specs import ClassifierSpec, FitCheckpoint, as_classifier
 from nemo_train.runs import Device, OutDir, Seed, run_command
 from nemo_train.store import changed_settings, write_bytes_atomic
 
@@ -222,9 +223,20 @@ def counterfactual_stand_ins(arguments: dict) -> list[str]:
     return named
 
 
+def _checkpoint_path(classifier: str | ClassifierSpec) -> str:
+    """The checkpoint path of ``--classifier``; a spec other than a ``fit`` checkpoint is a one-line error."""
+    spec = as_classifier(classifier)
+    if not isinstance(spec, FitCheckpoint):
+        raise UserInputError(
+            f"counterfactuals needs a `nemo-train fit` checkpoint as --classifier, not {type(spec).__name__} "
+            f"{spec.label!r}: PaRCE differentiates through the classifier's features"
+        )
+    return spec.path
+
+
 @run_command("counterfactuals", counterfactual_stand_ins)
 def counterfactuals(
-    classifier: str = "checkpoints/cmnist_model_a/checkpoints/best.ckpt",
+    classifier: str | ClassifierSpec = "checkpoints/cmnist_model_a/checkpoints/best.ckpt",
     datamodule: L.LightningDataModule | None = None,
     autoencoder: CompetencyAutoencoder | None = None,
     methods: list[CounterfactualGenerator] | None = None,
@@ -242,7 +254,9 @@ def counterfactuals(
 
     Args:
         classifier: the ``ClassifierModule`` checkpoint of ``nemo-train fit`` to explain (default: CMNIST Model A
-            of ``configs/cmnist/model_a.yaml``); a missing file is an error naming the command that trains it.
+            of ``configs/cmnist/model_a.yaml``), as a path or a ``FitCheckpoint`` spec; a missing file is an error
+            naming the command that trains it. PaRCE differentiates through the classifier's features, so other
+            specs (published or zero-shot models) are refused.
         datamodule: the classifier's training data (default: embedded CMNIST, Model-A bias).
         autoencoder: the competency autoencoder to train (default: one sized for the data's images).
         methods: the counterfactual generators, each by ``class_path`` / ``init_args`` (default: the five
@@ -261,6 +275,7 @@ def counterfactuals(
     _method_names(methods)
     directions = check_directions(causes.directions)
     accelerator, torch_device = _accelerator(device)
+    classifier = _checkpoint_path(classifier)
     classifier_module = load_classifier(classifier)  # before any data is built: a missing file fails at once
     L.seed_everything(seed, verbose=False)
     if datamodule is None:

@@ -1,9 +1,9 @@
 """The two vision models being compared: anything that maps images to predicted labels.
 
-:class:`LightningClassifier` loads a ``nemo-train fit`` checkpoint through the shared loader
-(:func:`nemo_train.models.loading.load_classifier`): a missing file is an error naming the ``fit`` command
-that writes it, never a model trained here. A plain path on the command line is such a classifier
-(:func:`as_compared_model`).
+``--targets`` names them as :class:`~nemo_train.models.specs.ClassifierSpec` objects, the spec every command
+takes (a plain path is a ``nemo-train fit`` checkpoint: a missing file is an error naming the ``fit`` command that
+writes it, never a model trained here); :class:`SpecClassifier` runs one. Tests and benchmarks may pass any other
+:class:`ComparedModel` (a rule, an already trained module).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 import torch
 
 from nemo_train.errors import UserInputError
-from nemo_train.models import ClassifierModule
-from nemo_train.models.loading import check_classifier_file, load_classifier
+from nemo_train.models.specs import ClassifierSpec, FitCheckpoint, as_classifier, unique_names
+from nemo_train.models.targets import ClassifierTarget, Target
 
 
 class ComparedModel(ABC):
@@ -47,80 +47,72 @@ def state_digest(module: torch.nn.Module) -> str:
     return digest.hexdigest()[:16]
 
 
-class LightningClassifier(ComparedModel):
-    """A :class:`ClassifierModule` checkpoint of ``nemo-train fit``.
+class SpecClassifier(ComparedModel):
+    """A :class:`ClassifierSpec` (a ``fit`` checkpoint, a published timm model, a zero-shot model) as Model A or B.
 
     Args:
-        checkpoint: the ``.ckpt`` file, e.g. ``checkpoints/cmnist_model_a/checkpoints/best.ckpt``.
-        name: short name (part of the Diff_Model cache key); default: the checkpoint's experiment folder
-            (``cmnist_model_a``).
+        spec: the classifier; its ``label`` (the checkpoint's experiment folder, the hub id) is the default name.
+        name: short name (part of the Diff_Model cache key).
     """
 
-    def __init__(self, checkpoint: str, name: str | None = None) -> None:
-        self.checkpoint = str(checkpoint)
-        self.name = name or experiment_name(self.checkpoint)
-        self.module: ClassifierModule | None = None
-        self.device = torch.device("cpu")
+    def __init__(self, spec: ClassifierSpec, name: str | None = None) -> None:
+        self.spec = spec
+        self.name = name or spec.label
+        self.target: Target | None = None
+        self._identity: str | None = None
 
     def check(self) -> None:
-        """A one-line error naming the ``fit`` command when the checkpoint file is missing."""
-        check_classifier_file(self.checkpoint, what=f"model {self.name!r}")
+        """Fail before anything is written (a missing checkpoint names the ``fit`` command)."""
+        self.spec.check()
 
     def prepare(self, work_dir: Path, device: torch.device) -> None:
-        if self.module is None:
-            self.module = load_classifier(self.checkpoint, what=f"model {self.name!r}")
-        self.device = device
-        self.module = self.module.to(device)
+        if self.target is None:
+            self.target = self.spec.build()
+        self.target = self.target.to(device)
 
     @torch.no_grad()
     def predict(self, images: torch.Tensor) -> torch.Tensor:
-        return self.module(images.to(self.device)).argmax(-1).cpu()
+        return self.target.predict(images).cpu()
 
     @property
     def identity(self) -> str:
-        return f"{self.name}:{state_digest(self.module)}"
+        if self._identity is None:
+            self._identity = f"{self.name}:{state_digest(self.target)}"
+            prompts = getattr(self.target, "prompts", None)  # a zero-shot model: its class prompts decide too
+            if prompts is not None:
+                self._identity += ":" + hashlib.sha256("\n".join(prompts).encode()).hexdigest()[:12]
+        return self._identity
 
     @classmethod
-    def from_module(cls, name: str, module: ClassifierModule) -> LightningClassifier:
-        """Wrap an already trained module (tests, notebooks, benchmarks)."""
-        model = cls("", name=name)
-        model.module = module.eval()
+    def from_module(cls, name: str, module: torch.nn.Module) -> SpecClassifier:
+        """Wrap an already trained module with ``forward -> logits`` and ``features`` (tests, notebooks, benchmarks)."""
+        model = cls(FitCheckpoint("", name=name))
+        model.target = ClassifierTarget(module, [str(i) for i in range(module.hparams.num_classes)])
         return model
 
 
-def experiment_name(checkpoint: str) -> str:
-    """The run folder that names a ``fit`` checkpoint: ``cmnist_model_a`` for
-    ``checkpoints/cmnist_model_a/checkpoints/best.ckpt``."""
-    folder = Path(checkpoint).resolve().parent
-    return folder.parent.name if folder.name == "checkpoints" else folder.name
+def as_compared_model(target: str | ClassifierSpec | ComparedModel) -> ComparedModel:
+    """A plain string is a ``nemo-train fit`` checkpoint; a spec is run by :class:`SpecClassifier`."""
+    return target if isinstance(target, ComparedModel) else SpecClassifier(as_classifier(target))
 
 
-def as_compared_model(target: str | ComparedModel) -> ComparedModel:
-    """A plain string is a ``nemo-train fit`` checkpoint (:class:`LightningClassifier`)."""
-    return LightningClassifier(target) if isinstance(target, str) else target
-
-
-def model_pair(targets: list[str | ComparedModel] | None) -> tuple[ComparedModel, ComparedModel]:
+def model_pair(targets: list[str | ClassifierSpec | ComparedModel] | None) -> tuple[ComparedModel, ComparedModel]:
     """Model A and Model B from ``--targets``: exactly two, with distinct names (a clash of experiment folders
-    falls back to ``folder/stem``); each checkpoint is checked before anything is written."""
+    falls back to ``folder/stem``); each classifier is checked before anything is written."""
     if not targets or len(targets) != 2:
         count = len(targets or [])
         raise UserInputError(
             f"--targets names {count} model(s); expected two, Model A then Model B (checkpoints of `nemo-train fit` "
-            "or model objects), e.g. --targets [checkpoints/cmnist_model_a/checkpoints/best.ckpt, "
+            "or classifier specs), e.g. --targets [checkpoints/cmnist_model_a/checkpoints/best.ckpt, "
             "checkpoints/cmnist_model_b/checkpoints/best.ckpt]"
         )
     model_a, model_b = (as_compared_model(t) for t in targets)
-    if (
-        model_a.name == model_b.name
-        and isinstance(model_a, LightningClassifier)
-        and isinstance(model_b, LightningClassifier)
-    ):
-        model_a.name = f"{model_a.name}/{Path(model_a.checkpoint).stem}"
-        model_b.name = f"{model_b.name}/{Path(model_b.checkpoint).stem}"
+    specs = [m.spec for m in (model_a, model_b) if isinstance(m, SpecClassifier)]
+    if len(specs) == 2:
+        model_a.name, model_b.name = unique_names(specs)
     if model_a.name == model_b.name:
         raise UserInputError(f"both targets are named {model_a.name!r}; give each a distinct `name`")
     for model in (model_a, model_b):
-        if isinstance(model, LightningClassifier):
+        if isinstance(model, SpecClassifier):
             model.check()
     return model_a, model_b

@@ -28,6 +28,7 @@ from nemo_train.differences.plots import attribution_figure, heatmap, token_rati
 from nemo_train.differences.report import DifferencesResult, MethodScore, log_wandb, print_result
 from nemo_train.differences.summarizers import Summarizer, TreeSummarizer
 from nemo_train.errors import UserInputError
+from nemo_train.models.specs import ClassifierSpec
 from nemo_train.runs import Device, OutDir, Seed, run_command
 from nemo_train.sharding import Strategy, current_ranks
 
@@ -315,7 +316,7 @@ def differences_stand_ins(arguments: dict) -> list[str]:
 @run_command("differences", differences_stand_ins)
 def differences(
     generator: ConditionalGenerator,
-    targets: list[str | ComparedModel] | None = None,
+    targets: list[str | ClassifierSpec] | None = None,
     evaluator: Evaluator | None = None,
     summarizer: Summarizer | None = None,
     explorer: Explorer | None = None,
@@ -338,8 +339,8 @@ def differences(
     Args:
         generator: conditional generator (CMNIST, CLEVR, or a text-to-image model).
         targets: the two compared models, Model A then Model B: ``nemo-train fit`` checkpoints (named by their
-            experiment folder; a missing file is an error naming the command that trains it) or model objects
-            (``LightningClassifier``, ``SiglipZeroShot``).
+            experiment folder; a missing file is an error naming the command that trains it) or other classifier
+            specs (:mod:`nemo_train.models.specs`: ``TimmModel``, ``ZeroShotModel`` with one prompt per class).
         evaluator: evaluator of explanations; default: the keyword reader (closed-vocabulary stand-in).
         summarizer: Summarization / update step; default: decision-tree rules (stand-in, not an LLM).
         explorer: exploration step; default: neighbourhood sampler (stand-in, not an LLM).

@@ -1,24 +1,20 @@
-"""The open-set path: a diffusers text-to-image generator and SigLIP zero-shot classifiers.
+"""The open-set path: a diffusers text-to-image generator.
 
 :class:`DiffusersTextToImage` draws ``n`` images per caption (Stable Diffusion 3.5 by hub id, or any
-diffusers text-to-image pipeline folder); :class:`SiglipZeroShot` classifies by the highest
-image-text logit over one prompt per class, as the gender experiment of "Towards automatic
-discovery and explanation of differences between vision models" (Sec. 5.3) does with two prompt sets.
+diffusers text-to-image pipeline folder). The gender experiment of "Towards automatic discovery and explanation
+of differences between vision models" (Sec. 5.3) compares two SigLIP zero-shot classifiers that differ in their
+prompts: :class:`~nemo_train.models.specs.ZeroShotModel` with ``prompts``, as ``--targets``.
 The diffusers pipeline is a heavy optional dependency, imported when built.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 
 from nemo_train.differences.conditions import TextSpace
 from nemo_train.differences.generators import ConditionalGenerator, condition_rng
-from nemo_train.differences.models import ComparedModel, state_digest
-from nemo_train.models.image_text import ImageTextEncoder
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -107,42 +103,3 @@ class DiffusersTextToImage(ConditionalGenerator):
                 images.append(out.images.float().cpu().clamp(0, 1))
             labels += [condition.label] * n
         return torch.cat(images), torch.tensor(labels, dtype=torch.long)
-
-
-class SiglipZeroShot(ComparedModel):
-    """A SigLIP / SigLIP 2 (or CLIP) zero-shot classifier: label = argmax over classes of the image-text logit
-    of the class's prompt (:class:`~nemo_train.models.image_text.ImageTextEncoder`).
-
-    Args:
-        name: short name.
-        prompts: one prompt per class, in label order (e.g. "a photo of a man with black hair").
-        model_id: hub id or local folder of a SigLIP / SigLIP 2 model and processor.
-    """
-
-    def __init__(self, name: str, prompts: Sequence[str], model_id: str = "google/siglip-base-patch16-224") -> None:
-        self.name, self.prompts, self.model_id = name, list(prompts), model_id
-        self.encoder: ImageTextEncoder | None = None
-        self.classifier = None
-        self._identity: str | None = None
-        self.device = torch.device("cpu")
-
-    @property
-    def model(self) -> torch.nn.Module | None:
-        return None if self.encoder is None else self.encoder.model
-
-    def prepare(self, work_dir: Path, device: torch.device) -> None:
-        if self.encoder is not None:
-            return
-        self.device = device
-        self.encoder = ImageTextEncoder.from_pretrained(self.model_id).to(device)
-        self.classifier = self.encoder.zero_shot(self.prompts)
-
-    def predict(self, images: torch.Tensor) -> torch.Tensor:
-        return self.classifier.predict(images)
-
-    @property
-    def identity(self) -> str:
-        if self._identity is None:
-            prompts = hashlib.sha256("\n".join(self.prompts).encode()).hexdigest()[:12]
-            self._identity = f"{self.name}:{self.model_id}:{prompts}:{state_digest(self.model)}"
-        return self._identity

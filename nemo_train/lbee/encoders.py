@@ -83,7 +83,8 @@ class PretrainedEncoder(_Space):
 class SyntheticCLIP:
     """Our small CLIP trained on generated captions: loaded from ``path`` (a Hugging Face folder written
     by ``nemo-train fit --config configs/clip/synthetic.yaml``, or a ``.ckpt``), or, when ``path`` does
-    not exist yet, trained here on ``sources`` and saved there (so later runs reuse it).
+    not exist yet, trained on ``sources`` and saved there (so later runs reuse it). The ``lbee`` command trains
+    one only into its own ``out_dir`` (``path`` unset or inside it); a missing folder given elsewhere is an error.
 
     Args:
         path: Hugging Face folder (or ``.ckpt``) of the trained model; ``None``: ``<out_dir>/clip`` of the

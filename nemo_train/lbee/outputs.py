@@ -3,7 +3,8 @@
 The default joint space (a :class:`~nemo_train.lbee.encoders.SyntheticCLIP` given no ``path``) is trained into
 ``<out_dir>/clip``, and every language-model backend of the run (the sentence generator's, the VQA models')
 that has no cache of its own caches its replies in ``<out_dir>/llm_cache``: a rerun asks nothing twice, and a
-run cut short by a failing endpoint asks again only what failed. A path given explicitly stays the user's.
+run cut short by a failing endpoint asks again only what failed. A path given explicitly stays the user's: an
+input, never trained into when missing.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nemo_train.backends import ChatBackend
+from nemo_train.errors import UserInputError
 
 #: Sub-folders of ``out_dir``.
 CLIP_DIR, CACHE_DIR = "clip", "llm_cache"
@@ -33,3 +35,16 @@ def place_outputs(out: Path, encoder: object, sentences: object, relevance: obje
         encoder.path = str(out / CLIP_DIR)
     for backend in backends_of(sentences, relevance):
         backend.attach_cache(out / CACHE_DIR)
+
+
+def check_given_joint_space(out: Path, encoder: object) -> None:
+    """A joint-space folder given outside ``out`` is an input: when it does not exist, a one-line error naming the
+    command that trains it (the run trains only the joint space it keeps in its own ``out_dir``)."""
+    path = getattr(encoder, "path", None)
+    if path is None or Path(path).exists() or Path(path).resolve().is_relative_to(out.resolve()):
+        return
+    raise UserInputError(
+        f"joint space {path!r} does not exist; train and export one first (`nemo-train fit --config "
+        "configs/clip/synthetic.yaml` writes checkpoints/clip_synthetic/hf), or leave encoder.path unset to train "
+        f"one into {out / CLIP_DIR}"
+    )

@@ -1,7 +1,7 @@
 """``nemo-train lbee``: find and describe a classifier's failure modes with sentences, and score them.
 
-Steps: the classifier (a ``nemo-train fit`` checkpoint, or a hub model used as published; never trained
-here) predicts the target split; the joint space embeds its images and the candidate sentences; the failure-mode search
+Steps: the classifier (a :class:`~nemo_train.models.specs.ClassifierSpec`: a ``nemo-train fit`` checkpoint, or a
+hub model used as published; never trained here) predicts the target split; the joint space embeds its images and the candidate sentences; the failure-mode search
 (split, Ward clusters, prototypes, TopS / SetDiff / PDiff / FPDiff) keeps ``K`` sentences per hard
 cluster; relevance ``Gamma`` (ground-truth attributes or VQA) and per-image correctness ``omega`` give
 ``S*_beta`` and the scores ACR / AHR / TPR / JI per method, printed as a table, followed by the table of
@@ -26,7 +26,7 @@ from nemo_train.console import print_table
 from nemo_train.errors import UserInputError
 from nemo_train.lbee import metrics
 from nemo_train.lbee.encoders import Encoder, SyntheticCLIP
-from nemo_train.lbee.outputs import place_outputs
+from nemo_train.lbee.outputs import check_given_joint_space, place_outputs
 from nemo_train.lbee.partition import partition_precision
 from nemo_train.lbee.plots import beta_sweep_plot, cluster_grid
 from nemo_train.lbee.relevance import AttributeRelevance, Relevance, VQARelevance
@@ -34,8 +34,8 @@ from nemo_train.lbee.report import print_sentence_table
 from nemo_train.lbee.search import FailureModeSearch, MethodScores, beta_sweep, evaluate
 from nemo_train.lbee.sentences import AttributeSentences, SentenceSource
 from nemo_train.loggers import init_run
-from nemo_train.models.classifier import ClassifierModule
-from nemo_train.models.loading import HubClassifier, check_classifier_file, load_classifier
+from nemo_train.models.specs import ClassifierSpec, as_classifier
+from nemo_train.models.targets import Target
 from nemo_train.runs import Device, OutDir, Seed, run_command
 from nemo_train.sharding import Strategy, current_ranks
 from nemo_train.store import write_bytes_atomic
@@ -83,29 +83,28 @@ class LBEEResult:
         return next(s for s in self.scores if s.method == method)
 
 
-def check_classifier(classifier: str | HubClassifier | None) -> None:
-    """A one-line error when no classifier is given or its checkpoint file is missing."""
+def check_classifier(classifier: str | ClassifierSpec | None) -> ClassifierSpec:
+    """The classifier's spec; a one-line error when none is given or its checkpoint file is missing."""
     if classifier is None:
         raise UserInputError(
             "no classifier given; pass --classifier <checkpoint of `nemo-train fit`>, e.g. "
             f"{NICO_EXAMPLE} after `nemo-train fit --config configs/nico/nico85_cnn.yaml`"
         )
-    if isinstance(classifier, str):
-        check_classifier_file(classifier)
+    spec = as_classifier(classifier)
+    spec.check()
+    return spec
 
 
-def classifier_model(classifier: str | HubClassifier | None, data: SplitDataModule) -> ClassifierModule:
-    """The classifier under analysis, in eval mode: a ``nemo-train fit`` checkpoint or a hub model."""
-    check_classifier(classifier)
-    if isinstance(classifier, HubClassifier):
-        return classifier.load(data.num_classes)
-    module = load_classifier(classifier)
-    if module.hparams.num_classes != data.num_classes:
+def classifier_model(classifier: str | ClassifierSpec | None, data: SplitDataModule) -> Target:
+    """The classifier under analysis, in eval mode, over the data's classes."""
+    spec = check_classifier(classifier)
+    model = spec.build(getattr(data, "class_names", None))
+    if len(model.class_names) != data.num_classes:
         raise UserInputError(
-            f"classifier {classifier!r} has {module.hparams.num_classes} classes but the data have "
-            f"{data.num_classes}; pass the classifier trained on this data"
+            f"classifier {spec.label!r} has {len(model.class_names)} classes but the data have "
+            f"{data.num_classes}; pass a classifier of this data's classes (`nemo-train fit` trains one)"
         )
-    return module
+    return model
 
 
 def check_evaluation(evaluation: EvalArgs) -> None:
@@ -140,7 +139,7 @@ def prepare_saved_clip(encoder: Encoder, out: Path) -> dict | None:
 
 
 @torch.no_grad()
-def _predict_batches(model: ClassifierModule, encoder: Encoder, dataset, starts: list[int], batch_size: int) -> list:
+def _predict_batches(model: Target, encoder: Encoder, dataset, starts: list[int], batch_size: int) -> list:
     """``(start, batch, probabilities, embeddings)`` of the batches of ``dataset`` beginning at ``starts``."""
     out = []
     for start in starts:
@@ -151,7 +150,7 @@ def _predict_batches(model: ClassifierModule, encoder: Encoder, dataset, starts:
     return out
 
 
-def _predict(model: ClassifierModule, encoder: Encoder, dataset, batch_size: int = 256):
+def _predict(model: Target, encoder: Encoder, dataset, batch_size: int = 256):
     """Probabilities, image embeddings, images, labels and attributes of ``dataset`` (``None`` on every process
     but the first). Several processes each compute every ``world_size``-th batch (the very batches of a
     one-process run, so the numbers are the same) and the first gathers them in order."""
@@ -191,7 +190,7 @@ def lbee(
     sentences: SentenceSource | None = None,
     relevance: Relevance | None = None,
     search: FailureModeSearch | None = None,
-    classifier: str | HubClassifier | None = None,
+    classifier: str | ClassifierSpec | None = None,
     evaluation: EvalArgs | None = None,
     out_dir: OutDir = "checkpoints/lbee/run",
     wandb: bool = False,
@@ -209,9 +208,9 @@ def lbee(
         sentences: candidate sentences (default: ground-truth sentences of the NICO-like vocabulary).
         relevance: image-sentence relevance (default: from ground-truth attributes).
         search: split / clustering / selection settings.
-        classifier: the classifier under analysis: a ``ClassifierModule`` checkpoint of ``nemo-train fit`` (a
-            missing file is an error naming the command that trains it), or a ``HubClassifier`` (published
-            weights, e.g. an ImageNet ResNet-50).
+        classifier: the classifier under analysis: a ``nemo-train fit`` checkpoint (a missing file is an error
+            naming the command that trains it) or another :class:`~nemo_train.models.specs.ClassifierSpec`, e.g.
+            ``TimmModel`` (published weights, such as an ImageNet ResNet-50).
         evaluation: beta, beta sweep and target split.
 
     Writes the figures, ``results.json`` (and the default joint space) under ``out_dir``; with ``wandb`` the table
@@ -224,8 +223,9 @@ def lbee(
     if isinstance(relevance, VQARelevance):
         relevance.check_backends()
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     encoder = encoder or SyntheticCLIP()
+    check_given_joint_space(out, encoder)
+    out.mkdir(parents=True, exist_ok=True)
     sentences, relevance = sentences or AttributeSentences("nico"), relevance or AttributeRelevance()
     place_outputs(out, encoder, sentences, relevance)  # default joint space and reply caches under out_dir
     search, evaluation = search or FailureModeSearch(), evaluation or EvalArgs()

@@ -6,7 +6,8 @@ command writing it (the shipped preset whose ``trainer.default_root_dir`` holds 
 caller's hint, else a generic one); a damaged or foreign file is a one-line error naming the file. No
 pipeline trains a stand-in when the file is missing, so a number never depends on whether ``fit`` ran first.
 
-:class:`HubClassifier` is the other source: a timm model used with its published weights and head, as is.
+The objects that say *which* classifier a command analyses (this loader's checkpoints, published timm models,
+zero-shot models) are the specs of :mod:`nemo_train.models.specs`.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from nemo_train.models.classifier import ClassifierModule
 
 __all__ = [
     "GENERIC_FIT_HINT",
-    "HubClassifier",
     "check_classifier_file",
+    "experiment_name",
     "fit_preset_for",
     "load_classifier",
     "load_damaged_checked",
@@ -140,26 +141,7 @@ def _first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text.splitlines()[0][:120] if text else 'damaged file'}"
 
 
-class HubClassifier:
-    """A timm classifier used as published: its pretrained weights and its own head, no training.
-
-    Args:
-        backbone: timm model name with hub weights, e.g. ``resnet50`` (an ImageNet-1k head).
-    """
-
-    def __init__(self, backbone: str = "resnet50") -> None:
-        self.backbone = backbone
-
-    def load(self, num_classes: int) -> ClassifierModule:
-        """The model in eval mode; its head must have the data's ``num_classes`` outputs."""
-        try:
-            module = ClassifierModule(backbone=self.backbone, num_classes=num_classes, pretrained=True)
-        except UserInputError as err:
-            raise UserInputError(f"{err}; or use a checkpoint of `nemo-train fit` instead") from None
-        head = (getattr(module.model, "pretrained_cfg", None) or {}).get("num_classes")
-        if head is not None and head != num_classes:
-            raise UserInputError(
-                f"hub model {self.backbone!r} has {head} outputs but the data has {num_classes} classes; "
-                "train a classifier for them with `nemo-train fit`"
-            )
-        return module.eval()
+def experiment_name(checkpoint: str | Path) -> str:
+    """The run folder that names a ``fit`` checkpoint: ``cmnist_model_a`` for
+    ``checkpoints/cmnist_model_a/checkpoints/best.ckpt``."""
+    return _experiment_dir(Path(checkpoint).resolve()).name

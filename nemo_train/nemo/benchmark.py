@@ -31,7 +31,7 @@ from datamodules.fact_sheets import SHEETS
 from datamodules.facts import DatasetFacts
 from datamodules.folder import UNREADABLE, read_image
 from nemo_train.errors import UserInputError
-from nemo_train.nemo.classifiers import load_checkpoint_target
+from nemo_train.models.targets import load_checkpoint_target
 from nemo_train.quiet import progress_bar
 from nemo_train.sharding import current_ranks
 
@@ -176,12 +176,6 @@ def classify(
     return torch.cat([done[s][0] for s in starts]), torch.cat([done[s][1] for s in starts])
 
 
-#: Benchmarks whose errors are graded against their fact sheet (the grounded judge, the Constant row, the
-#: reference explainers). CLEVR has a sheet too (:data:`datamodules.fact_sheets.SHEETS`) but its benchmark is still
-#: graded by its criterion's keywords (:data:`~nemo_train.nemo.criteria.CRITERIA`, whose material words come from the
-#: sheet), as before the sheet existed: grading it against the sheet would change its scores.
-FACT_SHEETS: dict[str, DatasetFacts] = {name: SHEETS[name] for name in ("cmnist", "shifts")}
-
 #: The generated datasets with a planted bias: datamodule, default bias preset (the dataset's own, as its
 #: datamodule's default) and fact sheet (class attribute, cause, editable factors, distractor, object word and
 #: caption are read from the sheet).
@@ -196,6 +190,15 @@ SYNTHETIC: dict[str, dict[str, Any]] = {
         "bias": MaterialBias.DEFAULT_PRESET,
         "facts": SHEETS["clevr"],
     },
+}
+
+#: Every generated benchmark, by name, and its fact sheet: the grid benchmarks above and the shifts digits, whose
+#: errors have their own causes. Each is graded against its sheet (the grounded judge checks every claim about the
+#: image against its attributes), and the sheet gives the Constant row and the reference explainers. Image-folder
+#: benchmarks have no sheet: they are graded against their criterion (:data:`~nemo_train.nemo.criteria.CRITERIA`).
+FACT_SHEETS: dict[str, DatasetFacts] = {
+    **{name: spec["facts"] for name, spec in SYNTHETIC.items()},
+    "shifts": SHEETS["shifts"],
 }
 
 
@@ -325,9 +328,7 @@ def benchmark_from_grid(
         "distractor": facts.distractors[0],
         "object": facts.object_word,
     }
-    return NemoBenchmark(
-        dataset, list(dm.class_names), dataset, errors, reference, renderer, vocabulary, cause, FACT_SHEETS.get(dataset)
-    )
+    return NemoBenchmark(dataset, list(dm.class_names), dataset, errors, reference, renderer, vocabulary, cause, facts)
 
 
 def build_cmnist_benchmark(

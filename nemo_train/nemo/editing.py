@@ -175,7 +175,7 @@ def tiny_random_instruct_pix2pix(seed: int = 0, width: int = 8):
     )
     from transformers import CLIPTextConfig, CLIPTextModel
 
-    from nemo_train.nemo.zero_shot import tiny_random_clip
+    from nemo_train.models.zero_shot import tiny_random_clip
 
     tokenizer = tiny_random_clip(["x"]).tokenizer  # offline character-level tokenizer
     tokenizer.model_max_length = 77

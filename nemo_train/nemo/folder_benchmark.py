@@ -108,7 +108,7 @@ def build_folder_benchmark(
     """A benchmark from an image-folder dataset (ImageNet-R, ObjectNet, ImageNet-D).
 
     The target (whose classes must follow ``class_folders`` order, e.g. through a
-    :class:`~nemo_train.nemo.classifiers.ClassMapping`) classifies every image; ``n`` misclassified ones
+    :class:`~nemo_train.models.targets.ClassMapping`) classifies every image; ``n`` misclassified ones
     are sampled with ``seed``; the others, plus ``extra_reference``, form the reference database.
     ``extra_reference`` is an ImageNet validation folder as distributed (WordNet-id class folders, all or some,
     or the flat folder with its ground-truth file; :mod:`datamodules.imagenet`), whose images count for the

@@ -6,8 +6,9 @@ sheet (:class:`~datamodules.facts.DatasetFacts`) and never guesses meaning beyon
 * The text is cut at ``Edit:``; claims come only from the part before it. The edit names the blamed factor
   only when the sentence blames none (``Edit: style -> solid`` blames ``style``).
 * A factor is blamed when its name, word or a synonym appears (whole words, any case, negations included),
-  or when one of its value names counts as a mention (below). A number names a numeric factor only next to
-  one of the factor's words: ``rotated 45 degrees``, ``rotation of -45``, ``45 degree rotation``.
+  or when one of its value names, or another spelling of one on the sheet (``metallic`` says ``metal``),
+  counts as a mention (below). A number names a numeric factor only next to one of the factor's words:
+  ``rotated 45 degrees``, ``rotation of -45``, ``45 degree rotation``.
 * A value name that is an ordinary English word (``plain``, ``normal``, ``left``, ``solid``; see
   :data:`COMMON_WORDS`), or that several factors share, or that is a class name, counts only near a word of
   its factor (at most :data:`WINDOW` tokens apart in the same sentence) or right before the object word, a
@@ -222,10 +223,12 @@ class ClaimParser:
         factors = facts.factors if facts is not None else ()
         self._words = {f.name: {p for w in (f.name, f.word, *f.synonyms) if (p := _phrase(w))} for f in factors}
         owners: dict[tuple[str, ...], list[str]] = {}
-        for factor in factors:
-            if factor.named:
-                for phrase in filter(None, map(_phrase, factor.values)):
+        self._said: dict[tuple[tuple[str, ...], str], str] = {}  # (words, factor) -> the value they name
+        for factor in (f for f in factors if f.named):
+            for value in map(str, factor.values):
+                for phrase in filter(None, map(_phrase, (value, *factor.spellings.get(value, ())))):
                     owners.setdefault(phrase, []).append(factor.name)
+                    self._said[phrase, factor.name] = " ".join(_phrase(value))
         self._owners = owners
         self._classes = set(filter(None, map(_phrase, facts.classes if facts is not None else ())))
         self._object = _phrase(facts.object_word)[-1:] if facts is not None and facts.object_word else ()
@@ -324,7 +327,7 @@ class ClaimParser:
                 factor = self._value_owner(s, i, phrase, words, classes)
                 if factor is not None:
                     s.used |= span
-                    out.append((i, factor, " ".join(phrase), s.asserted(i)))
+                    out.append((i, factor, self._said[phrase, factor], s.asserted(i)))
         for i, token in enumerate(s.tokens):
             if token.kind != "num" or i in s.used:
                 continue

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from nemo_train.backends.base import ChatBackend
 from nemo_train.errors import UserInputError
+from nemo_train.models.specs import ClassifierSpec, as_classifier, unique_names
 from nemo_train.nemo.benchmark import FACT_SHEETS
 from nemo_train.nemo.components import (
     BenchmarkArgs,
@@ -32,10 +33,8 @@ from nemo_train.nemo.components import (
     EvalOptions,
     ExactEdit,
     MethodSpec,
-    TargetSpec,
     default_methods,
 )
-from nemo_train.nemo.components.targets import as_spec, unique_names
 from nemo_train.nemo.evaluation import (
     Progress,
     TargetJob,
@@ -76,7 +75,7 @@ def nemo_stand_ins(arguments: dict) -> list[str]:
 @run_command("nemo-eval", nemo_stand_ins)
 def nemo_eval(
     benchmark: BenchmarkArgs = BenchmarkArgs(),
-    targets: list[str | TargetSpec] | None = None,
+    targets: list[str | ClassifierSpec] | None = None,
     methods: list[MethodSpec] | None = None,
     explainer: ChatBackend | None = None,
     judges: list[Judge] | None = None,
@@ -95,7 +94,7 @@ def nemo_eval(
     Args:
         benchmark: which errors (benchmark name, ``n`` errors per target, ``seed``, data folders).
         targets: the classifiers: checkpoint paths (a column named by the checkpoint's experiment folder),
-            or ``CheckpointTarget`` / ``TimmModel`` / ``ZeroShotModel`` / ``CaptionZeroShotModel`` (the small CLIP
+            or ``FitCheckpoint`` / ``TimmModel`` / ``ZeroShotModel`` / ``CaptionZeroShotModel`` (the small CLIP
             as a zero-shot classifier of a generated benchmark) objects (each may take a ``name``).
         methods: explanation methods (default: SciTX and the three baselines): ``SciTXMethod``,
             ``ErrorRetrievalMethod``, ``CamMLLMMethod``, ``ChangeMLLMMethod``, ``KnownCauseMethod``,
@@ -120,7 +119,7 @@ def nemo_eval(
     editor = editor or ExactEdit()
     if not targets:
         raise UserInputError("no target classifier given; pass --targets [path/to/best.ckpt] or target objects")
-    specs = [as_spec(t) for t in targets]
+    specs = [as_classifier(t) for t in targets]
     for spec in specs:  # before anything is written to out_dir
         spec.check()
     names = unique_names(specs)

@@ -15,7 +15,7 @@ import pytest
 
 from nemo_train.differences.diff_model import DiffModel
 from nemo_train.differences.generators import CMNIST_SPACE, CMNISTGenerator
-from nemo_train.differences.models import LightningClassifier
+from nemo_train.differences.models import SpecClassifier
 from nemo_train.models import ClassifierModule
 from nemo_train.sharding import Ranks
 
@@ -44,7 +44,7 @@ def test_shares_of_a_sweep_are_disjoint_and_equal_the_whole_sweep(tmp_path):
     pair = []
     for seed in (0, 1):
         L.seed_everything(seed, verbose=False)
-        pair.append(LightningClassifier.from_module(f"m{seed}", ClassifierModule(backbone="bias_cnn", num_classes=10)))
+        pair.append(SpecClassifier.from_module(f"m{seed}", ClassifierModule(backbone="bias_cnn", num_classes=10)))
     generator, conditions = CMNISTGenerator(), CMNIST_SPACE.grid()[::13]
     whole = DiffModel(*pair, generator, n=3, images_per_batch=300, ranks=Ranks())  # one chunk of 100 conditions
     values = {o.condition: (o.acc_a, o.acc_b) for o in whole.observe(conditions)}

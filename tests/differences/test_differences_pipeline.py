@@ -109,15 +109,19 @@ def gender_llm(messages) -> str:
 def test_open_set_siglip_pair_over_text_to_image(tmp_path):
     from tiny_hub_models import tiny_sd3, tiny_siglip
 
-    from nemo_train.differences.text_to_image import DiffusersTextToImage, SiglipZeroShot
+    from nemo_train.differences.models import model_pair
+    from nemo_train.differences.text_to_image import DiffusersTextToImage
+    from nemo_train.models.specs import ZeroShotModel
 
     siglip = str(tiny_siglip(tmp_path / "siglip"))
     generator = DiffusersTextToImage(
         str(tiny_sd3(tmp_path / "sd3")), steps=1, image_size=16, device="cpu",
         drop_components=["text_encoder_3", "tokenizer_3"],
     )  # fmt: skip
-    model_a = SiglipZeroShot("A", ["a photo of a man with black hair", "a photo of a woman with blond hair"], siglip)
-    model_b = SiglipZeroShot("B", ["a photo of a man with blond hair", "a photo of a woman with black hair"], siglip)
+    model_a, model_b = model_pair([
+        ZeroShotModel(siglip, prompts=["a photo of a man with black hair", "a photo of a woman with blond hair"], name="A"),
+        ZeroShotModel(siglip, prompts=["a photo of a man with blond hair", "a photo of a woman with black hair"], name="B"),
+    ])  # fmt: skip
     backend = ScriptedBackend(gender_llm)
     explainers = Explainers(LLMEvaluator(backend), LLMSummarizer(backend), LLMExplorer(backend))
     test_set = [{"text": "a man cooking", "label": 0}, {"text": "a woman cooking", "label": 1},

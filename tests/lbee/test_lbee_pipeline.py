@@ -12,6 +12,7 @@ from jsonargparse import ArgumentParser
 
 from datamodules.nico import NICODataModule
 from nemo_train.cli import PIPELINE_COMMANDS, main
+from nemo_train.errors import UserInputError
 from nemo_train.lbee.clustering import WardClustering
 from nemo_train.lbee.encoders import SyntheticCLIP
 from nemo_train.lbee.pipeline import EvalArgs, lbee
@@ -178,3 +179,11 @@ def test_preset_analyses_the_classifier_of_its_fit_preset_on_that_data(names):
     assert fit is not None and fit.parent.name == "nico", preset.classifier
     fit_data = parser.parse_object({"data": yaml.safe_load(fit.read_text())["data"]}).data
     assert fit_data == preset.data  # class and every argument, given or default
+
+
+def test_a_missing_joint_space_given_elsewhere_is_not_trained(tmp_path, tiny_classifier):
+    given = tmp_path / "shared" / "clip"
+    with pytest.raises(UserInputError, match=r"joint space .* does not exist; train and export one first") as err:
+        lbee(tiny_data(), encoder=SyntheticCLIP(str(given)), classifier=tiny_classifier, out_dir=str(tmp_path / "run"))
+    assert "\n" not in str(err.value) and "configs/clip/synthetic.yaml" in str(err.value)
+    assert not given.exists() and not (tmp_path / "run").exists()

@@ -13,8 +13,8 @@ import torch
 from datamodules.captions import CaptionDataModule
 from nemo_train.models.clip import CLIPEncoder, CLIPModule, clip_tokenizer, recall_at_k
 from nemo_train.models.trainer import quiet_trainer
+from nemo_train.models.zero_shot import ZeroShotTarget
 from nemo_train.nemo.methods.error_retrieval import ErrorRetrieval
-from nemo_train.nemo.zero_shot import ZeroShotTarget
 from tests.models.tiny_clip import TINY_CLIP
 
 

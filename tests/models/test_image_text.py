@@ -23,7 +23,7 @@ from transformers import (
 from nemo_train.errors import UserInputError
 from nemo_train.models.clip import CLIP_MEAN, CLIP_STD, CLIPEncoder, CLIPModule
 from nemo_train.models.image_text import ImageTextEncoder, PixelPreprocess
-from nemo_train.nemo.zero_shot import ZeroShotTarget
+from nemo_train.models.zero_shot import ZeroShotTarget
 from tests.models.tiny_clip import TINY_CLIP
 
 TEXTS = ["a photo of a bird", "the digit three in a green box", "x", "a red digit one"]
@@ -121,7 +121,7 @@ def tiny_siglip2(folder: Path) -> Path:
 
 
 def test_siglip2_is_a_zero_shot_target_with_scale_and_bias(tmp_path):
-    from nemo_train.nemo.components.targets import ZeroShotModel
+    from nemo_train.models.specs import ZeroShotModel
     from nemo_train.nemo.methods.cam_mllm import gradcam_overlay
 
     folder = tiny_siglip2(tmp_path / "siglip2")

@@ -12,7 +12,6 @@ from nemo_train.errors import UserInputError
 from nemo_train.models import ClassifierModule
 from nemo_train.models.loading import (
     GENERIC_FIT_HINT,
-    HubClassifier,
     check_classifier_file,
     fit_preset_for,
     load_classifier,
@@ -99,19 +98,3 @@ def test_damaged_or_foreign_checkpoint_is_one_line_naming_the_file(kind, tmp_pat
     message = one_line(err)
     assert str(path) in message and "nemo-train fit" in message
     assert load_classifier(good).hparams.num_classes == 10
-
-
-def test_hub_classifier_refuses_random_weights_offline(monkeypatch):
-    import timm
-
-    def offline(*args, pretrained=False, **kwargs):
-        if pretrained:
-            raise OSError("no network")
-        return create(*args, pretrained=False, **kwargs)
-
-    create = timm.create_model
-    monkeypatch.setattr(timm, "create_model", offline)
-    with pytest.raises(
-        UserInputError, match="cannot load the pretrained weights of 'bias_cnn'.*checkpoint of .nemo-train fit."
-    ):
-        HubClassifier("bias_cnn").load(10)

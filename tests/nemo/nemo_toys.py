@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from nemo_train.nemo.classifiers import Target
+from nemo_train.models.targets import Target
 
 COLORS = ["red", "green", "blue"]
 VOCAB = {"digit": list(range(10)), "color": COLORS, "angle": list(range(-30, 31, 5))}

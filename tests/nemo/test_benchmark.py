@@ -11,8 +11,8 @@ import torch
 os.environ.setdefault("WANDB_MODE", "disabled")
 
 from nemo_train.errors import UserInputError  # noqa: E402
+from nemo_train.models.targets import ClassifierTarget, Target  # noqa: E402
 from nemo_train.nemo.benchmark import build_cmnist_benchmark  # noqa: E402
-from nemo_train.nemo.classifiers import ClassifierTarget, Target  # noqa: E402
 from nemo_train.nemo.folder_benchmark import build_folder_benchmark  # noqa: E402
 from nemo_train.nemo.interventions import ExactAttributeEditor  # noqa: E402
 

@@ -8,7 +8,7 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 import torch
 from PIL import Image
 
-from nemo_train.nemo.class_mapping import ClassMapping
+from nemo_train.models.class_mapping import ClassMapping
 from nemo_train.nemo.components.settings import BenchmarkArgs
 from nemo_train.nemo.folder_benchmark import list_image_folder, reference_files
 

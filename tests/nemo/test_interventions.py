@@ -15,6 +15,7 @@ from tiny_recipe import tiny_instruct_pix2pix  # noqa: E402
 
 from nemo_train.backends import ScriptedBackend  # noqa: E402
 from nemo_train.errors import UserInputError  # noqa: E402
+from nemo_train.models.zero_shot import tiny_random_clip  # noqa: E402
 from nemo_train.nemo.benchmark import ErrorSample  # noqa: E402
 from nemo_train.nemo.interventions import (  # noqa: E402
     CounterfactualScorer,
@@ -24,7 +25,6 @@ from nemo_train.nemo.interventions import (  # noqa: E402
     LLMInstructionDeriver,
     Trial,
 )
-from nemo_train.nemo.zero_shot import tiny_random_clip  # noqa: E402
 
 
 def green_sample(angle: int = 10) -> ErrorSample:

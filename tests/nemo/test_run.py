@@ -19,10 +19,10 @@ from jsonargparse import ArgumentError, ArgumentParser  # noqa: E402
 
 from nemo_train.cli import main, run_pipeline, summarize_parser_error  # noqa: E402
 from nemo_train.errors import UserInputError  # noqa: E402
+from nemo_train.models.specs import FitCheckpoint  # noqa: E402
 from nemo_train.nemo.components import (  # noqa: E402
     BenchmarkArgs,
     ChangeMLLMMethod,
-    CheckpointTarget,
     DistractorMethod,
     KnownCauseMethod,
     SciTXMethod,
@@ -75,13 +75,13 @@ def test_two_best_ckpt_targets_get_two_columns(trained_cmnist_classifier, tmp_pa
     assert "model_a LLM Match" in capsys.readouterr().out
     named = nemo_eval(
         small(3),
-        [CheckpointTarget(a, name="first"), CheckpointTarget(a, name="second")],
+        [FitCheckpoint(a, name="first"), FitCheckpoint(a, name="second")],
         [KnownCauseMethod()],
         out_dir=str(tmp_path / "named"),
     )
     assert [c.target for c in named.cells if c.method == "KnownCause"] == ["first", "second"]
     with pytest.raises(UserInputError, match="more than once"):
-        nemo_eval(small(3), [CheckpointTarget(a, name="x"), CheckpointTarget(b, name="x")], [KnownCauseMethod()])
+        nemo_eval(small(3), [FitCheckpoint(a, name="x"), FitCheckpoint(b, name="x")], [KnownCauseMethod()])
 
 
 def test_kill_minus_nine_then_resume(checkpoint, tmp_path):

@@ -9,8 +9,8 @@ import lightning as L
 import pytest
 import torch
 
+from nemo_train.models.targets import load_checkpoint_target
 from nemo_train.nemo.benchmark import FACT_SHEETS
-from nemo_train.nemo.classifiers import load_checkpoint_target
 from nemo_train.nemo.evaluation import score_explanation
 from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
 from nemo_train.nemo.judges import GroundedJudge, JudgePanel

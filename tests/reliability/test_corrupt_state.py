@@ -47,11 +47,11 @@ def test_reply_cache_rows_that_are_not_json_are_asked_again_with_one_warning(tmp
 def test_a_damaged_diff_model_cache_is_measured_again(tmp_path, caplog, damage):
     from nemo_train.differences.diff_model import DiffModel
     from nemo_train.differences.generators import CMNISTGenerator
-    from nemo_train.differences.models import LightningClassifier
+    from nemo_train.differences.models import SpecClassifier
 
     torch.manual_seed(0)
-    a = LightningClassifier.from_module("A", ClassifierModule(backbone="bias_cnn", num_classes=10))
-    b = LightningClassifier.from_module("B", ClassifierModule(backbone="bias_cnn", num_classes=10))
+    a = SpecClassifier.from_module("A", ClassifierModule(backbone="bias_cnn", num_classes=10))
+    b = SpecClassifier.from_module("B", ClassifierModule(backbone="bias_cnn", num_classes=10))
     generator, cache = CMNISTGenerator(), tmp_path / "diff_model_cache.json"
     conditions = generator.grid()[:3]
     fresh = DiffModel(a, b, generator, n=2, cache_file=cache)(conditions)

@@ -89,14 +89,14 @@ def test_differences_writes_its_reply_cache_and_values_under_out_dir(elsewhere):
     from nemo_train.differences.evaluators import LLMEvaluator
     from nemo_train.differences.generators import CMNISTGenerator
     from nemo_train.differences.methods import OptimizationArgs
-    from nemo_train.differences.models import LightningClassifier
+    from nemo_train.differences.models import SpecClassifier
     from nemo_train.differences.pipeline import Explainers, ProtocolArgs, SamplingArgs, run_differences
 
     modules = []
     for seed in (0, 1):
         torch.manual_seed(seed)
         modules.append(ClassifierModule(backbone="bias_cnn", num_classes=10))
-    pair = LightningClassifier.from_module("A", modules[0]), LightningClassifier.from_module("B", modules[1])
+    pair = SpecClassifier.from_module("A", modules[0]), SpecClassifier.from_module("B", modules[1])
     evaluator = LLMEvaluator(ScriptedBackend(lambda messages: "[1] Model A", model="judge"))
     run_differences(
         CMNISTGenerator(), *pair, Path("run"), Explainers(evaluator=evaluator), ["raw_differences"],

@@ -14,9 +14,9 @@ from transformers import CLIPImageProcessor
 
 import nemo_train.artefacts as artefacts
 from nemo_train.artefacts import path_digest, record_artefact, reuse_artefact
+from nemo_train.models.zero_shot import tiny_random_clip
 from nemo_train.nemo.components import BenchmarkArgs, ErrorRetrievalMethod
 from nemo_train.nemo.run import nemo_eval
-from nemo_train.nemo.zero_shot import tiny_random_clip
 
 pytestmark = pytest.mark.fault
 
@@ -242,7 +242,7 @@ def _differences_parts(seed_a: int, seed_b: int):
 def test_differences_with_a_failing_llm_evaluator_fails_instead_of_scoring_zero(tmp_path):
     from nemo_train.backends import BackendError, ScriptedBackend
     from nemo_train.differences.evaluators import LLMEvaluator
-    from nemo_train.differences.models import LightningClassifier
+    from nemo_train.differences.models import SpecClassifier
     from nemo_train.differences.pipeline import Explainers, run_differences
     from nemo_train.errors import UserInputError
 
@@ -250,7 +250,7 @@ def test_differences_with_a_failing_llm_evaluator_fails_instead_of_scoring_zero(
         raise BackendError("HTTP 500 after 2 retries")
 
     generator, (a, b), sizes = _differences_parts(0, 1)
-    pair = LightningClassifier.from_module("A", a), LightningClassifier.from_module("B", b)
+    pair = SpecClassifier.from_module("A", a), SpecClassifier.from_module("B", b)
     evaluator = LLMEvaluator(ScriptedBackend(down, model="judge"))
     with pytest.raises(UserInputError, match=r"evaluator 'judge' failed for good on \d+ of \d+ questions.*HTTP 500"):
         run_differences(generator, *pair, tmp_path / "out", Explainers(evaluator=evaluator), quiet=True, **sizes)
@@ -258,8 +258,9 @@ def test_differences_with_a_failing_llm_evaluator_fails_instead_of_scoring_zero(
 
 
 def test_differences_rerun_after_a_checkpoint_is_retrained_at_the_same_path(tmp_path, lightning_checkpoint):
-    from nemo_train.differences.models import LightningClassifier
+    from nemo_train.differences.models import SpecClassifier
     from nemo_train.differences.pipeline import run_differences
+    from nemo_train.models.specs import FitCheckpoint
 
     generator, (a, b), sizes = _differences_parts(0, 1)
     _, (c, _), _ = _differences_parts(2, 1)
@@ -267,7 +268,7 @@ def test_differences_rerun_after_a_checkpoint_is_retrained_at_the_same_path(tmp_
     path_b = lightning_checkpoint(b, tmp_path / "model_b" / "best.ckpt")
 
     def run(out: str):
-        pair = LightningClassifier(path_a), LightningClassifier(path_b)
+        pair = SpecClassifier(FitCheckpoint(path_a)), SpecClassifier(FitCheckpoint(path_b))
         return run_differences(generator, *pair, tmp_path / out, quiet=True, **sizes).headline()
 
     run("out")

@@ -17,13 +17,6 @@ from nemo_train.nemo.components.method_specs import (
     default_methods,
 )
 from nemo_train.nemo.components.settings import SYNTHETIC_BENCHMARKS, BenchmarkArgs, BenchmarkName, EvalOptions
-from nemo_train.nemo.components.targets import (
-    CaptionZeroShotModel,
-    CheckpointTarget,
-    TargetSpec,
-    TimmModel,
-    ZeroShotModel,
-)
 
 __all__ = [
     "SYNTHETIC_BENCHMARKS",
@@ -31,9 +24,7 @@ __all__ = [
     "BenchmarkName",
     "BuildContext",
     "CamMLLMMethod",
-    "CaptionZeroShotModel",
     "ChangeMLLMMethod",
-    "CheckpointTarget",
     "DiffusersEdit",
     "DistractorMethod",
     "EditorSpec",
@@ -44,8 +35,5 @@ __all__ = [
     "PromptEdit",
     "EvalOptions",
     "SciTXMethod",
-    "TargetSpec",
-    "TimmModel",
-    "ZeroShotModel",
     "default_methods",
 ]

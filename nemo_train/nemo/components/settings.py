@@ -9,8 +9,8 @@ from typing import Any, Literal
 from jsonargparse.typing import PositiveInt
 
 from nemo_train.errors import UserInputError
+from nemo_train.models.targets import ClassMapping
 from nemo_train.nemo.benchmark import NemoBenchmark, build_synthetic_benchmark
-from nemo_train.nemo.classifiers import ClassMapping
 from nemo_train.nemo.folder_benchmark import build_folder_benchmark
 from nemo_train.nemo.shift_benchmark import build_shift_benchmark
 

@@ -35,9 +35,9 @@ from nemo_train.backends.cache import ResponseCache
 from nemo_train.console import print_table
 from nemo_train.errors import UserInputError
 from nemo_train.metrics.nemo import score_mean
-from nemo_train.nemo.classifiers import ClassMapping
+from nemo_train.models.specs import ClassifierSpec, as_classifier
+from nemo_train.models.targets import ClassMapping
 from nemo_train.nemo.components.editors import DiffusersEdit
-from nemo_train.nemo.components.targets import CheckpointTarget, TargetSpec, TimmModel
 from nemo_train.nemo.distill.mining import mine_folder_errors, mine_synthetic_errors
 from nemo_train.nemo.distill.pairs import LabelledErrors, ReferenceClass, pairs_from_labels
 from nemo_train.nemo.distill.teachers import ExhaustiveAttributeTeacher, SciTXTeacher, TeacherLabel, View
@@ -55,19 +55,9 @@ from nemo_train.sharding import ShardedResultStore, Strategy, current_ranks, mer
 from nemo_train.store import fingerprint
 
 
-def target_spec(classifier: str | TargetSpec) -> TargetSpec:
-    """The classifier as a target spec: ``timm:<name>`` is a timm model with hub weights, any other string a
-    ``ClassifierModule`` checkpoint; a :class:`TimmModel` object can name a local ``weights_file``."""
-    if isinstance(classifier, TargetSpec):
-        return classifier
-    if classifier.startswith("timm:"):
-        return TimmModel(classifier[5:])
-    return CheckpointTarget(classifier)
-
-
-def build_target(classifier: str | TargetSpec, mapping: ClassMapping | None = None):
+def build_target(classifier: str | ClassifierSpec, mapping: ClassMapping | None = None):
     """The classifier model (a timm model mapped onto the folder's classes, or a checkpoint's classifier)."""
-    spec = target_spec(classifier)
+    spec = as_classifier(classifier)
     spec.check()
     return spec.build(None if mapping is None else mapping.class_names, mapping)
 
@@ -200,7 +190,7 @@ def teacher_stand_ins(arguments: dict[str, Any]) -> list[str]:
 
 @run_command("distill-teacher", teacher_stand_ins)
 def distill_teacher(
-    classifier: str | TargetSpec,
+    classifier: str | ClassifierSpec,
     dataset: Literal["cmnist", "clevr", "shifts", "folder"] = "cmnist",
     out_dir: OutDir = "checkpoints/distill_cmnist/teacher",
     n: int = 300,
@@ -233,8 +223,8 @@ def distill_teacher(
     classifiers run on ``device``; ``seed`` also samples the mined errors.
 
     Args:
-        classifier: the target: a classifier checkpoint path, ``timm:<name>`` (hub weights) or a target object
-            (``TimmModel`` with a local ``weights_file``, ``CheckpointTarget``) for folder data.
+        classifier: the target: a ``nemo-train fit`` checkpoint path or a classifier spec
+            (:mod:`nemo_train.models.specs`; ``TimmModel`` for hub or local weights on folder data).
         dataset: ``cmnist`` / ``clevr`` (generated; mined from a split disjoint from the evaluation grid),
             ``shifts`` (the shift distribution rendered from the training handwriting pool; each error keeps the
             cause the generator established; ``10 * n`` images are classified) or ``folder`` (``mining_root``,
@@ -281,7 +271,7 @@ def distill_teacher(
             raise UserInputError("folder data needs an MLLM backend as the teacher's hypothesis source (hypotheses)")
     if pool and dataset == "folder":
         raise UserInputError("a classifier pool needs generated data (dataset cmnist or clevr)")
-    members = [(target_spec(classifier), bias)] + [(target_spec(p.classifier), p.bias) for p in pool or []]
+    members = [(as_classifier(classifier), bias)] + [(as_classifier(p.classifier), p.bias) for p in pool or []]
     for spec, _ in members:
         spec.check()
     if len({spec.label for spec, _ in members}) < len(members):

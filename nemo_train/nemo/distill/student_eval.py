@@ -32,10 +32,10 @@ from nemo_train.backends.student import StudentBackend, check_adapter_folder
 from nemo_train.console import print_table
 from nemo_train.errors import UserInputError
 from nemo_train.metrics.nemo import score_mean
+from nemo_train.models.class_mapping import ClassMapping
+from nemo_train.models.specs import ClassifierSpec, as_classifier, unique_names
 from nemo_train.nemo.benchmark import FACT_SHEETS, NemoBenchmark, build_synthetic_benchmark
-from nemo_train.nemo.class_mapping import ClassMapping
 from nemo_train.nemo.components.editors import DiffusersEdit
-from nemo_train.nemo.components.targets import TargetSpec, as_spec, unique_names
 from nemo_train.nemo.distill.rows import (
     DistillContext,
     DistillMethod,
@@ -109,7 +109,7 @@ def eval_stand_ins(arguments: dict) -> list[str]:
 @run_command("distill-eval", eval_stand_ins)
 def distill_eval(
     student: str,
-    targets: list[str | TargetSpec],
+    targets: list[str | ClassifierSpec],
     biases: list[str] | None = None,
     dataset: Literal["cmnist", "clevr", "shifts", "folder"] = "cmnist",
     methods: list[DistillMethod] | None = None,
@@ -180,7 +180,7 @@ def distill_eval(
     rows = list(methods) if methods else (student_distill_methods() if folder else default_distill_methods())
     if any(row.uses_student for row in rows):  # a missing or damaged adapter file: one line before any work
         check_adapter_folder(student, "student")
-    specs = [as_spec(t) for t in targets]
+    specs = [as_classifier(t) for t in targets]
     for spec in specs:
         spec.check()
     if biases is not None and len(biases) != len(targets):

@@ -48,7 +48,7 @@ class ErrorRetrieval:
     """Rank ``corpus`` by cosine between the image's and each sentence's CLIP embedding.
 
     ``encoder`` has ``encode_image(images) -> [B, D]`` and ``encode_text(texts) -> [T, D]``
-    (a :class:`~nemo_train.nemo.classifiers.ZeroShotTarget` does). The top sentence is the explanation;
+    (a :class:`~nemo_train.models.targets.ZeroShotTarget` does). The top sentence is the explanation;
     :meth:`candidates` gives the top ``m`` (used by the "+validation" variant).
     """
 

@@ -10,8 +10,8 @@ import torch
 os.environ.setdefault("WANDB_MODE", "disabled")
 
 from nemo_train.errors import UserInputError  # noqa: E402
+from nemo_train.models.targets import ClassifierTarget  # noqa: E402
 from nemo_train.nemo.benchmark import build_cmnist_benchmark, build_synthetic_benchmark  # noqa: E402
-from nemo_train.nemo.classifiers import ClassifierTarget  # noqa: E402
 from nemo_train.nemo.distill.mining import check_disjoint_files, mine_synthetic_errors  # noqa: E402
 
 
@@ -50,7 +50,7 @@ def test_cmnist_mining_errors_are_disjoint_from_evaluation(cmnist_target):
 
 
 def test_clevr_mining_views_are_disjoint_from_test_views():
-    from nemo_train.nemo.classifiers import Target
+    from nemo_train.models.targets import Target
 
     class MetalIsCylinder(Target):  # predicts class 2 (cylinder) for everything: errors on cubes and spheres
         class_names = ["cube", "sphere", "cylinder"]

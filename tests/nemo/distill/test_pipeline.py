@@ -17,6 +17,7 @@ from torchvision.transforms.functional import to_tensor  # noqa: E402
 
 from datamodules.explanations import read_records  # noqa: E402
 from nemo_train.errors import UserInputError  # noqa: E402
+from nemo_train.models.specs import TimmModel  # noqa: E402
 from nemo_train.nemo.distill.labelling import PoolClassifier, build_target, distill_teacher  # noqa: E402
 from nemo_train.nemo.distill.rows import (  # noqa: E402
     DistillMethod,
@@ -133,7 +134,7 @@ def test_teacher_refuses_bad_input(tmp_path):
     with pytest.raises(UserInputError, match="does not exist"):
         distill_teacher("missing.ckpt", out_dir=str(tmp_path))
     with pytest.raises(UserInputError, match="mining_root and evaluation_root"):
-        distill_teacher("timm:resnet18", dataset="folder", out_dir=str(tmp_path))
+        distill_teacher(TimmModel("resnet18"), dataset="folder", out_dir=str(tmp_path))
 
 
 def test_distill_eval_scores_teacher_and_known_cause_and_resumes(checkpoint, tmp_path, capsys):

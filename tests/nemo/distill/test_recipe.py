@@ -37,8 +37,9 @@ from nemo_train.backends import OpenAICompatibleBackend
 from nemo_train.cli import run_lightning_cli, run_pipeline
 from nemo_train.errors import UserInputError
 from nemo_train.explainer import ExplainerModule
-from nemo_train.nemo.classifiers import ClassMapping
-from nemo_train.nemo.components import DiffusersEdit, TimmModel
+from nemo_train.models.specs import TimmModel
+from nemo_train.models.targets import ClassMapping
+from nemo_train.nemo.components import DiffusersEdit
 from nemo_train.nemo.distill.rows import KnownCause, StudentGreedy
 from nemo_train.nemo.distill.student_eval import distill_eval, edit_scorers
 from nemo_train.nemo.folder_benchmark import build_folder_benchmark

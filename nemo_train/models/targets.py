@@ -7,7 +7,7 @@ Three kinds:
 * :class:`ClassifierTarget` — a module with ``forward -> logits`` and ``features`` (our trained
   :class:`~nemo_train.models.ClassifierModule` checkpoints, :func:`load_checkpoint_target`);
 * :class:`TimmTarget` — any timm ImageNet model by name (``vit_base_patch16_224.augreg2_in21k_ft_in1k``);
-* :class:`~nemo_train.nemo.zero_shot.ZeroShotTarget` — CLIP / SigLIP through transformers, one text prompt per
+* :class:`~nemo_train.models.zero_shot.ZeroShotTarget` — CLIP / SigLIP through transformers, one text prompt per
   class (``"a photo of a {}"``), with *prompt intervention* (its own module).
 
 ImageNet-trained targets evaluated on ImageNet-R / ObjectNet / ImageNet-D see a :class:`ClassMapping`
@@ -30,8 +30,8 @@ from timm.data import ImageNetInfo
 from torch import nn
 
 from nemo_train.errors import UserInputError
+from nemo_train.models.class_mapping import ClassMapping
 from nemo_train.models.loading import load_classifier
-from nemo_train.nemo.class_mapping import ClassMapping
 
 __all__ = ["ClassMapping", "ClassifierTarget", "Target", "TimmTarget", "load_checkpoint_target"]
 
@@ -128,8 +128,13 @@ def load_checkpoint_target(path: str | Path, class_names: Sequence[str] | None =
     """A :class:`ClassifierTarget` from a ``ClassifierModule`` checkpoint of ``nemo-train fit``
     (:func:`~nemo_train.models.loading.load_classifier`: a missing or damaged file is a one-line error)."""
     module = load_classifier(path)
-    names = list(class_names) if class_names is not None else [str(i) for i in range(module.hparams.num_classes)]
-    return ClassifierTarget(module, names)
+    n = module.hparams.num_classes
+    if class_names is not None and len(class_names) != n:
+        raise UserInputError(
+            f"classifier {str(path)!r} has {n} classes but the data have {len(class_names)}; "
+            "pass a classifier of this data's classes (`nemo-train fit` trains one)"
+        )
+    return ClassifierTarget(module, list(class_names) if class_names is not None else [str(i) for i in range(n)])
 
 
 class TimmTarget(Target):

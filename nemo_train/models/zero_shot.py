@@ -20,7 +20,7 @@ from transformers.convert_slow_tokenizer import bytes_to_unicode
 from nemo_train.errors import UserInputError
 from nemo_train.models.clip import CLIP_MEAN, CLIP_STD
 from nemo_train.models.image_text import ImageTextEncoder, PixelPreprocess
-from nemo_train.nemo.classifiers import Target, tokens_to_map
+from nemo_train.models.targets import Target, tokens_to_map
 
 
 class ZeroShotTarget(Target):

@@ -11,13 +11,13 @@ import torch
 os.environ.setdefault("WANDB_MODE", "disabled")
 
 from nemo_train.errors import UserInputError  # noqa: E402
-from nemo_train.nemo.classifiers import (  # noqa: E402
+from nemo_train.models.targets import (  # noqa: E402
     ClassifierTarget,
     ClassMapping,
     TimmTarget,
     load_checkpoint_target,
 )
-from nemo_train.nemo.zero_shot import ZeroShotTarget, tiny_random_clip  # noqa: E402
+from nemo_train.models.zero_shot import ZeroShotTarget, tiny_random_clip  # noqa: E402
 
 
 def test_imagenet_r_style_mask_equals_softmax_over_the_subset():
@@ -128,7 +128,7 @@ def test_timm_target_from_a_local_weights_file_and_a_missing_hub_model(tmp_path,
     from safetensors.torch import save_file
 
     from nemo_train.errors import UserInputError
-    from nemo_train.nemo.components import TimmModel
+    from nemo_train.models.specs import TimmModel
 
     kwargs = dict(img_size=32, patch_size=16, embed_dim=32, depth=1, num_heads=2)
     source = TimmTarget("vit_tiny_patch16_224", pretrained=False, model_kwargs=kwargs)
