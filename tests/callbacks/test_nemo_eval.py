@@ -13,9 +13,9 @@ import torch
 os.environ.setdefault("WANDB_MODE", "disabled")
 
 from nemo_train.callbacks.nemo_eval import NemoEvalCallback  # noqa: E402
+from nemo_train.models.targets import Target  # noqa: E402
 from nemo_train.models.trainer import quiet_trainer  # noqa: E402
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark  # noqa: E402
-from nemo_train.nemo.classifiers import Target  # noqa: E402
 from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver  # noqa: E402
 from nemo_train.nemo.judges import JudgePanel, KeywordJudge  # noqa: E402
 
