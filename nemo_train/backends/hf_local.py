@@ -13,9 +13,18 @@ from transformers import AutoModelForImageTextToText, AutoProcessor
 from typing_extensions import Unpack  # typing.Unpack needs Python 3.11
 
 from nemo_train.backends.base import ChatBackend, Sampling, with_defaults
-from nemo_train.backends.messages import Message, to_local_messages
+from nemo_train.backends.cache import cache_key
+from nemo_train.backends.messages import Message, to_local_messages, to_openai_messages
 from nemo_train.errors import UserInputError
 from nemo_train.models.vlm import EXPLAINER_META, is_explainer_folder, resolve_model_path
+
+
+def conversation_seed(messages: list[Message], seed: int | None) -> int | None:
+    """The sampling seed of one conversation: ``seed`` mixed with the conversation's content (its images
+    hashed), so that the same request samples the same replies in whatever batch or order it is asked."""
+    if seed is None:
+        return None
+    return int(cache_key("sampling-seed", to_openai_messages(messages), {"seed": seed})[:15], 16)
 
 
 class HFLocalBackend(ChatBackend):
@@ -104,21 +113,29 @@ class HFLocalBackend(ChatBackend):
         return self._model, self._processor
 
     def _generate(self, messages: list[Message], *, n, temperature, max_tokens, seed) -> list[str]:
+        seed = conversation_seed(messages, seed) if temperature > 0 else seed
         return self._generate_many([messages], n=n, temperature=temperature, max_tokens=max_tokens, seed=seed)[0]
 
     def chat_batch(self, conversations: list[list[Message]], **sampling: Unpack[Sampling]) -> list[list[str]]:
         """Replies to each conversation; those not in the cache are generated ``batch_size`` at a time
-        in one left-padded ``generate`` call (greedy replies equal :meth:`chat`'s; sampled ones are
-        reproducible for the same batch and seed)."""
+        in one left-padded ``generate`` call (greedy replies equal :meth:`chat`'s). Seeded sampled requests
+        are generated one conversation per call, each with its own seed drawn from the request seed and the
+        conversation, so its samples equal :meth:`chat`'s and do not depend on which other conversations were
+        pending (a rerun after a kill samples the rest as an uninterrupted run would)."""
         settings = with_defaults(sampling)
         n = settings["n"]
         keys = [self._cache_key(messages, **settings) for messages in conversations]
         results: list[list[str] | None] = [self._cached(key, n) for key in keys]
         missing = [i for i, r in enumerate(results) if r is None]
-        for start in range(0, len(missing), self.batch_size):
-            chunk = missing[start : start + self.batch_size]
+        alone = settings["temperature"] > 0 and settings["seed"] is not None
+        step = 1 if alone else self.batch_size
+        for start in range(0, len(missing), step):
+            chunk = missing[start : start + step]
             self.stats.add("requests", len(chunk))
-            replies = self._generate_many([conversations[i] for i in chunk], **settings)
+            if alone:
+                replies = [self._generate(conversations[chunk[0]], **settings)]
+            else:
+                replies = self._generate_many([conversations[i] for i in chunk], **settings)
             for i, reply in zip(chunk, replies):
                 results[i] = self._store(keys[i], reply, n)
         return results

@@ -196,6 +196,12 @@ def test_hf_local_batched_generation_matches_one_at_a_time(tiny_model_dir, tmp_p
     assert batched.stats.cache_hits == 1
     sampled = batched.chat_batch(conversations, n=2, temperature=1.0, max_tokens=4, seed=1)
     assert [len(r) for r in sampled] == [2, 2, 2]
+    # a seeded sample depends on the conversation, not on the batch it was pending in (a rerun after a kill)
+    fresh = HFLocalBackend(tiny_model_dir, device="cpu", batch_size=2)
+    assert fresh.chat_batch(conversations[::-1], n=2, temperature=1.0, max_tokens=4, seed=1) == sampled[::-1]
+    assert fresh.chat(conversations[2], n=2, temperature=1.0, max_tokens=4, seed=1) == sampled[2]
+    other_seed = fresh.chat_batch(conversations, n=2, temperature=1.0, max_tokens=4, seed=2)
+    assert other_seed != sampled  # the seed still decides
     capped = HFLocalBackend(tiny_model_dir, device="cpu", max_new_tokens=3)
     assert capped.chat_batch(conversations, max_tokens=6) == [single.chat(c, max_tokens=3) for c in conversations]
     assert capped.cache_params()["max_new_tokens"] == 3  # a capped reply is cached apart from an uncapped one

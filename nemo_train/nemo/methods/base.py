@@ -50,14 +50,19 @@ def explain_many(method: Method, samples: Sequence[ErrorSample], benchmark: Nemo
 
 
 def ask_causes_batch(
-    backend, conversations: list[list[dict]], n: int = 1, temperature: float = 0.0, key: str = "cause_of_error"
+    backend,
+    conversations: list[list[dict]],
+    n: int = 1,
+    temperature: float = 0.0,
+    key: str = "cause_of_error",
+    seed: int | None = None,
 ) -> list[list[str]]:
     """For each conversation, ``n`` replies as JSON, keeping the non-empty ``key`` strings (duplicates
     dropped). All first replies come from one ``chat_json_batch`` call (a local model generates them in
     batched ``generate`` calls, an endpoint gets them ``concurrency`` at a time)."""
     out: list[list[str]] = []
     schema = object_schema(**{key: "string"})
-    for replies in backend.chat_json_batch(conversations, n=n, temperature=temperature, schema=schema):
+    for replies in backend.chat_json_batch(conversations, n=n, temperature=temperature, seed=seed, schema=schema):
         causes: list[str] = []
         for reply in replies:
             text = (reply or {}).get(key)

@@ -113,10 +113,13 @@ def hypothesize_many(
 
 
 class MLLMHypothesizer:
-    """An MLLM in a failure-analyst role writes ``m`` hypotheses (``n=m`` samples at ``temperature``)."""
+    """An MLLM in a failure-analyst role writes ``m`` hypotheses (``n=m`` samples at ``temperature``, drawn with
+    ``seed``: a local model samples the same hypotheses for an error however the errors are batched)."""
 
-    def __init__(self, backend, temperature: float = 0.7, template: str = prompts.SCITX_HYPOTHESIS) -> None:
-        self.backend, self.temperature, self.template = backend, temperature, template
+    def __init__(
+        self, backend, temperature: float = 0.7, template: str = prompts.SCITX_HYPOTHESIS, seed: int | None = 0
+    ) -> None:
+        self.backend, self.temperature, self.template, self.seed = backend, temperature, template, seed
 
     @property
     def reads_captions(self) -> bool:
@@ -143,7 +146,8 @@ class MLLMHypothesizer:
             [user_message(self.prompt(sample, seen, class_names), images=[sample.image])]
             for sample, seen in zip(samples, observations)
         ]
-        return ask_causes_batch(self.backend, conversations, n=m, temperature=self.temperature if m > 1 else 0.0)
+        temperature = self.temperature if m > 1 else 0.0
+        return ask_causes_batch(self.backend, conversations, n=m, temperature=temperature, seed=self.seed)
 
 
 class PlainTextHypothesizer:
