@@ -12,7 +12,8 @@ and retried by the next run.
 
 Embedded default (``cmnist``, no ``explainer``): hypotheses from the offline attribute-contrast
 hypothesizer (a template over generator attributes, not a language model), edits by the exact CMNIST
-editor with the keyword deriver, judging by the keyword judge. These offline parts only suit
+editor with the keyword deriver, judging by the grounded judge (an attribute parser checked against the fact
+sheet, not a model). These offline parts only suit
 closed-vocabulary synthetic benchmarks; configure an ``explainer`` and ``judges`` for real ones.
 """
 
@@ -101,7 +102,7 @@ def nemo_eval(
             ``DistractorMethod`` from ``nemo_train.nemo.components``.
         explainer: the multimodal language model (``OpenAICompatibleBackend``, ``HFLocalBackend``);
             none = the offline rule-based parts (generated benchmarks only).
-        judges: the judge panel (``LLMJudge`` per model; default: the offline keyword judge, generated
+        judges: the judge panel (``LLMJudge`` per model; default: the offline grounded judge, generated
             benchmarks only). A judge without a ``criterion`` takes the benchmark's.
         editor: ``ExactEdit`` (generated data; default), ``DiffusersEdit`` or ``PromptEdit`` (zero-shot targets;
             offline on generated data the class prompts are rewritten by the caption rule, not a model).

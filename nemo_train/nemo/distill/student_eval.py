@@ -14,7 +14,7 @@ Each row explains ``error_batch`` errors at a time with one batched request to t
 The student's edits are read from its structured answers (:class:`~nemo_train.nemo.structured.StructuredEditDeriver`):
 an attribute edit re-rendered exactly on generated data, an editing instruction applied by a diffusers editor on
 folder data (where the teacher and KnownCause rows do not exist). LLM Match comes from the configured judges
-(default on generated data: the keyword judge, closed-vocabulary synthetic only, not a model). Every target
+(default on generated data: the grounded judge, an attribute parser checked against the fact sheet, not a model). Every target
 after the first is a classifier whose errors the student never saw in distillation: the generalisation
 report. Results resume from ``<out_dir>/results.jsonl`` like ``nemo-eval``.
 """
@@ -157,7 +157,7 @@ def distill_eval(
         criterion: the failure factor the judges grade against (``imagenet_r``, ``objectnet``, ``imagenet_d``;
             default on generated data: the dataset's).
         judges: LLM judges (``LLMJudge`` with an OpenAI-compatible backend; needed on folder data); default on
-            generated data: the keyword judge (closed vocabulary, not a model).
+            generated data: the grounded judge (an attribute parser, not a model).
         editor: folder data: the diffusers instruction editor that applies the student's ``Edit:`` instructions.
         error_batch: errors a row explains together: the student answers them in one padded ``generate``
             call (its LoRA weights merged into the base model).

@@ -8,7 +8,7 @@ from typing import Literal
 
 import torch
 
-from datamodules.fact_sheets import DEFAULT_FACTS, SHEETS
+from datamodules.fact_sheets import DEFAULT_FACTS
 from nemo_train.backends.messages import user_message
 from nemo_train.nemo import prompts
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
@@ -76,7 +76,7 @@ class ChangeMLLM:
     def _offline(self, sample: ErrorSample, benchmark: NemoBenchmark, index: int) -> str:
         ref_attrs, vocab = benchmark.reference.attrs[index], benchmark.vocabulary or {}
         # how a factor and its values read (word, unit) comes from the fact sheet; the default benchmark's without one
-        facts = benchmark.facts or SHEETS.get(benchmark.name, DEFAULT_FACTS)
+        facts = benchmark.facts or DEFAULT_FACTS
         diffs = []
         for name in COMPARED:
             if name not in sample.attrs or name not in ref_attrs or sample.attrs[name] == ref_attrs[name]:

@@ -30,7 +30,7 @@ class KnownCauseExplainer:
         values = benchmark.vocabulary[attribute]
         current = values[int(sample.attrs[attribute])]
         trained = [v for v in cause["values"][sample.label] if v != current]
-        word = {"color": "colour"}.get(attribute, attribute)
+        word = benchmark.facts.factor(attribute).word
         if not trained:
             return Explanation(f"The {obj}'s {word} {current} is typical of its class.")
         true = benchmark.class_names[sample.label]
@@ -94,16 +94,8 @@ class DistractorExplainer:
                 "and would read it correctly if it stood upright."
             )
             return Explanation(text, [text])
-        if benchmark.facts is not None:  # a fact sheet: the distractor's value in this image, moved to another
-            values = benchmark.vocabulary[self.attribute]
-            current = int(sample.attrs[self.attribute])
-            text = factor_sentence(sample, benchmark, self.attribute, (current + 1) % len(values))
-            return Explanation(text, [text])
+        # every generated benchmark has a fact sheet: the distractor's value in this image, moved to another
         values = benchmark.vocabulary[self.attribute]
         current = int(sample.attrs[self.attribute])
-        other = values[(current + 1) % len(values)]
-        text = (
-            f"The object's {self.attribute} is {values[current]}; the classifier may not recognise objects of that "
-            f"{self.attribute} and would read it correctly if it were {other}."
-        )
+        text = factor_sentence(sample, benchmark, self.attribute, (current + 1) % len(values))
         return Explanation(text, [text])
