@@ -7,9 +7,9 @@ A record is written as soon as its sample is finished and carries the settings i
 (target identity, method options, benchmark, explainer, judges, editor), so a rerun skips exactly the
 records whose settings are unchanged. A sample whose language-model calls fail for good (after the
 backend's retries) is stored as ``failed`` with the reason; the run goes on and a rerun retries it. So is,
-for a :class:`TargetJob` with ``strict_json`` (``nemo-eval``), a sample one of whose JSON replies (a
-hypothesis, an edit, a judge's grade) is still malformed after the backend's re-asks
-(:func:`~nemo_train.backends.base.strict_json`).
+a sample whose judge's grade is still not JSON after the backend's re-asks, and, for a :class:`TargetJob` with
+``strict_json`` (``nemo-eval``), one whose hypothesis or edit is (:func:`~nemo_train.backends.base.strict_json`;
+``distill-eval`` scores a student's unreadable answer as given, since the student is what it measures).
 """
 
 from __future__ import annotations
@@ -102,7 +102,9 @@ def score_explanation(
         attributes=benchmark.known_attributes(sample),
         cause=sample.cause,
     )
-    verdict = panel.judge([item])[0]
+    # a judge's grade that stays malformed fails the sample (a rerun asks again), never a "no score"
+    with strict_json():
+        verdict = panel.judge([item])[0]
     record = _base_record(target_name, method_name, sample)
     record.update(
         explanation=explanation.text,
@@ -169,7 +171,8 @@ class TargetJob:
     #: (method, the settings of its records) in table order
     methods: list[tuple[Method, dict[str, Any]]]
     #: a JSON reply still malformed after its re-asks fails its sample (a rerun asks again) instead of being
-    #: scored as an empty answer (``nemo-eval``; ``distill-eval`` scores a student's unreadable answer as given)
+    #: scored as an empty answer (``nemo-eval``; ``distill-eval`` scores a student's unreadable answer as given;
+    #: a judge's malformed grade fails its sample in both)
     strict_json: bool = False
 
     def json_replies(self):

@@ -187,3 +187,28 @@ def test_a_global_summary_that_is_not_json_is_a_failed_summary_not_an_empty_one(
     # before: "the summary came back empty", as if the model had nothing to say
     assert said and "the summary failed" in said[0] and "ScriptedBackend 'summariser'" in said[0]
     assert "not JSON" in said[0] and len(backend.cache) == 0
+
+
+def test_distill_eval_records_a_judge_grade_that_is_not_json_as_failed_and_a_rerun_retries_it(
+    checkpoint_factory, tmp_path, capsys
+):
+    from nemo_train.nemo.distill.rows import KnownCause
+    from nemo_train.nemo.distill.student_eval import distill_eval
+    from nemo_train.nemo.judges import LLMJudge
+
+    grade = json.dumps({"reasoning": "names the colour", "score": 1, "grounding": 1})
+    broken = {"on": True}
+    judge = LLMJudge(ScriptedBackend(lambda messages: BAD if broken["on"] else grade, model="judge"))
+    student = tmp_path / "student"
+    student.mkdir()  # rows without the student never load it
+    ckpt = checkpoint_factory(tmp_path / "model_r" / "best.ckpt", seed=0)
+    kwargs = dict(student=str(student), targets=[ckpt], methods=[KnownCause()], judges=[judge], n=4, test_styles=1)
+    first = distill_eval(**kwargs, out_dir=str(tmp_path / "eval"))
+    rows = [json.loads(line) for line in open(first["results"])]
+    assert rows and all(r["failed"] and "not JSON" in r["reason"] for r in rows)  # before: scored with no LLM Match
+    broken["on"] = False  # the judge answers again
+    rerun = distill_eval(**kwargs, out_dir=str(tmp_path / "eval"))
+    rows = [json.loads(line) for line in open(rerun["results"])]
+    done = {r["key"]: r for r in rows if not r.get("failed")}
+    assert len(done) == len({r["key"] for r in rows}) and all(r["llm_match"] == 1.0 for r in done.values())
+    capsys.readouterr()
