@@ -84,7 +84,9 @@ def run_config(config: str, clip_seed: int, data_seed: int, out_dir: Path, base:
         "--out_dir",
         str(out_dir / stem / f"clip{clip_seed}_data{data_seed}"),
     ]
-    args += ["--encoder.init_args.path", str(out_dir / "clips" / f"seed{clip_seed}")]  # one per CLIP seed, shared
+    # one joint space per CLIP seed, shared by the runs of that seed: the first one trains it
+    args += ["--encoder.init_args.path", str(out_dir / "clips" / f"seed{clip_seed}")]
+    args += ["--encoder.init_args.train_missing", "true"]
     if clip_seed:
         args += ["--encoder.init_args.seed", str(clip_seed)]
     if data_seed:

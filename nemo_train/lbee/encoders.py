@@ -84,7 +84,8 @@ class SyntheticCLIP:
     """Our small CLIP trained on generated captions: loaded from ``path`` (a Hugging Face folder written
     by ``nemo-train fit --config configs/clip/synthetic.yaml``, or a ``.ckpt``), or, when ``path`` does
     not exist yet, trained on ``sources`` and saved there (so later runs reuse it). The ``lbee`` command trains
-    one only into its own ``out_dir`` (``path`` unset or inside it); a missing folder given elsewhere is an error.
+    one into its own ``out_dir`` (``path`` unset or inside it); a missing folder given elsewhere is an error unless
+    ``train_missing`` asks for it to be trained there (one joint space shared by several runs).
 
     Args:
         path: Hugging Face folder (or ``.ckpt``) of the trained model; ``None``: ``<out_dir>/clip`` of the
@@ -94,6 +95,7 @@ class SyntheticCLIP:
         group_size: members of a minimal-pair group of training images (see
             :class:`~datamodules.captions.CaptionDataModule`); 1 draws every image independently.
         model: :class:`~nemo_train.models.clip.CLIPModule` settings of a missing model.
+        train_missing: train a missing ``path`` outside the ``lbee`` run's ``out_dir`` (else a one-line error).
     """
 
     def __init__(
@@ -106,8 +108,9 @@ class SyntheticCLIP:
         seed: int = 0,
         group_size: int = 1,
         model: dict | None = None,
+        train_missing: bool = False,
     ) -> None:
-        self.path, self.sources = path, list(sources)
+        self.path, self.sources, self.train_missing = path, list(sources), train_missing
         self.train_per_source, self.max_epochs, self.batch_size, self.seed = (
             train_per_source,
             max_epochs,

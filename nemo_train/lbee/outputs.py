@@ -39,12 +39,13 @@ def place_outputs(out: Path, encoder: object, sentences: object, relevance: obje
 
 def check_given_joint_space(out: Path, encoder: object) -> None:
     """A joint-space folder given outside ``out`` is an input: when it does not exist, a one-line error naming the
-    command that trains it (the run trains only the joint space it keeps in its own ``out_dir``)."""
+    command that trains it, unless the encoder asks for it to be trained there (``train_missing``)."""
     path = getattr(encoder, "path", None)
-    if path is None or Path(path).exists() or Path(path).resolve().is_relative_to(out.resolve()):
+    asked = getattr(encoder, "train_missing", False)
+    if path is None or asked or Path(path).exists() or Path(path).resolve().is_relative_to(out.resolve()):
         return
     raise UserInputError(
         f"joint space {path!r} does not exist; train and export one first (`nemo-train fit --config "
-        "configs/clip/synthetic.yaml` writes checkpoints/clip_synthetic/hf), or leave encoder.path unset to train "
-        f"one into {out / CLIP_DIR}"
+        "configs/clip/synthetic.yaml` writes checkpoints/clip_synthetic/hf), leave encoder.path unset to train one "
+        f"into {out / CLIP_DIR}, or set encoder.init_args.train_missing: true to train it there"
     )

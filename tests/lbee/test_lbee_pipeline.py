@@ -96,6 +96,7 @@ def tiny_run(tmp_path_factory, tiny_classifier):
         data=tiny_data(),
         encoder=SyntheticCLIP(
             str(out / "clip"),
+            train_missing=True,  # shared with the rerun below, outside its out_dir
             train_per_source=96,
             max_epochs=1,
             batch_size=32,
