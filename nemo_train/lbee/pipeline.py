@@ -1,12 +1,12 @@
 """``nemo-train lbee``: find and describe a classifier's failure modes with sentences, and score them.
 
 Steps: the classifier (a :class:`~nemo_train.models.specs.ClassifierSpec`: a ``nemo-train fit`` checkpoint, or a
-hub model used as published; never trained here) predicts the target split; the joint space embeds its images and the candidate sentences; the failure-mode search
-(split, Ward clusters, prototypes, TopS / SetDiff / PDiff / FPDiff) keeps ``K`` sentences per hard
-cluster; relevance ``Gamma`` (ground-truth attributes or VQA) and per-image correctness ``omega`` give
-``S*_beta`` and the scores ACR / AHR / TPR / JI per method, printed as a table, followed by the table of
-the sentences of ``S*_beta`` and of each method's ``R_S``. Figures (hard clusters
-with each method's sentences, beta sweep) are saved in ``out_dir`` and logged to W&B when asked.
+hub model used as published; never trained here) predicts the target split; the joint space embeds its images and
+the candidate sentences; the failure-mode search (split, Ward clusters, prototypes, TopS / SetDiff / PDiff /
+FPDiff) keeps ``K`` sentences per hard cluster; relevance ``Gamma`` (ground-truth attributes or VQA) and per-image
+correctness ``omega`` give ``S*_beta`` and the scores ACR / AHR / TPR / JI per method, printed as a table, followed
+by the table of the sentences of ``S*_beta`` and of each method's ``R_S``. Figures (hard clusters with each
+method's sentences, beta sweep) are saved in ``out_dir`` and logged to W&B when asked.
 """
 
 from __future__ import annotations

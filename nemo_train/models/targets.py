@@ -1,4 +1,5 @@
-"""Target classifiers of a NEMO evaluation behind one interface: ``P(.|x)`` and features.
+"""The classifiers a command analyses, behind one interface: ``P(.|x)`` and features (built by the specs of
+:mod:`nemo_train.models.specs`).
 
 A :class:`Target` takes images ``float[B, 3, H, W]`` in ``[0, 1]`` (any size; it resizes and normalises
 inside) and gives class probabilities over *its benchmark's* classes and pooled features for retrieval.

@@ -13,8 +13,7 @@ and retried by the next run.
 Embedded default (``cmnist``, no ``explainer``): hypotheses from the offline attribute-contrast
 hypothesizer (a template over generator attributes, not a language model), edits by the exact CMNIST
 editor with the keyword deriver, judging by the grounded judge (an attribute parser checked against the fact
-sheet, not a model). These offline parts only suit
-closed-vocabulary synthetic benchmarks; configure an ``explainer`` and ``judges`` for real ones.
+sheet, not a model). These offline parts only suit closed-vocabulary synthetic benchmarks; configure an ``explainer`` and ``judges`` for real ones.
 """
 
 from __future__ import annotations
@@ -119,7 +118,7 @@ def nemo_eval(
     """
     editor = editor or ExactEdit()
     if not targets:
-        raise UserInputError("no target classifier given; pass --targets [path/to/best.ckpt] or target objects")
+        raise UserInputError("no target classifier given; pass --targets [path/to/best.ckpt] or classifier specs")
     specs = [as_classifier(t) for t in targets]
     for spec in specs:  # before anything is written to out_dir
         spec.check()

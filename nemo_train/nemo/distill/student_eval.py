@@ -14,8 +14,8 @@ Each row explains ``error_batch`` errors at a time with one batched request to t
 The student's edits are read from its structured answers (:class:`~nemo_train.nemo.structured.StructuredEditDeriver`):
 an attribute edit re-rendered exactly on generated data, an editing instruction applied by a diffusers editor on
 folder data (where the teacher and KnownCause rows do not exist). LLM Match comes from the configured judges
-(default on generated data: the grounded judge, an attribute parser checked against the fact sheet, not a model). Every target
-after the first is a classifier whose errors the student never saw in distillation: the generalisation
+(default on generated data: the grounded judge, an attribute parser checked against the fact sheet, not a
+model). Every target after the first is a classifier whose errors the student never saw in distillation: the generalisation
 report. Results resume from ``<out_dir>/results.jsonl`` like ``nemo-eval``.
 """
 
@@ -139,7 +139,7 @@ def distill_eval(
 
     Args:
         student: the distilled explainer's adapter folder (``<fit root>/adapter``).
-        targets: classifier checkpoints, or target objects (``TimmModel`` with hub or local weights) for folder
+        targets: classifier checkpoints, or classifier specs (``TimmModel`` with hub or local weights) for folder
             data; the first is the one distilled on, the others are the generalisation report (biases the
             student never saw).
         biases: the bias preset of each target (which errors are bias-conflicting; default: the dataset's).
