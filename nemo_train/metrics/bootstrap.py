@@ -22,8 +22,12 @@ API
 ``summary(values, **kwargs)`` / ``grouped_summary(groups, **kwargs)``
     ``{"mean", "ci_low", "ci_high", "n"}`` for a results json (``None`` for each where there are no values).
 
-``format_with_interval(mean, low, high, digits=2)``
-    ``"0.72 [0.61, 0.83]"``; only the mean when the interval is ``None``; ``"-"`` when the mean is ``None``.
+``interval_fields(name, interval)``
+    ``{"<name>_ci_low", "<name>_ci_high"}`` to store beside a mean of a results json.
+
+``format_with_interval(mean, low, high, digits=2, interval_digits=None)``
+    ``"0.72 [0.61, 0.83]"``; only the mean when the interval is ``None``; ``"-"`` when the mean is ``None`` or
+    ``nan``; ``interval_digits`` gives the bounds other decimals than the mean.
 
 ``method`` is ``"percentile"`` (default) or ``"BCa"`` (scipy's bias-corrected and accelerated interval).
 """
@@ -171,12 +175,27 @@ def grouped_summary(groups, **kwargs) -> dict:
     return _as_summary(point, grouped_mean_interval(samples, **kwargs), int(pooled.size))
 
 
+def interval_fields(name: str, interval: tuple[float, float] | None) -> dict[str, float | None]:
+    """``{"<name>_ci_low": low, "<name>_ci_high": high}`` (``None`` for both without an interval), to store
+    beside the mean ``name`` in a results json."""
+    low, high = interval if interval is not None else (None, None)
+    return {f"{name}_ci_low": low, f"{name}_ci_high": high}
+
+
 def format_with_interval(
-    mean: float | None, low: float | None = None, high: float | None = None, digits: int = 2
+    mean: float | None,
+    low: float | None = None,
+    high: float | None = None,
+    digits: int = 2,
+    interval_digits: int | None = None,
 ) -> str:
-    """``"0.72 [0.61, 0.83]"``; the mean alone without an interval, ``"-"`` without a mean."""
-    if mean is None:
+    """``"0.72 [0.61, 0.83]"``; the mean alone without an interval, ``"-"`` without a mean (``None`` or ``nan``).
+
+    ``interval_digits`` (default: ``digits``) sets the bounds' decimals, e.g. ``"0.725 [0.61, 0.83]"``.
+    """
+    if mean is None or math.isnan(mean):
         return "-"
     if low is None or high is None:
         return f"{mean:.{digits}f}"
-    return f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+    bounds = digits if interval_digits is None else interval_digits
+    return f"{mean:.{digits}f} [{low:.{bounds}f}, {high:.{bounds}f}]"

@@ -9,6 +9,7 @@ from nemo_train.metrics.bootstrap import (
     format_with_interval,
     grouped_mean_interval,
     grouped_summary,
+    interval_fields,
     mean_interval,
     summary,
 )
@@ -87,10 +88,13 @@ def test_summaries_and_format():
     assert summary([0.25, 0.25]) == {"mean": 0.25, "ci_low": 0.25, "ci_high": 0.25, "n": 2}
     pooled = grouped_summary([[1.0, 0.0], [1.0]])
     assert pooled["mean"] == pytest.approx(2 / 3) and pooled["n"] == 3
+    assert interval_fields("cei", (1.0, 2.0)) == {"cei_ci_low": 1.0, "cei_ci_high": 2.0}
+    assert interval_fields("cei", None) == {"cei_ci_low": None, "cei_ci_high": None}
     assert format_with_interval(0.7234, 0.61, 0.834) == "0.72 [0.61, 0.83]"
     assert format_with_interval(90.456, 88.1, 92.0, digits=1) == "90.5 [88.1, 92.0]"
     assert format_with_interval(0.5) == "0.50"
-    assert format_with_interval(None) == "-"
+    assert format_with_interval(None) == "-" and format_with_interval(float("nan"), 0.1, 0.2) == "-"
+    assert format_with_interval(0.725, 0.6149, 0.83, digits=3, interval_digits=2) == "0.725 [0.61, 0.83]"
 
 
 def test_bad_arguments_raise():
