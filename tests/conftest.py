@@ -35,6 +35,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
 
 import lightning as L  # noqa: E402
 import pytest  # noqa: E402
+from training_seed import TRAINING_SEED  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -47,7 +48,7 @@ def trained_cmnist_classifier():
     from nemo_train.models import ClassifierModule
     from nemo_train.models.trainer import quiet_trainer
 
-    L.seed_everything(0, verbose=False)
+    L.seed_everything(TRAINING_SEED, verbose=False)
     datamodule = CMNISTDataModule(bias="model_a", train_size=3000, batch_size=64, test_styles=1)
     module = ClassifierModule(backbone="bias_cnn", num_classes=10, lr=3e-3)
     trainer = quiet_trainer(max_epochs=2)

@@ -23,6 +23,7 @@ from datamodules.clevr import (
 )
 from datamodules.folder import UnreadableImagesWarning
 from nemo_train.errors import UserInputError
+from training_seed import TRAINING_SEED
 
 
 @pytest.fixture(scope="module")
@@ -282,7 +283,7 @@ def test_trained_cnn_shows_the_planted_material_bias(material, tmp_path):
         (Path(__file__).resolve().parents[2] / "configs" / "clevr" / f"{material}.yaml").read_text()
     )
     data_args = {**config["data"]["init_args"], "test_styles": 2}
-    L.seed_everything(0, verbose=False)
+    L.seed_everything(TRAINING_SEED, verbose=False)
     dm = CLEVRDataModule(**data_args)
     module = ClassifierModule(**config["model"]["init_args"], num_classes=dm.num_classes)  # linked by the CLI
     trainer = L.Trainer(

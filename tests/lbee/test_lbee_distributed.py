@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from tests.models.tiny_clip import TINY_CLIP
+from training_seed import TRAINING_SEED
 
 ROOT = Path(__file__).resolve().parents[2]
 NEMO_TRAIN = str(Path(sys.executable).with_name("nemo-train"))
@@ -31,7 +32,7 @@ def tiny_classifier(tmp_path_factory, lightning_checkpoint) -> str:
     from nemo_train.models import ClassifierModule
     from nemo_train.models.trainer import fit_quietly
 
-    L.seed_everything(0, verbose=False)
+    L.seed_everything(TRAINING_SEED, verbose=False)
     module = ClassifierModule(backbone="bias_cnn", num_classes=6, lr=3e-3)
     fit_quietly(module, NICODataModule(**DATA), 1, limit_val_batches=0)
     return lightning_checkpoint(module, tmp_path_factory.mktemp("nico_cnn") / "checkpoints" / "best.ckpt")

@@ -1,16 +1,16 @@
-import lightning as L
 import pytest
 import torch
 
 from datamodules.cmnist import CMNISTDataModule
 from nemo_train.errors import UserInputError
 from nemo_train.models import ClassifierModule
+from nemo_train.models.trainer import quiet_trainer
 
 
 def test_planted_bias_is_visible(trained_cmnist_classifier):
     """Model A of the model-differences paper: accurate on bias-aligned images, much worse on conflicting ones."""
     module, datamodule = trained_cmnist_classifier
-    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer = quiet_trainer()
     (metrics,) = trainer.test(module, datamodule, verbose=False)
     assert metrics["test/acc_aligned"] >= 0.90
     assert metrics["test/acc_conflicting"] <= metrics["test/acc_aligned"] - 0.30
@@ -43,16 +43,14 @@ def test_unknown_backbone_and_unreachable_weights(monkeypatch):
 
 def test_num_classes_mismatch_is_reported():
     module = ClassifierModule(num_classes=5)
-    trainer = L.Trainer(
-        fast_dev_run=1, accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False
-    )
+    trainer = quiet_trainer(fast_dev_run=1)
     with pytest.raises(UserInputError, match="num_classes=5"):
         trainer.fit(module, CMNISTDataModule(train_size=64))
 
 
 def test_checkpoint_loads_with_weights_only(tmp_path, trained_cmnist_classifier):
     module, datamodule = trained_cmnist_classifier
-    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer = quiet_trainer()
     trainer.strategy.connect(module)
     path = tmp_path / "m.ckpt"
     trainer.save_checkpoint(path)

@@ -16,6 +16,7 @@ from nemo_train.models.trainer import quiet_trainer
 from nemo_train.models.zero_shot import ZeroShotTarget
 from nemo_train.nemo.methods.error_retrieval import ErrorRetrieval
 from tests.models.tiny_clip import TINY_CLIP
+from training_seed import TRAINING_SEED
 
 
 def test_tokenizer_matches_open_clip_ids():
@@ -35,7 +36,7 @@ def test_recall_at_k_by_hand():
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    L.seed_everything(0, verbose=False)
+    L.seed_everything(TRAINING_SEED, verbose=False)
     data = CaptionDataModule(sources=["nico"], image_size=16, train_per_source=64, val_per_source=24, batch_size=16)
     module = CLIPModule(**TINY_CLIP, export_subdir="hf")
     trainer = quiet_trainer(default_root_dir=tmp_path_factory.mktemp("clip"))
@@ -68,7 +69,7 @@ def test_zero_shot_accuracy_counts_prompt_argmax(trained):
 
 def test_predict_extracts_the_image_embeddings(trained):
     module, data, _ = trained
-    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer = quiet_trainer()
     batches = trainer.predict(module, dataloaders=data.predict_dataloader())
     embeds = torch.cat(batches)
     module.eval()
@@ -112,7 +113,7 @@ def test_checkpoint_loads_as_encoder(trained, tmp_path):
 
 
 def test_attribute_heads_train_both_towers_and_stay_out_of_the_export(tmp_path):
-    L.seed_everything(0, verbose=False)
+    L.seed_everything(TRAINING_SEED, verbose=False)
     data = CaptionDataModule(sources=["cmnist"], image_size=16, train_per_source=32, val_per_source=8, batch_size=16)
     module = CLIPModule(**TINY_CLIP, attribute_head_weight=1.0, export_subdir="hf")
     trainer = quiet_trainer(max_epochs=None, default_root_dir=tmp_path, max_steps=2, limit_val_batches=0)

@@ -25,6 +25,7 @@ from nemo_train.models.clip import CLIP_MEAN, CLIP_STD, CLIPEncoder, CLIPModule
 from nemo_train.models.image_text import ImageTextEncoder, PixelPreprocess
 from nemo_train.models.zero_shot import ZeroShotTarget
 from tests.models.tiny_clip import TINY_CLIP
+from training_seed import TRAINING_SEED
 
 TEXTS = ["a photo of a bird", "the digit three in a green box", "x", "a red digit one"]
 MEAN = torch.tensor(CLIP_MEAN).view(1, 3, 1, 1)
@@ -34,7 +35,7 @@ STD = torch.tensor(CLIP_STD).view(1, 3, 1, 1)
 @pytest.fixture(scope="module")
 def small_clip(tmp_path_factory) -> str:
     """The folder CLIPModule.export writes, of an untrained small CLIP."""
-    L.seed_everything(0, verbose=False)
+    L.seed_everything(TRAINING_SEED, verbose=False)
     return str(CLIPModule(**TINY_CLIP).export(tmp_path_factory.mktemp("clip") / "hf"))
 
 

@@ -11,6 +11,7 @@ import torch
 from nemo_train.errors import UserInputError
 from nemo_train.models import ClassifierModule
 from nemo_train.models.loading import (
+from nemo_train.models.trainer import quiet_trainer
     GENERIC_FIT_HINT,
     check_classifier_file,
     fit_preset_for,
@@ -28,7 +29,7 @@ def one_line(err: pytest.ExceptionInfo) -> str:
 
 def test_a_fit_checkpoint_loads_on_cpu_in_eval_mode(tmp_path, trained_cmnist_classifier):
     module, datamodule = trained_cmnist_classifier
-    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer = quiet_trainer()
     trainer.strategy.connect(module)
     path = tmp_path / "run" / "checkpoints" / "best.ckpt"
     path.parent.mkdir(parents=True)

@@ -59,3 +59,32 @@ def test_cell_means_add_scores_in_sample_order():
     records = [record(s, cei[s], 1.0, {"j": 1.0}) for s in ("s3", "s0", "s2", "s1")]
     (cell,) = summarize(records)
     assert cell.cei == pytest.approx(0.25, abs=0)
+
+
+def test_cell_intervals_are_scipy_bootstraps_of_the_records():
+    import numpy as np
+    from scipy import stats
+
+    from nemo_train.nemo.report import print_report
+
+    cei = [30.0, -6.0, 0.0, 12.5, 40.0, 8.0]
+    match = [0.5, 1.0, 0.0, 1.0, 1.0, None]
+    records = [record(f"s{i}", c, m, {"j": m}) for i, (c, m) in enumerate(zip(cei, match))]
+    (cell,) = summarize(records)
+    for metric, values in (("cei", cei), ("llm_match", [m for m in match if m is not None])):
+        ref = stats.bootstrap(
+            (np.asarray(values),), np.mean, n_resamples=2000, method="percentile", random_state=np.random.default_rng(0)
+        ).confidence_interval
+        assert cell.intervals[metric] == pytest.approx((ref.low, ref.high))
+    assert "grounding" not in cell.intervals  # no record has a grounding
+    low, high = cell.intervals["cei"]
+    assert f"{cell.cei:.2f} [{low:.2f}, {high:.2f}]" in print_report([cell], "toy")
+    stored = cell.to_json()
+    assert (stored["cei_ci_low"], stored["cei_ci_high"]) == (low, high)
+    assert stored["grounding"] is None and stored["grounding_ci_low"] is None
+
+
+def test_a_cell_of_equal_scores_has_a_point_interval():
+    records = [record(s, 50.0, 1.0, {"j": 1.0}) for s in "abc"]
+    (cell,) = summarize(records)
+    assert cell.intervals == {"llm_match": (1.0, 1.0), "cei": (50.0, 50.0)}

@@ -19,6 +19,7 @@ from jsonargparse import ArgumentError, ArgumentParser  # noqa: E402
 
 from nemo_train.cli import main, run_pipeline, summarize_parser_error  # noqa: E402
 from nemo_train.errors import UserInputError  # noqa: E402
+from nemo_train.metrics.bootstrap import mean_interval  # noqa: E402
 from nemo_train.models.specs import FitCheckpoint  # noqa: E402
 from nemo_train.nemo.components import (  # noqa: E402
     BenchmarkArgs,
@@ -72,7 +73,17 @@ def test_two_best_ckpt_targets_get_two_columns(trained_cmnist_classifier, tmp_pa
     result = nemo_eval(small(3), [a, b], [KnownCauseMethod()], out_dir=str(tmp_path / "out"))
     assert [c.target for c in result.cells if c.method == "KnownCause"] == ["model_a", "model_b"]
     assert {c.method for c in result.cells} == {"KnownCause", "Constant"}  # what one sentence for all scores
-    assert "model_a LLM Match" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "model_a LLM Match" in printed and "bootstrap 95 % interval" in printed
+    stored = json.loads((tmp_path / "out" / "summary.json").read_text())
+    cell = result.cell("KnownCause", "model_a")
+    (row,) = [c for c in stored["cells"] if c["method"] == "KnownCause" and c["target"] == "model_a"]
+    assert (row["cei"], row["cei_ci_low"], row["cei_ci_high"]) == (cell.cei, *cell.intervals["cei"])
+    assert row["cei_ci_low"] <= row["cei"] <= row["cei_ci_high"]
+    records = [r for r in ResultStore(result.results).records.values() if r["method"] == "KnownCause"]
+    assert cell.intervals["cei"] == mean_interval(
+        [r["cei"] for r in sorted(records, key=lambda r: r["sample_id"]) if r["target"] == cell.target]
+    )  # from the stored records
     named = nemo_eval(
         small(3),
         [FitCheckpoint(a, name="first"), FitCheckpoint(a, name="second")],

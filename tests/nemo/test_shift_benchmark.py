@@ -16,6 +16,7 @@ from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEd
 from nemo_train.nemo.judges import GroundedJudge, JudgePanel
 from nemo_train.nemo.methods.reference import ConstantExplainer, KnownCauseExplainer
 from nemo_train.nemo.shift_benchmark import UNEXPLAINED, build_shift_benchmark, cause_shares, cause_table
+from training_seed import TRAINING_SEED
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +26,7 @@ def gap_classifier(tmp_path_factory, lightning_checkpoint):
     from nemo_train.models import ClassifierModule
     from nemo_train.models.trainer import quiet_trainer
 
-    L.seed_everything(0, verbose=False)
+    L.seed_everything(TRAINING_SEED, verbose=False)
     datamodule = ShiftsDataModule(gaps="gaps_a", train_size=2000, test_size=200, batch_size=64)
     module = ClassifierModule(backbone="bias_cnn", num_classes=10, lr=3e-3)
     quiet_trainer(max_epochs=2).fit(module, datamodule)

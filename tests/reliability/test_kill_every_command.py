@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 from distributed_runs import run_to_end
+from training_seed import TRAINING_SEED
 
 pytestmark = [pytest.mark.fault, pytest.mark.slow]
 
@@ -232,7 +233,7 @@ def lbee_config(tmp_path_factory, lightning_checkpoint) -> Path:
     from tests.models.tiny_clip import TINY_CLIP
 
     folder = tmp_path_factory.mktemp("lbee_inputs")
-    L.seed_everything(0, verbose=False)
+    L.seed_everything(TRAINING_SEED, verbose=False)
     module = ClassifierModule(backbone="bias_cnn", num_classes=6, lr=3e-3)
     fit_quietly(module, NICODataModule(**LBEE_DATA), 1, limit_val_batches=0)
     tiny = {**TINY_CLIP, "attribute_head_weight": 1.0}

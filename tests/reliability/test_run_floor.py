@@ -265,7 +265,7 @@ def test_an_inline_key_reaches_no_file_of_a_run(checkpoint_factory, tmp_path, mo
     assert provenance["settings"]["explainer"]["init_args"]["extra_body"] == {"api_key": REDACTED}
     assert provenance["stand_ins"] == [
         "judge: grounded judge (an attribute parser, not a model)",
-        "editor: edits derived by the keyword parser, not a model",
+        "editor: edits derived from the sentence by the grounded judge's parser, not a model",
     ]
 
 
