@@ -6,13 +6,14 @@ import json
 import math
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import wandb
 
 from nemo_train.console import print_table
 from nemo_train.loggers import init_run
+from nemo_train.metrics.bootstrap import format_with_interval, interval_fields, mean_interval
 from nemo_train.metrics.nemo import score_mean
 from nemo_train.nemo.labels import match_label
 
@@ -40,11 +41,25 @@ class CellScore:
     stand_in: str = ""
     #: mean share of the explanations' checkable claims that are true of the image (NaN: no claims judged)
     grounding: float = math.nan
+    #: bootstrap 95 % interval of each mean (``llm_match``, ``grounding``, ``cei``) over the cell's errors
+    #: (:mod:`nemo_train.metrics.bootstrap`); a mean without values has none
+    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
         """The method's name as tables show it (with its stand-in, if any)."""
         return f"{self.method} ({self.stand_in})" if self.stand_in else self.method
+
+    def with_interval(self, metric: str, digits: int = 3) -> str:
+        """``metric``'s mean and interval as a table cell, e.g. ``"0.750 [0.500, 1.000]"``."""
+        return format_with_interval(getattr(self, metric), *self.intervals.get(metric, (None, None)), digits=digits)
+
+    def to_json(self) -> dict:
+        """The cell for a results json: every mean with ``<metric>_ci_low`` / ``<metric>_ci_high`` beside it."""
+        out = {k: v for k, v in asdict(self).items() if k != "intervals"}
+        for metric in ("llm_match", "grounding", "cei"):
+            out.update(interval_fields(metric, self.intervals.get(metric)))
+        return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in out.items()}
 
 
 @dataclass
@@ -83,6 +98,11 @@ class NemoEvalSummary:
                 return c
         raise KeyError((method, target))
 
+    def to_json(self) -> dict:
+        """What ``summary.json`` holds: the run's counts and every cell, each mean with its interval beside it."""
+        out = {k: v for k, v in asdict(self).items() if k != "cells"}
+        return {**out, "cells": [c.to_json() for c in self.cells]}
+
 
 def _mean(values: list[float | None]) -> float:
     """Mean of the scored values (``None`` skipped; ``math.nan`` if none): the functional core of
@@ -107,18 +127,25 @@ def summarize(records: Iterable[dict], stand_ins: dict[str, str] | None = None) 
             for name, score in r["judges"].items():
                 if score is not None:
                     judges[name].append(score)
+        values = {
+            "llm_match": [r["llm_match"] for r in ok],
+            "grounding": [r.get("grounding") for r in ok],
+            "cei": [r["cei"] for r in ok],
+        }
+        intervals = {metric: mean_interval(v) for metric, v in values.items()}
         cells.append(
             CellScore(
                 method=method,
                 target=target,
-                llm_match=_mean([r["llm_match"] for r in ok]),
-                grounding=_mean([r.get("grounding") for r in ok]),
-                cei=_mean([r["cei"] for r in ok]),
+                llm_match=_mean(values["llm_match"]),
+                grounding=_mean(values["grounding"]),
+                cei=_mean(values["cei"]),
                 n=len(ok),
                 failed=len(rows) - len(ok),
                 empty=sum(not (r.get("explanation") or "").strip() for r in ok),
                 per_judge={k: _mean(v) for k, v in judges.items()},
                 stand_in=stand_ins.get(method.removesuffix("+validation"), ""),
+                intervals={metric: ci for metric, ci in intervals.items() if ci is not None},
             )
         )
     return cells
@@ -157,7 +184,11 @@ def print_report(cells: list[CellScore], benchmark: str, cei_note: str | None = 
         row: list = [labels[m]]
         for t in targets:
             c = by_key.get((m, t))
-            scores = [c.llm_match, c.grounding, round(c.cei, 2)] if c else [None, None, None]
+            scores = (
+                [c.with_interval("llm_match"), c.with_interval("grounding"), c.with_interval("cei", digits=2)]
+                if c
+                else [None, None, None]
+            )
             row += scores if grounded else [scores[0], scores[2]]
         if any_empty:
             row.append(sum(by_key[(m, t)].empty for t in targets if (m, t) in by_key))
@@ -165,7 +196,8 @@ def print_report(cells: list[CellScore], benchmark: str, cei_note: str | None = 
             row.append(sum(by_key[(m, t)].failed for t in targets if (m, t) in by_key))
         rows.append(row)
     sizes = sorted({c.n for c in cells})
-    caption = f"errors per cell: {', '.join(map(str, sizes))}; CEI in percentage points"
+    caption = f"errors per cell: {', '.join(map(str, sizes))}; [bootstrap 95 % interval over the errors]"
+    caption += "; CEI in percentage points"
     if grounded:
         caption += "; grounding = share of the explanation's checkable claims true of the image"
     if cei_note:

@@ -56,7 +56,7 @@ from nemo_train.nemo.report import (
 from nemo_train.nemo.shift_benchmark import print_causes
 from nemo_train.runs import Device, OutDir, Seed, run_command
 from nemo_train.sharding import ShardedResultStore, Strategy, current_ranks, merge_shards
-from nemo_train.store import ResultStore
+from nemo_train.store import ResultStore, write_json_atomic
 
 
 def nemo_stand_ins(arguments: dict) -> list[str]:
@@ -107,7 +107,8 @@ def nemo_eval(
             offline on generated data the class prompts are rewritten by the caption rule, not a model).
         run: how the evaluation is computed: ``batched``, ``error_batch``, ``global_explanation``.
 
-    Writes ``results.jsonl`` and the reply cache ``llm_cache/`` under ``out_dir``; ``device`` runs the targets.
+    Writes ``results.jsonl``, ``summary.json`` (the table: each mean with its bootstrap 95 % interval over the
+    errors) and the reply cache ``llm_cache/`` under ``out_dir``; ``device`` runs the targets.
 
     With ``devices`` > 1 (or several nodes) every process builds the targets once, computes its shard of the
     pending samples into ``results.rank-<r>.jsonl``, and process 0 merges them and prints the table.
@@ -188,6 +189,7 @@ def nemo_eval(
         cause_counts=cause_counts,
         results=str(store.path),
     )
+    write_json_atomic(out / "summary.json", summary.to_json())  # the table's means and their intervals
     _print_counts(summary, explainer, time.perf_counter() - started)
     if wandb:
         log_wandb(records, cells, benchmark.name, progress.images, out)
