@@ -11,6 +11,7 @@ import pytest
 import torch
 from matplotlib.colors import rgb_to_hsv
 from PIL import Image
+from training_seed import TRAINING_SEED
 
 from datamodules.clevr import (
     ATTRIBUTES,
@@ -23,7 +24,6 @@ from datamodules.clevr import (
 )
 from datamodules.folder import UnreadableImagesWarning
 from nemo_train.errors import UserInputError
-from training_seed import TRAINING_SEED
 
 
 @pytest.fixture(scope="module")

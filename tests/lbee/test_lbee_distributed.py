@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from training_seed import TRAINING_SEED
 
 from tests.models.tiny_clip import TINY_CLIP
-from training_seed import TRAINING_SEED
 
 ROOT = Path(__file__).resolve().parents[2]
 NEMO_TRAIN = str(Path(sys.executable).with_name("nemo-train"))

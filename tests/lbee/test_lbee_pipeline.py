@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 from jsonargparse import ArgumentParser
+from training_seed import TRAINING_SEED
 
 from datamodules.nico import NICODataModule
 from nemo_train.cli import PIPELINE_COMMANDS, main
@@ -20,7 +21,6 @@ from nemo_train.lbee.search import FailureModeSearch
 from nemo_train.lbee.split import ClassProbabilitySplit
 from nemo_train.lightning_cli import NemoLightningCLI
 from tests.models.tiny_clip import TINY_CLIP
-from training_seed import TRAINING_SEED
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The lbee presets, each a list of configs/lbee files loaded in order: the shared NICO-like recipe with one

@@ -9,6 +9,7 @@ import lightning as L
 import open_clip
 import pytest
 import torch
+from training_seed import TRAINING_SEED
 
 from datamodules.captions import CaptionDataModule
 from nemo_train.models.clip import CLIPEncoder, CLIPModule, clip_tokenizer, recall_at_k
@@ -16,7 +17,6 @@ from nemo_train.models.trainer import quiet_trainer
 from nemo_train.models.zero_shot import ZeroShotTarget
 from nemo_train.nemo.methods.error_retrieval import ErrorRetrieval
 from tests.models.tiny_clip import TINY_CLIP
-from training_seed import TRAINING_SEED
 
 
 def test_tokenizer_matches_open_clip_ids():

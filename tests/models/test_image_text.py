@@ -10,6 +10,7 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
+from training_seed import TRAINING_SEED
 from transformers import (
     CLIPModel,
     CLIPTokenizer,
@@ -25,7 +26,6 @@ from nemo_train.models.clip import CLIP_MEAN, CLIP_STD, CLIPEncoder, CLIPModule
 from nemo_train.models.image_text import ImageTextEncoder, PixelPreprocess
 from nemo_train.models.zero_shot import ZeroShotTarget
 from tests.models.tiny_clip import TINY_CLIP
-from training_seed import TRAINING_SEED
 
 TEXTS = ["a photo of a bird", "the digit three in a green box", "x", "a red digit one"]
 MEAN = torch.tensor(CLIP_MEAN).view(1, 3, 1, 1)

@@ -11,12 +11,12 @@ import torch
 from nemo_train.errors import UserInputError
 from nemo_train.models import ClassifierModule
 from nemo_train.models.loading import (
-from nemo_train.models.trainer import quiet_trainer
     GENERIC_FIT_HINT,
     check_classifier_file,
     fit_preset_for,
     load_classifier,
 )
+from nemo_train.models.trainer import quiet_trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 

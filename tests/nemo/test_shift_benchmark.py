@@ -8,6 +8,7 @@ import json
 import lightning as L
 import pytest
 import torch
+from training_seed import TRAINING_SEED
 
 from nemo_train.models.targets import load_checkpoint_target
 from nemo_train.nemo.benchmark import FACT_SHEETS
@@ -16,7 +17,6 @@ from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEd
 from nemo_train.nemo.judges import GroundedJudge, JudgePanel
 from nemo_train.nemo.methods.reference import ConstantExplainer, KnownCauseExplainer
 from nemo_train.nemo.shift_benchmark import UNEXPLAINED, build_shift_benchmark, cause_shares, cause_table
-from training_seed import TRAINING_SEED
 
 
 @pytest.fixture(scope="module")

@@ -1,19 +1,18 @@
 """Bad data and size options through the real CLI: one ``nemo-train: error:`` line, exit status 2, no traceback.
 
-Each case runs ``nemo-train fit --config <file>`` in a subprocess (the worktree on ``PYTHONPATH``), as a user
-would, with a folder or option that used to end in a traceback (or in silently wrong images).
+Each case runs ``nemo-train fit --config <file>`` in-process (``nemo_train.cli.main``, from the case's own
+folder), as a user would, with a folder or option that used to end in a traceback (or in silently wrong images).
+The console script's own exit status and stderr are tested once, in a subprocess, by ``tests/test_cli.py``.
 """
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import yaml
+from cli_errors import one_line_error
 from PIL import Image
 
 from datamodules.folder import read_image
@@ -24,11 +23,12 @@ ROOT = Path(__file__).parents[2]
 SHAPES = ["cube", "cylinder", "sphere"]
 
 
-def nemo_train(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    script = Path(sys.executable).with_name("nemo-train")
-    command = [str(script)] if script.is_file() else [sys.executable, "-m", "nemo_train.cli"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
-    return subprocess.run([*command, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
+def fit_error(tmp_path: Path, capsys, data: dict, num_classes: int = 3) -> str:
+    """The one error line of ``nemo-train fit`` on a preset of ``data``, run from ``tmp_path``."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path)
+        patch.setenv("WANDB_MODE", "disabled")
+        return one_line_error(capsys, ["fit", "--config", str(fit_config(tmp_path, data, num_classes))])
 
 
 def fit_config(tmp_path: Path, data: dict, num_classes: int = 3) -> Path:
@@ -52,15 +52,6 @@ def fit_config(tmp_path: Path, data: dict, num_classes: int = 3) -> Path:
     path = tmp_path / "fit.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
-
-
-def one_error_line(result: subprocess.CompletedProcess) -> str:
-    """The single ``nemo-train: error:`` line of a failed run (and no traceback anywhere)."""
-    assert result.returncode == 2, result.stderr[-2000:]
-    assert "Traceback" not in result.stderr, result.stderr[-2000:]
-    errors = [line for line in result.stderr.splitlines() if line.startswith("nemo-train: error:")]
-    assert len(errors) == 1, result.stderr[-2000:]
-    return errors[0]
 
 
 def clevr_folder(tmp_path: Path, records, count: int = 3, raw: bytes | None = None) -> Path:
@@ -89,15 +80,15 @@ def record(i: int, **fields) -> dict:
     } | fields
 
 
-def test_batch_size_zero_is_one_line(tmp_path):
+def test_batch_size_zero_is_one_line(tmp_path, capsys):
     data = {"class_path": "datamodules.cmnist.CMNISTDataModule", "init_args": {"train_size": 20, "batch_size": 0}}
-    line = one_error_line(nemo_train("fit", "--config", str(fit_config(tmp_path, data, 10)), cwd=tmp_path))
+    line = fit_error(tmp_path, capsys, data, 10)
     assert "batch_size=0" in line and "positive" in line
 
 
-def test_clevr_folder_too_small_for_a_training_split_is_one_line(tmp_path):
+def test_clevr_folder_too_small_for_a_training_split_is_one_line(tmp_path, capsys):
     folder = clevr_folder(tmp_path, [record(i) for i in range(3)])  # one image per cell: all go to the test split
-    line = one_error_line(nemo_train("fit", "--config", str(fit_config(tmp_path, clevr_data(folder))), cwd=tmp_path))
+    line = fit_error(tmp_path, capsys, clevr_data(folder))
     assert str(folder) in line and "training" in line and "expected at least 2" in line
 
 
@@ -110,7 +101,7 @@ def test_clevr_folder_too_small_for_a_training_split_is_one_line(tmp_path):
         ("not_a_record", "is int 7; expected an object"),
     ],
 )
-def test_bad_attributes_json_is_one_line_naming_the_record(tmp_path, case, expected):
+def test_bad_attributes_json_is_one_line_naming_the_record(tmp_path, capsys, case, expected):
     records = [record(i) for i in range(3)]
     raw = None
     if case == "non_string_file":
@@ -125,7 +116,7 @@ def test_bad_attributes_json_is_one_line_naming_the_record(tmp_path, case, expec
     else:
         records[0] = 7
     folder = clevr_folder(tmp_path, records, raw=raw)
-    line = one_error_line(nemo_train("fit", "--config", str(fit_config(tmp_path, clevr_data(folder))), cwd=tmp_path))
+    line = fit_error(tmp_path, capsys, clevr_data(folder))
     assert "attributes.json" in line and expected in line
     named = {"non_string_file": "record 1", "missing_object_fields": "scene 1", "not_a_record": "record 0"}
     assert named.get(case, "") in line
@@ -153,9 +144,8 @@ def test_bad_attributes_json_is_one_line_naming_the_record(tmp_path, case, expec
     ],
     ids=["cmnist_test_styles", "clevr_image_size", "nico_test_per_pair", "nico_total_bytes"],
 )
-def test_oversized_options_are_refused_before_any_allocation(tmp_path, data, expected):
-    result = nemo_train("fit", "--config", str(fit_config(tmp_path, data, 10)), cwd=tmp_path)
-    assert expected in one_error_line(result)
+def test_oversized_options_are_refused_before_any_allocation(tmp_path, capsys, data, expected):
+    assert expected in fit_error(tmp_path, capsys, data, 10)
 
 
 def test_sixteen_bit_png_is_scaled_not_clipped(tmp_path):
