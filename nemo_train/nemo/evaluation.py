@@ -33,6 +33,7 @@ from nemo_train.nemo.methods.global_explanation import (
     summarize_factor_explanations,
 )
 from nemo_train.nemo.methods.reference import ConstantExplainer
+from nemo_train.nemo.text_edits import ExplanationReader, headline, reader_for
 from nemo_train.quiet import progress_bar
 from nemo_train.store import ResultStore
 
@@ -74,8 +75,9 @@ def evaluate_samples(
     """Explain ``samples`` together (:func:`~nemo_train.nemo.methods.base.explain_many`), then score (CEI) and
     judge each; returns one (record without settings, selected trial) pair per sample."""
     explanations = explain_many(method, samples, benchmark)
+    reader = reader_for(benchmark)
     return [
-        score_explanation(method.name, explanation, sample, benchmark, scorer, panel, target_name)
+        score_explanation(method.name, explanation, sample, benchmark, scorer, panel, target_name, reader)
         for explanation, sample in zip(explanations, samples)
     ]
 
@@ -88,8 +90,13 @@ def score_explanation(
     scorer: CounterfactualScorer,
     panel: JudgePanel,
     target_name: str,
+    reader: ExplanationReader | None = None,
 ) -> tuple[dict[str, Any], Trial | None]:
-    """Score (CEI: the method's own trial, else one counterfactual test) and judge one explanation."""
+    """Score (CEI: the method's own trial, else one counterfactual test) and judge one explanation.
+
+    The record keeps what the sentence blames, the edit applied and whether they agree
+    (:mod:`~nemo_train.nemo.text_edits`); ``cei`` and ``llm_match`` are the headline scores (0 for an
+    inconsistent explanation), ``edit_cei`` and ``judged_match`` the scores before that rule."""
     trial = explanation.trial
     if trial is None:
         trials = scorer.score(sample, [explanation.text], benchmark.class_names) if explanation.text else []
@@ -106,16 +113,26 @@ def score_explanation(
     with strict_json():
         verdict = panel.judge([item])[0]
     record = _base_record(target_name, method_name, sample)
+    instruction = _jsonable(trial.instruction) if trial else None
+    reading = reader.read(sample, explanation.text, names, instruction) if reader is not None else None
+    edit_cei = trial.cei if trial else 0.0
+    consistent = reading.consistent if reading is not None else None
+    cei, llm_match = headline(edit_cei, verdict.mean, consistent)
     record.update(
         explanation=explanation.text,
         candidates=explanation.candidates,
         candidate_cei=[t.cei for t in explanation.trials],
-        instruction=_jsonable(trial.instruction) if trial else None,
+        instruction=instruction,
+        blamed=list(reading.blamed) if reading is not None else [],
+        edit=instruction,
+        consistent=consistent,
         p_original=trial.p_original if trial else None,
         p_edited=trial.p_edited if trial else None,
-        cei=trial.cei if trial else 0.0,
+        cei=cei,
+        edit_cei=edit_cei,
         judges=verdict.scores,
-        llm_match=verdict.mean,
+        llm_match=llm_match,
+        judged_match=verdict.mean,
         grounding=verdict.grounding,
         cause=sample.cause,
         failed=False,
@@ -146,6 +163,9 @@ def failed_record(target_name: str, method_name: str, sample: ErrorSample, reaso
         "grounding": None,
         "cei": None,
         "instruction": None,
+        "blamed": [],
+        "edit": None,
+        "consistent": None,
     }
 
 

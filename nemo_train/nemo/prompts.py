@@ -89,6 +89,8 @@ Suspected reason for the mistake: {hypothesis}
 The image was generated from these attributes and their allowed values:
 {vocabulary}
 Pick the ONE attribute the suspected reason is about and the value it should take so that the reason goes away.
+Read the whole reason. If it ends with a proposed edit ("Edit: ..."), that edit is only a hint: when it changes an
+attribute the reason's words do not blame, follow the words, not the edit.
 
 Answer with one JSON object and nothing else:
 {{"attribute": "one attribute name from the list", "value": "one allowed value of that attribute"}}"""

@@ -18,6 +18,7 @@ from nemo_train.nemo import interventions as iv
 from nemo_train.nemo.benchmark import NemoBenchmark
 from nemo_train.nemo.editing import DiffusersEditor
 from nemo_train.nemo.prompt_rule import CaptionPromptRule
+from nemo_train.nemo.text_edits import TextEditDeriver, reader_for
 
 
 class EditorSpec(ABC):
@@ -41,8 +42,10 @@ class ExactEdit(EditorSpec):
     """Exact re-rendering of generated data (the benchmark's renderer).
 
     Args:
-        deriver: how an explanation becomes an attribute edit: ``keyword`` (offline parser), ``llm``
-            (the explainer picks attribute and value) or ``auto`` (``llm`` when an explainer is configured).
+        deriver: how an explanation becomes an attribute edit: ``keyword`` (offline: the factor the grounded
+            judge's parser reads as blamed, set to its training-typical value; an ``Edit:`` line that agrees with
+            the sentence gives the value), ``llm`` (the explainer picks attribute and value from the whole
+            explanation) or ``auto`` (``llm`` when an explainer is configured).
     """
 
     def __init__(self, deriver: Literal["auto", "keyword", "llm"] = "auto") -> None:
@@ -50,7 +53,7 @@ class ExactEdit(EditorSpec):
 
     def offline_note(self, backend: ChatBackend | None) -> str | None:
         if backend is None or self.deriver == "keyword":
-            return "edits derived by the keyword parser, not a model"
+            return "edits derived from the sentence by the grounded judge's parser, not a model"
         return None
 
     def build_scorer(self, benchmark, target, backend, seed, batched):
@@ -61,7 +64,10 @@ class ExactEdit(EditorSpec):
         editable = (benchmark.cause or {}).get("editable", DEFAULT_EDITABLE)
         if self.deriver == "llm" and backend is None:
             raise UserInputError("ExactEdit(deriver='llm') needs an explainer backend")
-        if backend is None or self.deriver == "keyword":
+        reader = reader_for(benchmark)
+        if (backend is None or self.deriver == "keyword") and reader is not None:
+            deriver = TextEditDeriver(reader)  # the blamed factor back to its typical value; Edit: lines a hint
+        elif backend is None or self.deriver == "keyword":
             deriver = iv.KeywordAttributeDeriver(benchmark.vocabulary, editable=editable)
         else:
             deriver = iv.LLMAttributeDeriver(backend, benchmark.vocabulary, editable=editable)
