@@ -11,9 +11,10 @@ teacher mined a disjoint split) it runs the configured rows (``nemo_train.nemo.d
 * ``KnownCause`` — names the planted bias (edit derived by the keyword deriver, a rule-based parser).
 
 Each row explains ``error_batch`` errors at a time with one batched request to the student.
-The student's edits are read from its structured answers (:class:`~nemo_train.nemo.structured.StructuredEditDeriver`):
-an attribute edit re-rendered exactly on generated data, an editing instruction applied by a diffusers editor on
-folder data (where the teacher and KnownCause rows do not exist). LLM Match comes from the configured judges
+On generated data every answer's edit is derived from its sentence (:class:`~nemo_train.nemo.text_edits.TextEditDeriver`:
+the blamed factor back to its typical value; an ``Edit:`` line that agrees gives the value, one that contradicts
+the sentence makes the answer inconsistent, scored 0), re-rendered exactly; on folder data the student's stated
+editing instruction (:class:`~nemo_train.nemo.structured.StructuredEditDeriver`) is applied by a diffusers editor (where the teacher and KnownCause rows do not exist). LLM Match comes from the configured judges
 (default on generated data: the grounded judge, an attribute parser checked against the fact sheet, not a
 model). Every target after the first is a classifier whose errors the student never saw in distillation: the generalisation
 report. Results resume from ``<out_dir>/results.jsonl`` like ``nemo-eval``.
@@ -59,6 +60,7 @@ from nemo_train.nemo.judges import CriterionName, GroundedJudge, Judge, JudgePan
 from nemo_train.nemo.methods.reference import KnownCauseExplainer
 from nemo_train.nemo.shift_benchmark import build_shift_benchmark, print_causes
 from nemo_train.nemo.structured import StructuredEditDeriver
+from nemo_train.nemo.text_edits import TextEditDeriver, reader_for
 from nemo_train.runs import Device, OutDir, Seed, run_command
 from nemo_train.sharding import ShardedResultStore, Strategy, current_ranks, merge_shards
 from nemo_train.store import ResultStore
@@ -94,6 +96,10 @@ def edit_scorers(
             raise UserInputError("folder data needs editor: a DiffusersEdit that applies the student's instructions")
         return CounterfactualScorer(target, StructuredEditDeriver(), editor.editor(seed)), None
     exact = ExactAttributeEditor(bench.renderer)
+    reader = reader_for(bench)
+    if reader is not None:  # one reading: the sentence's blamed factor, an agreeing Edit: line gives the value
+        text = CounterfactualScorer(target, TextEditDeriver(reader), exact)
+        return text, text
     editable = bench.cause["editable"]
     structured = CounterfactualScorer(target, StructuredEditDeriver(bench.vocabulary, editable), exact)
     return structured, CounterfactualScorer(target, KeywordAttributeDeriver(bench.vocabulary, editable), exact)
