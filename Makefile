@@ -1,5 +1,5 @@
 # Quick start: `make demo` (set up + run every capability once), `make test` (set up + the checks CI runs).
-.PHONY: setup demo test lint bench
+.PHONY: setup demo test test-fast test-reseeded lint bench
 
 VENV := .venv/bin
 
@@ -15,8 +15,17 @@ lint: setup
 	$(VENV)/ruff format --check .
 	$(VENV)/lint-imports --no-logo
 
+# every test (what CI runs); the slowest tests are listed at the end
 test: lint
 	$(VENV)/python -m pytest -q
+
+# the edit-test loop: everything but slow (multi-process, multi-epoch) and fault-injection tests
+test-fast: setup
+	$(VENV)/python -m pytest -q -m "not slow and not fault"
+
+# every test with the test session's models trained under another seed: no test may rely on one training outcome
+test-reseeded: setup
+	NEMO_TEST_SEED=$${NEMO_TEST_SEED:-1} $(VENV)/python -m pytest -q
 
 bench: setup
 	$(VENV)/python scripts/bench_lightning_overhead.py

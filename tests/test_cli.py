@@ -213,3 +213,11 @@ def test_fit_output_is_quiet_when_not_a_terminal(tmp_path):
         list((tmp_path / "run" / "wandb").glob("offline-run-*"))
         and (tmp_path / "run" / "checkpoints" / "best.ckpt").is_file()
     )
+
+
+def test_python_dash_m_nemo_train_is_the_console_script():
+    result = subprocess.run(
+        [sys.executable, "-m", "nemo_train", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "nemo-eval" in result.stdout and "fit" in result.stdout
