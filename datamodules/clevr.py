@@ -80,7 +80,7 @@ FACTS = DatasetFacts(
             tuple(MATERIALS),
             "material",
             ("materials", "made of", "surface", "finish"),
-            spellings={"metal": ("metallic",)},
+            spellings={"metal": ("metallic", "shiny", "glossy", "reflective"), "rubber": ("matte", "rubbery")},
             caption_words=("shiny metal", "matte rubber"),
             stems=("material", "metal", "rubber", "shiny", "matte"),
         ),

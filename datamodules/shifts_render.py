@@ -65,12 +65,13 @@ FACTS = DatasetFacts(
             ("stroke", "strokes", "rendering", "drawn", "outlined", "hollow", "dots", "blurry", "blur", "fuzzy"),
             typical="solid",
             phrases={"outline": "outlined", "solid": "solid"},
+            spellings={"outline": ("outlined", "hollow"), "dotted": ("dotty",), "blurred": ("blurry", "fuzzy")},
         ),
         Factor(
             "angle",
             (-90, -45, 0, 45, 90),
             "rotation",
-            ("rotated", "rotation", "tilted", "tilt", "angle", "orientation", "turned", "sideways", "upside"),
+            ("rotated", "rotation", "tilted", "tilt", "angle", "orientation", "turned", "sideways", "upside", "leans"),
             typical=0,
             unit="degrees",
             phrases={
@@ -88,6 +89,11 @@ FACTS = DatasetFacts(
             ("backdrop", "texture", "textured", "noisy", "striped", "checkered", "chequered", "pattern"),
             typical="plain",
             phrases={"plain": "plain black", "noise": "noisy", "stripes": "striped", "checker": "checkered"},
+            spellings={
+                "noise": ("noisy", "grainy"),
+                "stripes": ("striped", "stripy"),
+                "checker": ("checkered", "chequered", "checkerboard"),
+            },
         ),
         Factor(
             "scale",
@@ -95,6 +101,7 @@ FACTS = DatasetFacts(
             "size",
             ("scale", "size", "small", "tiny", "shrunk", "smaller", "little"),
             typical="normal",
+            spellings={"small": ("tiny", "shrunk", "shrunken")},
             phrases={"normal": "normal-sized"},
         ),
         Factor(

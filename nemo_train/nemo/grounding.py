@@ -1,57 +1,71 @@
 """Reads an explanation against one image's known attributes: which factors it blames, what it asserts.
 
 :class:`ClaimParser` is the rule-based reader behind the offline grounded judge. It works on a dataset fact
-sheet (:class:`~datamodules.facts.DatasetFacts`) and never guesses meaning beyond these rules:
+sheet (:class:`~datamodules.facts.DatasetFacts`) and never guesses meaning beyond these rules (the grading
+rubric they serve is written in docs/GRADING.md):
 
-* The text is cut at ``Edit:``; claims come only from the part before it. The edit names the blamed factor
-  only when the sentence blames none (``Edit: style -> solid`` blames ``style``).
-* A factor is blamed when its name, word or a synonym appears (whole words, any case, negations included),
-  or when one of its value names, or another spelling of one on the sheet (``metallic`` says ``metal``),
-  counts as a mention (below). A number names a numeric factor only next to one of the factor's words:
-  ``rotated 45 degrees``, ``rotation of -45``, ``45 degree rotation``.
-* A value name that is an ordinary English word (``plain``, ``normal``, ``left``, ``solid``; see
+* The text is cut at ``Edit:``. The text's factors are :attr:`Reading.blamed`; the edit's are
+  :attr:`Reading.edit_blamed` (``Edit: style -> solid`` or ``Edit: change the style to solid``), and an edit
+  that changes a factor the text does not blame makes the reading inconsistent (:attr:`Reading.consistent`),
+  which scores 0. A text that blames nothing is read through its edit (:attr:`Reading.blamed_by_edit`).
+  Values the edit asserts about the image (``change the red colour to white``: red) are checked too.
+* A factor is mentioned by its name, word or a synonym (whole words, any case), or by one of its value
+  names or another spelling of one on the sheet (``metallic`` says ``metal``), counted as below. A number
+  names a numeric factor only next to one of the factor's words: ``rotated 45 degrees``, ``rotation of -45``.
+* A value name that is an ordinary English word (``plain``, ``left``, ``solid``, ``outline``; see
   :data:`COMMON_WORDS`), or that several factors share, or that is a class name, counts only near a word of
   its factor (at most :data:`WINDOW` tokens apart in the same sentence) or right before the object word, a
   class name or ``one`` (``a solid 0``, ``the small digit``). Other value names count anywhere.
+* A carrier word (``strokes``, ``ink``, ``drawn``, ``texture``, ``surface`` ...: :data:`CARRIERS`) names its
+  factor only when no other factor is mentioned within :data:`WINDOW` tokens of it in its clause: in
+  ``the red strokes`` the strokes carry the colour and blame no stroke style.
+* A negated mention blames nothing: ``not the colour but the rotation`` blames the rotation,
+  ``the colour did not matter`` nothing (:meth:`~nemo_train.nemo.clauses.Sentence.negated`). A hedge
+  (``may``, ``perhaps``, ``either ... or``) still blames every factor it names: ``the colour or the
+  rotation`` blames two.
+* When some sentence assigns blame (a cue such as ``because``, ``caused``, ``misled``: see
+  :data:`~nemo_train.nemo.clauses.BLAME_CUES`) and names a factor, only such sentences blame; the others
+  describe the image (their claims are still checked). Otherwise every sentence blames what it names.
 * A counted value is a claim about the image unless it sits in a counterfactual or negated stretch of its
-  clause (from ``if``, ``would``, ``were``, ``instead``, ``than``, ``training``, ``not`` ... to the clause
-  end; see :data:`HEDGES`) or right after ``to`` / ``into`` (the target of a change). Clauses end at commas,
-  sentence marks and conjunctions (``and``, ``but``, ``so``, ``because`` ...).
+  clause (from ``if``, ``would``, ``were``, ``instead``, ``than``, ``training``, ``not``, ``unlike`` ... to the
+  clause end; see :data:`HEDGES`; a clause with ``would have`` and one opened by ``Had`` / ``Were`` is hedged
+  whole) or right after ``to`` / ``into`` (the target of a change).
 * Class claims: ``this <class>`` (true class); ``as (a|an|the) <class>`` and, after *mistaken / mistook /
   taken / confused*, ``for (a|an) <class>`` (predicted class); ``a|an|the|that <class>`` followed in its
   clause by a reading verb (*read, called, classified, labelled, seen ...*) (true class). Class names are
-  the fact sheet's classes plus the item's two labels, matched as whole tokens (``45`` is not ``4``,
-  ``8s`` is not ``8``, ``has`` is not ``as``).
-* An unsigned angle is positive: ``rotated 45 degrees`` claims +45.
+  the fact sheet's classes plus the item's two labels, matched as whole tokens.
+* Angles follow the renderers' convention (:mod:`datamodules.shifts_render`, :func:`datamodules.base.rotate_batch`):
+  a positive angle turns the object anticlockwise. ``clockwise`` or ``to the right`` in the number's clause
+  makes it negative, ``anticlockwise`` / ``counterclockwise`` / ``to the left`` positive, and an angle with
+  neither (``tilted 45 degrees``) claims only its size. A number holds within half the smallest gap between
+  the factor's values (22.5 degrees on shifts, 2.5 on CMNIST): ``about 40 degrees`` is true of 45 on shifts.
 """
 
 from __future__ import annotations
 
-import math
-import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from datamodules.facts import DatasetFacts, Factor
-from nemo_train.backends.jsonparse import extract_json
+from nemo_train.nemo.claims import Claim, Reading, split_edit
+from nemo_train.nemo.clauses import COMMON_WORDS, HEDGES, WINDOW, Sentence, phrase, sentences, tokenize
 
-__all__ = ["COMMON_WORDS", "HEDGES", "WINDOW", "Claim", "ClaimParser", "Reading", "split_edit", "tokenize"]
+__all__ = [
+    "CARRIERS",
+    "COMMON_WORDS",
+    "HEDGES",
+    "WINDOW",
+    "Claim",
+    "ClaimParser",
+    "Reading",
+    "split_edit",
+    "tokenize",
+]
 
-#: Value names that are ordinary words; they count only in a factor's context.
-COMMON_WORDS = frozenset(
-    "plain normal left right center centre middle solid small large big none regular standard default light "
-    "dark thin thick top bottom up down full empty simple clean high low medium upright flat round straight "
-    "open closed even fine natural original usual same other new old real soft hard smooth".split()
+#: Words that carry another factor's value as often as they name their own (``red strokes``, ``stroke colour``).
+CARRIERS = frozenset(
+    "stroke strokes ink drawn rendering rendered painted pattern texture textured surface finish look".split()
 )
-#: Words after which, to the end of the clause, nothing is a claim about the image.
-HEDGES = frozenset(
-    "if unless were would could should might may instead rather than otherwise training trained train usually "
-    "typically normally expected correctly correct not no never nor without".split()
-)
-#: How many tokens apart a common-word value and its factor's word may be.
-WINDOW = 3
-
-_CONJUNCTIONS = frozenset("and but so because while whereas although though since yet or".split())
 _TARGETS = frozenset(["to", "into", "towards", "toward", "->"])
 _ARTICLES = frozenset(["a", "an", "the"])
 _DETERMINERS = frozenset(["a", "an", "the", "this", "that"])
@@ -64,155 +78,23 @@ _AFTER_FACTOR = frozenset(
     "by of at is was about around roughly approximately nearly almost some a an only just exactly".split()
 )
 _BEFORE_FACTOR = frozenset(["degree", "degrees", "deg", "°", "of"])
-_SENTENCE_ENDS = frozenset(".;:!?")
-_TOKEN = re.compile(
-    r"(?P<num>(?<![\w.])-?\d+(?:\.\d+)?(?!\w|\.\d))|(?P<word>[^\W_]+(?:'[^\W_]+)*)|(?P<mark>->|°|[.;:!?,])"
-)
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
-_EDIT = re.compile(r"\bedit:", re.IGNORECASE)
-_ATTRIBUTE_EDIT = re.compile(r"^\s*(?P<attribute>[\w ]+?)\s*->\s*(?P<value>.+?)\s*\.?\s*$", re.S)
+_CLOCKWISE = {"clockwise": -1, "anticlockwise": 1, "counterclockwise": 1, "right": -1, "left": 1}
 
 
 @dataclass(frozen=True)
-class Token:
-    """One token: ``kind`` is ``num``, ``word`` or ``mark``; ``text`` is lower-cased."""
+class _Mention:
+    """One mention of a factor: where, the value said (``None``: the factor only), whether it is asserted,
+    negated, a carrier word, and how a number is read (``tolerance``, ``unsigned``)."""
 
-    kind: str
-    text: str
-
-
-def tokenize(text: str) -> list[Token]:
-    """Words, signed numbers and marks of ``text`` (lower-cased; a possessive ``'s`` dropped)."""
-    text = text.replace("\u2019", "'").replace("\u2212", "-")
-    out = []
-    for match in _TOKEN.finditer(text):
-        kind = match.lastgroup or "mark"
-        word = match.group(0).lower()
-        if kind == "word" and word.endswith("'s"):
-            word = word[:-2]
-        out.append(Token(kind, word))
-    return out
-
-
-def _phrase(text: str) -> tuple[str, ...]:
-    return tuple(t.text for t in tokenize(str(text).replace("_", " ")))
-
-
-def split_edit(text: str) -> tuple[str, str | None]:
-    """``(sentence, edit body)`` of an explanation (JSON ``cause_of_error`` read first); body ``None`` if no edit."""
-    if "{" in text:
-        parsed = extract_json(text)
-        if isinstance(parsed, dict) and isinstance(parsed.get("cause_of_error"), str):
-            text = parsed["cause_of_error"]
-    match = _EDIT.search(text)
-    if match is None:
-        return text, None
-    return text[: match.start()], text[match.end() :].strip()
-
-
-@dataclass(frozen=True)
-class Claim:
-    """One checkable statement about the image: ``subject`` (a factor or ``true class`` / ``predicted class``)
-    is ``said``; the image has ``actual``."""
-
-    subject: str
-    said: str
-    actual: str
-
-    @property
-    def holds(self) -> bool:
-        if _NUMBER.fullmatch(self.said) and _NUMBER.fullmatch(self.actual.strip()):
-            return math.isclose(float(self.said), float(self.actual), abs_tol=1e-6)
-        return _phrase(self.said) == _phrase(self.actual)
-
-    def __str__(self) -> str:
-        return f"{self.subject} {self.said!r} (image: {self.actual!r})"
-
-
-@dataclass(frozen=True)
-class Reading:
-    """What an explanation blames (factor names, first mention first) and its checkable claims."""
-
-    blamed: tuple[str, ...]
-    claims: tuple[Claim, ...] = ()
-    blamed_by_edit: bool = False
-
-    @property
-    def false_claims(self) -> list[Claim]:
-        return [c for c in self.claims if not c.holds]
-
-    @property
-    def grounding(self) -> float | None:
-        """Share of checkable claims that are true; ``None`` when there is none."""
-        if not self.claims:
-            return None
-        return sum(c.holds for c in self.claims) / len(self.claims)
-
-    def match(self, cause: str) -> tuple[float, str]:
-        """LLM Match against ``cause`` with a reason: 1 if it is the only blamed factor, 0.5 if one of
-        several, 0 if not blamed or if any claim is false."""
-        blamed = ", ".join(self.blamed) or "nothing"
-        how = " (by its edit)" if self.blamed_by_edit else ""
-        if cause not in self.blamed:
-            score, reason = 0.0, f"blames {blamed}{how}, not the cause {cause}"
-        elif len(self.blamed) == 1:
-            score, reason = 1.0, f"blames the cause {cause}{how}"
-        else:
-            score, reason = 0.5, f"blames the cause {cause} among others: {blamed}"
-        return (0.0 if self.false_claims else score), reason
-
-    def claims_note(self) -> str:
-        """``; false claims: ...; 1/3 checkable claims true`` (or ``; no checkable claim``)."""
-        false = self.false_claims
-        note = "; false claims: " + ", ".join(str(c) for c in false) if false else ""
-        if not self.claims:
-            return note + "; no checkable claim"
-        return note + f"; {len(self.claims) - len(false)}/{len(self.claims)} checkable claims true"
-
-
-@dataclass
-class _Sentence:
-    """A sentence's tokens with, per token, its clause number and whether it is hedged."""
-
-    tokens: list[Token]
-    clause: list[int] = field(default_factory=list)
-    hedged: list[bool] = field(default_factory=list)
-    used: set[int] = field(default_factory=set)
-
-    def __post_init__(self) -> None:
-        clause, hedged = 0, False
-        for token in self.tokens:
-            if token.text == "," or token.text in _CONJUNCTIONS:
-                clause, hedged = clause + 1, False
-            elif token.text in HEDGES or token.text.endswith("n't"):
-                hedged = True
-            self.clause.append(clause)
-            self.hedged.append(hedged)
-
-    def find(self, phrase: tuple[str, ...]) -> Iterable[int]:
-        n = len(phrase)
-        for i in range(len(self.tokens) - n + 1):
-            if all(self.tokens[i + k].text == phrase[k] for k in range(n)):
-                yield i
-
-    def text(self, i: int) -> str:
-        return self.tokens[i].text if 0 <= i < len(self.tokens) else ""
-
-    def asserted(self, i: int) -> bool:
-        """Whether a mention at ``i`` is stated about the image (not hedged, not a change's target)."""
-        return not self.hedged[i] and self.text(i - 1) not in _TARGETS
-
-
-def _sentences(text: str) -> list[_Sentence]:
-    out, current = [], []
-    for token in tokenize(text):
-        if token.kind == "mark" and token.text in _SENTENCE_ENDS:
-            out.append(current)
-            current = []
-        else:
-            current.append(token)
-    out.append(current)
-    return [_Sentence(tokens) for tokens in out if tokens]
+    start: int
+    end: int
+    factor: str
+    said: str | None = None
+    asserted: bool = False
+    carrier: bool = False
+    negated: bool = False
+    tolerance: float = 0.0
+    unsigned: bool = False
 
 
 class ClaimParser:
@@ -221,23 +103,25 @@ class ClaimParser:
     def __init__(self, facts: DatasetFacts | None = None) -> None:
         self.facts = facts
         factors = facts.factors if facts is not None else ()
-        self._words = {f.name: {p for w in (f.name, f.word, *f.synonyms) if (p := _phrase(w))} for f in factors}
+        self._words = {f.name: {p for w in (f.name, f.word, *f.synonyms) if (p := phrase(w))} for f in factors}
         owners: dict[tuple[str, ...], list[str]] = {}
         self._said: dict[tuple[tuple[str, ...], str], str] = {}  # (words, factor) -> the value they name
         for factor in (f for f in factors if f.named):
             for value in map(str, factor.values):
-                for phrase in filter(None, map(_phrase, (value, *factor.spellings.get(value, ())))):
-                    owners.setdefault(phrase, []).append(factor.name)
-                    self._said[phrase, factor.name] = " ".join(_phrase(value))
+                for words in filter(None, map(phrase, (value, *factor.spellings.get(value, ())))):
+                    if factor.name not in owners.setdefault(words, []):
+                        owners[words].append(factor.name)
+                    self._said[words, factor.name] = " ".join(phrase(value))
         self._owners = owners
-        self._classes = set(filter(None, map(_phrase, facts.classes if facts is not None else ())))
-        self._object = _phrase(facts.object_word)[-1:] if facts is not None and facts.object_word else ()
+        self._classes = set(filter(None, map(phrase, facts.classes if facts is not None else ())))
+        self._object = phrase(facts.object_word)[-1:] if facts is not None and facts.object_word else ()
+        self._tolerance = {f.name: _half_gap(f.values) for f in factors if not f.named}
 
     def factor_of(self, name: str) -> Factor | None:
         """The factor a name, word or synonym refers to (``colour`` -> ``color``), or ``None``."""
-        phrase = _phrase(name)
+        words = phrase(name)
         for factor in self.facts.factors if self.facts is not None else ():
-            if phrase in self._words[factor.name]:
+            if words in self._words[factor.name]:
                 return factor
         return None
 
@@ -248,55 +132,75 @@ class ClaimParser:
         true_label: str = "",
         predicted_label: str = "",
     ) -> Reading:
-        """Blamed factors and checkable claims of one explanation about one image."""
+        """Blamed factors, the edit's factors and the checkable claims of one explanation about one image."""
         sentence_text, edit = split_edit(explanation or "")
         attributes = dict(attributes or {})
         labels = {"true class": str(true_label).strip(), "predicted class": str(predicted_label).strip()}
-        classes = self._classes | set(filter(None, map(_phrase, labels.values())))
-        blamed: list[str] = []
+        classes = self._classes | set(filter(None, map(phrase, labels.values())))
         claims: list[Claim] = []
-        for sentence in _sentences(sentence_text):
+        cued: list[str] = []
+        named: list[str] = []
+        for sentence in sentences(sentence_text):
             for subject, said in self._class_claims(sentence, classes):
                 if labels[subject]:
                     claims.append(Claim(subject, said, labels[subject]))
-            for factor, said, asserted in self._factor_mentions(sentence, classes):
-                if factor not in blamed:
-                    blamed.append(factor)
-                if asserted and said is not None and attributes.get(factor) is not None:
-                    claims.append(Claim(factor, said, str(attributes[factor])))
-        by_edit = False
-        if not blamed and edit:
-            blamed, by_edit = self._edit_factors(edit, classes), True
-        return Reading(tuple(blamed), tuple(claims), by_edit and bool(blamed))
+            mentions = self._mentions(sentence, classes)
+            claims += self._claims(mentions, attributes)
+            blamed = [m.factor for m in mentions if not m.negated]
+            named += blamed
+            cued += blamed if sentence.blames else []
+        text_blamed = list(dict.fromkeys(cued or named))
+        edit_blamed: list[str] = []
+        if edit:
+            edit_blamed, edit_claims = self._edit(edit, classes, attributes)
+            claims += edit_claims
+        by_edit = not text_blamed and bool(edit_blamed)
+        blamed = text_blamed or edit_blamed
+        factors = tuple(self.facts.factor_names) if self.facts is not None else ()
+        return Reading(tuple(blamed), tuple(claims), by_edit, tuple(edit_blamed), factors)
 
-    def _edit_factors(self, body: str, classes: set[tuple[str, ...]]) -> list[str]:
-        match = _ATTRIBUTE_EDIT.match(body)
-        factor = self.factor_of(match.group("attribute")) if match else None
-        if factor is not None:
-            return [factor.name]
-        found: list[str] = []
-        for sentence in _sentences(body):
-            found += [f for f, _, _ in self._factor_mentions(sentence, classes) if f not in found]
-        return found
+    def _claims(self, mentions: Sequence[_Mention], attributes: Mapping[str, str]) -> list[Claim]:
+        return [
+            Claim(m.factor, m.said, str(attributes[m.factor]), m.tolerance, m.unsigned)
+            for m in mentions
+            if m.asserted and m.said is not None and attributes.get(m.factor) is not None
+        ]
 
-    def _class_claims(self, s: _Sentence, classes: set[tuple[str, ...]]) -> list[tuple[str, str]]:
+    def _edit(
+        self, body: str, classes: set[tuple[str, ...]], attributes: Mapping[str, str]
+    ) -> tuple[list[str], list[Claim]]:
+        """The factors an edit changes (``attribute -> value`` or free text) and the values it asserts."""
+        found, claims = [], []
+        for part in body.replace("\n", ";").split(";"):
+            attribute = part.split("->")[0] if "->" in part else None
+            factor = self.factor_of(attribute) if attribute is not None else None
+            if factor is not None:
+                found.append(factor.name)
+                continue
+            for sentence in sentences(part):
+                mentions = self._mentions(sentence, classes)
+                found += [m.factor for m in mentions if not m.negated]
+                claims += self._claims(mentions, attributes)
+        return list(dict.fromkeys(found)), claims
+
+    def _class_claims(self, s: Sentence, classes: set[tuple[str, ...]]) -> list[tuple[str, str]]:
         """``(subject, class as written)`` for every asserted class claim; class tokens are marked used."""
         found: list[tuple[int, str, str]] = []
-        for phrase in sorted(classes, key=len, reverse=True):
-            for i in s.find(phrase):
-                span = set(range(i, i + len(phrase)))
+        for words in sorted(classes, key=len, reverse=True):
+            for i in s.find(words):
+                span = set(range(i, i + len(words)))
                 if span & s.used:
                     continue
-                role = self._class_role(s, i, len(phrase))
+                role = self._class_role(s, i, len(words))
                 if role is None:
                     continue
                 s.used |= span
                 if not s.hedged[i]:
-                    found.append((i, role, " ".join(phrase)))
+                    found.append((i, role, " ".join(words)))
         return [(role, said) for _, role, said in sorted(found)]
 
     @staticmethod
-    def _class_role(s: _Sentence, i: int, n: int) -> str | None:
+    def _class_role(s: Sentence, i: int, n: int) -> str | None:
         before = s.text(i - 1)
         if before == "this":
             return "true class"
@@ -313,61 +217,104 @@ class ClaimParser:
                     return "true class"
         return None
 
-    def _factor_mentions(self, s: _Sentence, classes: set[tuple[str, ...]]) -> list[tuple[str, str | None, bool]]:
-        """``(factor, value said or None, asserted)`` for each word, value or number naming a factor."""
+    def _mentions(self, s: Sentence, classes: set[tuple[str, ...]]) -> list[_Mention]:
+        """Every mention of a factor in ``s`` (words, values, numbers), in order, carriers resolved, negation read."""
         words = {name: [(i, i + len(p)) for p in phrases for i in s.find(p)] for name, phrases in self._words.items()}
-        out: list[tuple[int, str, str | None, bool]] = []
+        found: list[_Mention] = []
         for name, spans in words.items():
-            out += [(i, name, None, False) for i, _ in spans]
-        for phrase in sorted(self._owners, key=len, reverse=True):
-            for i in s.find(phrase):
-                span = set(range(i, i + len(phrase)))
+            found += [_Mention(a, b, name, carrier=" ".join(s.tokens[k].text for k in range(a, b)) in CARRIERS)
+                      for a, b in spans]  # fmt: skip
+        for words_ in sorted(self._owners, key=len, reverse=True):
+            for i in s.find(words_):
+                span = set(range(i, i + len(words_)))
                 if span & s.used:
                     continue
-                factor = self._value_owner(s, i, phrase, words, classes)
+                factor = self._value_owner(s, i, words_, words, classes)
                 if factor is not None:
                     s.used |= span
-                    out.append((i, factor, self._said[phrase, factor], s.asserted(i)))
+                    found.append(
+                        _Mention(i, i + len(words_), factor, self._said[words_, factor], s.asserted(i, _TARGETS))
+                    )
         for i, token in enumerate(s.tokens):
             if token.kind != "num" or i in s.used:
                 continue
             for factor in self.facts.factors if self.facts is not None else ():
                 if not factor.named and self._number_of(s, i, words[factor.name]):
                     s.used.add(i)
-                    out.append((i, factor.name, token.text, s.asserted(i)))
+                    found.append(self._number(s, i, factor.name))
                     break
-        return [(name, said, asserted) for _, name, said, asserted in sorted(out, key=lambda m: m[0])]
+        found.sort(key=lambda m: m.start)
+        kept = [m for m in found if not m.carrier or not self._carries(s, m, found)]
+        objects = {*self._object, *(f"{w}s" for w in self._object), *(" ".join(c) for c in classes)}
+        out = []
+        for m in kept:
+            own = {k for other in kept if other.factor == m.factor for k in range(other.start, other.end)}
+            negated = s.negated(m.start, m.end, own, objects)
+            asserted = m.asserted and not negated
+            out.append(
+                _Mention(m.start, m.end, m.factor, m.said, asserted, m.carrier, negated, m.tolerance, m.unsigned)
+            )
+        return out
+
+    @staticmethod
+    def _carries(s: Sentence, m: _Mention, found: Sequence[_Mention]) -> bool:
+        """Whether another factor's mention near the carrier word ``m`` (same clause) takes it over."""
+        return any(
+            o.factor != m.factor
+            and s.clause[o.start] == s.clause[m.start]
+            and max(o.start - m.end + 1, m.start - o.end + 1) <= WINDOW
+            for o in found
+            if not o.carrier
+        )
+
+    def _number(self, s: Sentence, i: int, factor: str) -> _Mention:
+        """A number of a numeric factor: signed by a direction word in its clause, else only its size."""
+        value = float(s.text(i))
+        direction = 0
+        for k in range(max(0, i - 4), min(len(s.tokens), i + 7)):
+            word = s.text(k)
+            if s.clause[k] == s.clause[i] and word in _CLOCKWISE:
+                if word in ("left", "right") and s.text(k - 1) not in ("the", "to"):
+                    continue
+                direction = -_CLOCKWISE[word] if s.text(k - 1) in ("counter", "anti") else _CLOCKWISE[word]
+                break
+        unsigned = direction == 0 and value >= 0 and not s.text(i).startswith("+")
+        said = abs(value) * direction if direction and value >= 0 else value
+        text = str(int(said)) if float(said).is_integer() else str(said)
+        return _Mention(
+            i, i + 1, factor, text, s.asserted(i, _TARGETS), tolerance=self._tolerance[factor], unsigned=unsigned
+        )
 
     def _value_owner(
         self,
-        s: _Sentence,
+        s: Sentence,
         i: int,
-        phrase: tuple[str, ...],
+        words_: tuple[str, ...],
         words: Mapping[str, Sequence[tuple[int, int]]],
         classes: set[tuple[str, ...]],
     ) -> str | None:
         """The factor a value mention at ``i`` names, or ``None`` when it does not count (see module doc)."""
-        owners = self._owners[phrase]
+        owners = self._owners[words_]
         ambiguous = (
             len(owners) > 1
-            or " ".join(phrase) in COMMON_WORDS
-            or phrase in classes
-            or any(phrase in w for w in self._words.values())
+            or " ".join(words_) in COMMON_WORDS
+            or words_ in classes
+            or any(words_ in w for w in self._words.values())
         )
         if not ambiguous:
             return owners[0]
-        end = i + len(phrase)
+        end = i + len(words_)
         near = [f for f in owners if any(max(a - end + 1, i - b + 1) <= WINDOW for a, b in words[f])]
         if len(near) == 1:
             return near[0]
-        following = s.text(i + len(phrase))
+        following = s.text(i + len(words_))
         objects = {"one", "ones", *self._object, *(f"{w}s" for w in self._object)}
         if len(owners) == 1 and (following in objects or (following,) in classes):
             return owners[0]
         return None
 
     @staticmethod
-    def _number_of(s: _Sentence, i: int, spans: Sequence[tuple[int, int]]) -> bool:
+    def _number_of(s: Sentence, i: int, spans: Sequence[tuple[int, int]]) -> bool:
         """Whether the number at ``i`` belongs to a factor word at one of ``spans`` (see module doc)."""
         for a, b in spans:
             if b <= i <= b + WINDOW and all(s.text(j) in _AFTER_FACTOR for j in range(b, i)):
@@ -375,3 +322,10 @@ class ClaimParser:
             if i < a <= i + 1 + WINDOW and all(s.text(j) in _BEFORE_FACTOR for j in range(i + 1, a)):
                 return True
         return False
+
+
+def _half_gap(values: Sequence) -> float:
+    """Half the smallest gap between a numeric factor's values (0 for fewer than two)."""
+    ordered = sorted(float(v) for v in values)
+    gaps = [b - a for a, b in zip(ordered, ordered[1:]) if b > a]
+    return min(gaps) / 2 if gaps else 0.0

@@ -80,14 +80,16 @@ def grade(text: str, facts=CLEVR) -> tuple[float, float | None]:
          (1.0, 1.0), (1.0, 1.0)),
         # a false value: the image is metal, not rubber; the keywords only saw "material"
         ("This rubber object fooled it.", (0.0, 0.0), (1.0, None)),
-        # material among another factor: half marks; with a false colour nothing
+        # material among another factor: half marks; with a false colour nothing ("shiny" is the sheet's other
+        # spelling of metal since 27 Nov 2026: one more true claim, 3 of 4)
         ("The shiny red metal cube was read as a cylinder.", (0.5, 1.0), (1.0, 1.0)),
-        ("The shiny blue metal cube was read as a cylinder.", (0.0, 2 / 3), (1.0, 1.0)),
+        ("The shiny blue metal cube was read as a cylinder.", (0.0, 3 / 4), (1.0, 1.0)),
         # "surface" and "finish" are the sheet's words for material (the criterion only half-credited them)
         ("Its surface finish misled the classifier.", (1.0, None), (0.5, None)),
-        # words the criterion alone held: lighting half-credited, reflective / glossy fully; the sheet has neither
+        # words the criterion alone held: lighting half-credited, reflective / glossy fully; the sheet now spells
+        # metal as reflective and glossy too (since 27 Nov 2026; before: no factor, 0), two true claims
         ("The lighting made it hard to see.", (0.0, None), (0.5, None)),
-        ("The reflective, glossy look misled it.", (0.0, None), (1.0, None)),
+        ("The reflective, glossy look misled it.", (1.0, 1.0), (1.0, None)),
         # "metallic" is the sheet's other spelling of metal: a true claim about the material
         ("The metallic sheen made the cylinder look like a cube.", (1.0, 1.0), (1.0, None)),
     ],

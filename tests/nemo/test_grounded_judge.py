@@ -81,10 +81,14 @@ def test_constant_sentence_is_wrong_about_this_image_and_the_teacher_is_right():
         ("The dotted style makes the classifier read this 0 as an 8.", "style", (1.0, 1.0)),
         # two blamed factors, the cause among them, 4 true claims
         ("The green colour and the dotted style make the classifier read this 0 as an 8.", "color", (0.5, 1.0)),
-        # 45 is not -45: a false claim (the predicted 8 is true) -> 0 even though rotation is the cause
-        ("The digit is rotated 45 degrees, so it was read as an 8.", "angle", (0.0, 0.5)),
+        # anticlockwise 45 is +45, not the image's -45: a false claim (the predicted 8 is true) -> 0 even though
+        # rotation is the cause; clockwise 45 is -45 (the renderers turn positive angles anticlockwise)
+        ("The digit is rotated 45 degrees anticlockwise, so it was read as an 8.", "angle", (0.0, 0.5)),
+        ("The digit is rotated 45 degrees clockwise, so it was read as an 8.", "angle", (1.0, 1.0)),
         ("The digit is rotated -45 degrees, so it was read as an 8.", "angle", (1.0, 1.0)),
-        ("A 45 degree rotation makes it look odd.", "angle", (0.0, 0.0)),
+        # an angle without a direction claims only its size (before 27 Nov 2026 it was read as +45, false)
+        ("The digit is rotated 45 degrees, so it was read as an 8.", "angle", (1.0, 1.0)),
+        ("A 45 degree rotation makes it look odd.", "angle", (1.0, 1.0)),
         # names the factor, asserts nothing checkable
         ("The colour confuses the classifier.", "color", (1.0, None)),
         ("The colour confuses the classifier.", "style", (0.0, None)),
