@@ -30,9 +30,7 @@ from jsonargparse.typing import PositiveInt
 
 from nemo_train.artefacts import path_digest
 from nemo_train.backends.student import StudentBackend, check_adapter_folder
-from nemo_train.console import print_table
 from nemo_train.errors import UserInputError
-from nemo_train.metrics.nemo import score_mean
 from nemo_train.models.class_mapping import ClassMapping
 from nemo_train.models.specs import ClassifierSpec, as_classifier, unique_names
 from nemo_train.nemo.benchmark import FACT_SHEETS, NemoBenchmark, build_synthetic_benchmark
@@ -46,6 +44,7 @@ from nemo_train.nemo.distill.rows import (
     default_distill_methods,
     student_distill_methods,
 )
+from nemo_train.nemo.distill.summary import mean_scores, print_summary
 from nemo_train.nemo.evaluation import (
     Progress,
     TargetJob,
@@ -63,26 +62,7 @@ from nemo_train.nemo.structured import StructuredEditDeriver
 from nemo_train.nemo.text_edits import TextEditDeriver, reader_for
 from nemo_train.runs import Device, OutDir, Seed, run_command
 from nemo_train.sharding import ShardedResultStore, Strategy, current_ranks, merge_shards
-from nemo_train.store import ResultStore
-
-
-def mean_scores(records) -> dict[tuple[str, str], tuple[float | None, float | None, float | None]]:
-    """Mean LLM Match (judged rows only), mean CEI and mean grounding (rows with checkable claims) per
-    (method, target); failed rows (a request that failed for good; a rerun retries them) are left out."""
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for r in records:
-        groups.setdefault((r["method"], r["target"]), []).append(r)
-    out = {}
-    for key, rows in groups.items():
-        done = [r for r in rows if not r.get("failed")]
-        judged = [r["llm_match"] for r in done if r.get("llm_match") is not None]
-        grounded = [r["grounding"] for r in done if r.get("grounding") is not None]
-        out[key] = (
-            score_mean(judged) if judged else None,
-            score_mean([r["cei"] for r in done]) if done else None,
-            score_mean(grounded) if grounded else None,
-        )
-    return out
+from nemo_train.store import ResultStore, write_json_atomic
 
 
 def edit_scorers(
@@ -140,7 +120,8 @@ def distill_eval(
 ) -> dict | None:
     """Evaluate a distilled explainer with NEMO (CEI, LLM Match) on held-out errors, next to its teacher and KnownCause.
 
-    Writes ``results.jsonl`` and the reply cache under ``out_dir`` (a rerun resumes; a row whose options changed
+    Writes ``results.jsonl``, ``summary.json`` (each row's means with their bootstrap 95 % intervals) and the
+    reply cache under ``out_dir`` (a rerun resumes; a row whose options changed
     is recomputed); ``seed`` also samples the held-out errors; the targets run on ``device``.
 
     Args:
@@ -275,31 +256,19 @@ def distill_eval(
     merge_shards(store.path)
     store = ResultStore(store.path)
     summary = mean_scores(store.get(key) for key in dict.fromkeys(progress.keys))
-    target_names = list(dict.fromkeys(t for _, t in summary))
-    table = []
-    for method in dict.fromkeys(mm for mm, _ in summary):
-        row = [method]
-        for t in target_names:
-            match, cei, grounding = summary.get((method, t), (None, None, None))
-            row += [match, grounding, cei]
-        table.append(row)
-    columns = ["method"] + [f"{t} {c}" for t in target_names for c in ("LLM Match", "grounding", "CEI")]
-    print_table(
-        columns,
-        table,
-        title=f"Distilled explainer on held-out {dataset} errors (distilled on {distilled_on or target_names[0]}; "
-        "others: unseen biases)",
-        caption=f"LLM Match: {', '.join(panel.names)}; CEI in percentage points",
-        digits=3,
-    )
+    first = distilled_on or next(iter(dict.fromkeys(t for _, t in summary)), "")
+    title = f"Distilled explainer on held-out {dataset} errors (distilled on {first}; others: unseen biases)"
+    print_summary(summary, title, panel.names)
     print(f"{len(progress.keys)} rows in {time.perf_counter() - started:.1f} s; results in {store.path}")
-    return {
-        "summary": {f"{mm}|{t}": {"llm_match": v[0], "cei": v[1], "grounding": v[2]} for (mm, t), v in summary.items()},
+    result = {
+        "summary": {f"{mm}|{t}": cell for (mm, t), cell in summary.items()},  # each mean with its interval
         "constant": constant,
         "judges": panel.names,  # names the judges that are rules, not models (demo recap)
         "cause_counts": cause_counts,
         "results": str(store.path),
     }
+    write_json_atomic(out / "summary.json", result)
+    return result
 
 
 def check_folder_settings(

@@ -17,6 +17,7 @@ from torchvision.transforms.functional import to_tensor  # noqa: E402
 
 from datamodules.explanations import read_records  # noqa: E402
 from nemo_train.errors import UserInputError  # noqa: E402
+from nemo_train.metrics.bootstrap import mean_interval  # noqa: E402
 from nemo_train.models.specs import TimmModel  # noqa: E402
 from nemo_train.nemo.distill.labelling import PoolClassifier, build_target, distill_teacher  # noqa: E402
 from nemo_train.nemo.distill.rows import (  # noqa: E402
@@ -154,6 +155,11 @@ def test_distill_eval_scores_teacher_and_known_cause_and_resumes(checkpoint, tmp
         mine = [r for r in rows if r["method"] == method]
         cell = result["summary"][f"{method}|{Path(checkpoint).parent.name}"]
         assert cell["cei"] == pytest.approx(sum(r["cei"] for r in mine) / 4)
+        assert cell["cei_ci_low"] <= cell["cei"] <= cell["cei_ci_high"]  # the interval over the 4 errors
+        assert (cell["cei_ci_low"], cell["cei_ci_high"]) == mean_interval(
+            [r["cei"] for r in sorted(mine, key=lambda r: r["sample_id"])]
+        )
+    assert json.loads((tmp_path / "eval" / "summary.json").read_text())["summary"] == result["summary"]
     teacher = [r["cei"] for r in rows if r["method"].startswith("Teacher")]
     known = [r["cei"] for r in rows if r["method"] == "KnownCause"]
     assert all(t >= k - 1e-6 for t, k in zip(teacher, known))  # the exhaustive search is the max-CEI edit
