@@ -4,9 +4,11 @@ Each image (:class:`~datamodules.shifts_render.ShiftsRenderer`) shows a digit wi
 style, a rotation, a background texture, a size and a position (:data:`FACTS`). A :class:`GapSpec` says, for
 each factor, which digits are only ever seen with the factor's typical value in training (white, solid,
 upright, plain, normal-sized); every other digit takes every value of that factor. The test split is the
-*shift* distribution (a miniature ImageNet-R / ObjectNet): every image has exactly one factor moved away from
-its typical value, so a classifier trained on the gaps errs for several different reasons, and
-:func:`label_causes` names the reason of each error exactly, by re-rendering with one factor restored.
+*shift* distribution (a miniature ImageNet-R / ObjectNet): every image has one factor (``test_shift: single``)
+or two to three factors at once (``multi``) moved away from their typical values, so a classifier trained on the
+gaps errs for several different reasons, and :func:`label_causes` names the reason of each error exactly, by
+re-rendering with one factor restored. With several factors off, *which* of them causes an error depends on the
+classifier's gaps, not on the image alone: naming the image's unusual factor is no longer enough to explain it.
 The position is a distractor: it varies freely in every split and is never a cause.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import torch
 
@@ -30,6 +33,7 @@ __all__ = [
     "GapSpec",
     "ShiftsDataModule",
     "ShiftsRenderer",
+    "TestShift",
     "exemplar_of",
     "label_causes",
 ]
@@ -38,6 +42,10 @@ __all__ = [
 MAX_TRAIN_SIZE, MAX_TEST_SIZE = 200_000, 100_000
 #: Images rendered per call while building a split.
 RENDER_CHUNK = 4096
+#: How many factors each shift image has off their typical value: exactly one, or two to three at once.
+TestShift = Literal["single", "multi"]
+#: The (fewest, most) factors off their typical value of each :data:`TestShift`.
+SHIFTED_FACTORS: dict[str, tuple[int, int]] = {"single": (1, 1), "multi": (2, 3)}
 
 
 def _rotate(gaps: Mapping[str, Sequence[int]], by: int) -> dict[str, tuple[int, ...]]:
@@ -120,6 +128,9 @@ class ShiftsDataModule(SplitDataModule):
         gaps: a preset (``gaps_a``, ``gaps_b``, ``none``) or ``{factor: [digits]}``.
         train_size: generated training images, 10 to 200,000 (validation gets a quarter of that).
         test_size: generated test (shift) images, 10 to 100,000.
+        test_shift: ``single``: each shift image has one factor off its typical value (its one unusual factor is
+            the cause of any error it has); ``multi``: two or three factors at once (drawn uniformly), so the
+            cause of an error depends on the classifier's gaps. Also the mining split of the shifts benchmark.
         typical_share: the chance that a training image shows every factor typical; otherwise one factor the
             digit has no gap in (drawn uniformly) takes a uniformly drawn atypical value, as in the test split.
         batch_size, num_workers: DataLoader settings.
@@ -133,6 +144,7 @@ class ShiftsDataModule(SplitDataModule):
         train_size: int = 8000,
         test_size: int = 4000,
         typical_share: float = 0.2,
+        test_shift: TestShift = "single",
         batch_size: int = 128,
         num_workers: int = 0,
         seed: int = 0,
@@ -142,6 +154,8 @@ class ShiftsDataModule(SplitDataModule):
         check_range("train_size", train_size, 10, MAX_TRAIN_SIZE, "images")
         check_range("test_size", test_size, 10, MAX_TEST_SIZE, "images")
         check_range("typical_share", typical_share, 0.0, 1.0)
+        if test_shift not in get_args(TestShift):
+            raise UserInputError(f"test_shift={test_shift!r}; expected one of {list(get_args(TestShift))}")
         check_loader(batch_size, num_workers)
         self.num_classes = 10
         self.class_names = list(FACTS.classes)
@@ -191,19 +205,23 @@ class ShiftsDataModule(SplitDataModule):
             attrs[name] = torch.where(shift & (shifted == k), _atypical(name, size, gen), torch.full((size,), typical))
         return self._dataset(attrs, torch.zeros(size, dtype=torch.long))
 
-    def shifted_split(self, pool: str, size: int, seed: int) -> AttributeImageDataset:
-        """The shift distribution from exemplar pool ``pool``: each image has one uniformly chosen factor of
-        :data:`CAUSE_FACTORS` at a uniformly drawn atypical value, every other one typical, a uniform position.
-        Group 1 (conflicting) when the shifted factor is a gap of the image's digit."""
+    def shifted_split(self, pool: str, size: int, seed: int, shift: TestShift | None = None) -> AttributeImageDataset:
+        """The shift distribution from exemplar pool ``pool``: each image has one (``shift="single"``) or two to
+        three (``"multi"``; default: the module's ``test_shift``) uniformly chosen factors of :data:`CAUSE_FACTORS`
+        at uniformly drawn atypical values, every other one typical, and a uniform position. Group 1
+        (conflicting) when a shifted factor is a gap of the image's digit."""
         check_range("size", size, 1, MAX_TEST_SIZE, "images")
+        shift = self.hparams.test_shift if shift is None else shift
+        if shift not in SHIFTED_FACTORS:
+            raise UserInputError(f"shift={shift!r}; expected one of {list(SHIFTED_FACTORS)}")
         self._require_renderer()
         gen = torch.Generator().manual_seed(seed)
         attrs = self._common(pool, size, gen)
-        shifted = torch.randint(0, len(CAUSE_FACTORS), (size,), generator=gen)
+        off = shifted_mask(shift, size, gen)
         for k, name in enumerate(CAUSE_FACTORS):
             _, typical = _values(name)
-            attrs[name] = torch.where(shifted == k, _atypical(name, size, gen), torch.full((size,), typical))
-        groups = self.gaps.matrix()[shifted, attrs["digit"]].long()
+            attrs[name] = torch.where(off[:, k], _atypical(name, size, gen), torch.full((size,), typical))
+        groups = (off & self.gaps.matrix()[:, attrs["digit"]].T).any(1).long()
         return self._dataset(attrs, groups)
 
     def _dataset(self, attrs: dict[str, torch.Tensor], groups: torch.Tensor) -> AttributeImageDataset:
@@ -211,6 +229,18 @@ class ShiftsDataModule(SplitDataModule):
         chunks = [{k: v[i : i + RENDER_CHUNK] for k, v in attrs.items()} for i in range(0, len(groups), RENDER_CHUNK)]
         images = torch.cat([to_uint8(renderer.render_batch(**chunk)) for chunk in chunks])
         return AttributeImageDataset(images, attrs["digit"], groups, attrs)
+
+
+def shifted_mask(shift: TestShift, size: int, gen: torch.Generator) -> torch.Tensor:
+    """``bool[size, len(CAUSE_FACTORS)]``: which factors of each image are moved off their typical value; as many
+    as :data:`SHIFTED_FACTORS` allows (drawn uniformly), chosen uniformly without repetition."""
+    fewest, most = SHIFTED_FACTORS[shift]
+    if most == 1:  # one factor: the draw of the original single-shift split (same images for the same seed)
+        which = torch.randint(0, len(CAUSE_FACTORS), (size,), generator=gen)
+        return torch.nn.functional.one_hot(which, len(CAUSE_FACTORS)).bool()
+    count = torch.randint(fewest, most + 1, (size,), generator=gen)
+    rank = torch.rand(size, len(CAUSE_FACTORS), generator=gen).argsort(1).argsort(1)
+    return rank < count[:, None]
 
 
 def label_causes(

@@ -3,7 +3,7 @@
     .venv/bin/python scripts/shift_causes.py --ckpt checkpoints/shifts_gaps_a/checkpoints/best.ckpt
 
 Rebuilds the datamodule the checkpoint was trained with (its saved hyper-parameters; ``--gaps``,
-``--test_size``, ``--seed`` and ``--pool`` override them), classifies the shift split of ``--pool`` (``test``;
+``--test_size``, ``--test_shift``, ``--seed`` and ``--pool`` override them), classifies the shift split of ``--pool`` (``test``;
 ``train`` gives the mining split, made of other exemplars), labels every error with
 :func:`datamodules.shifts.label_causes` and prints two tables: accuracy overall, on aligned images (the shifted
 factor is not a gap of the digit) and on conflicting ones, then each cause with its count and its share of the
@@ -37,6 +37,12 @@ def main() -> None:
     parser.add_argument("--ckpt", required=True, help="best.ckpt of a shifts classifier")
     parser.add_argument("--gaps", default=None, help="gap preset of the data (default: the checkpoint's)")
     parser.add_argument("--test_size", type=int, default=None, help="shift images (default: the checkpoint's)")
+    parser.add_argument(
+        "--test_shift",
+        default=None,
+        choices=["single", "multi"],
+        help="factors off per image (default: the checkpoint's)",
+    )
     parser.add_argument("--seed", type=int, default=None, help="data seed (default: the checkpoint's)")
     parser.add_argument("--pool", default="test", choices=["train", "val", "test"], help="exemplar pool")
     args = parser.parse_args()
@@ -46,7 +52,7 @@ def main() -> None:
     except FileNotFoundError:
         parser.error(f"no checkpoint at {args.ckpt}")
     data_hp = dict(checkpoint.get("datamodule_hyper_parameters") or {})
-    for key in ("gaps", "test_size", "seed"):
+    for key in ("gaps", "test_size", "test_shift", "seed"):
         if getattr(args, key) is not None:
             data_hp[key] = getattr(args, key)
     try:

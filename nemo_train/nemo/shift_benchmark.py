@@ -1,11 +1,13 @@
 """The shifted-digits benchmark: errors with a different cause each, established exactly by the generator.
 
 A classifier trained with several planted gaps (``configs/shifts/``) is tested on images that each have one
-factor moved away from its training-typical value. For every misclassified image, each factor that is not
-typical is re-rendered back to its typical value and classified again
-(:func:`datamodules.shifts.label_causes`): the cause of the error is the factor whose single re-render gives the
-true class. Errors with no such factor (``none``) or with more than one (``several``) are counted apart and never
-explained. The share of each cause is kept with the benchmark (``cause_counts``).
+factor, or two to three at once (the datamodule's ``test_shift: multi``, which the shipped presets use), moved
+away from their training-typical values. With several factors off, which of them causes an error depends on the
+classifier's gaps, so an explainer has to know the classifier, not only spot the image's unusual factors. For
+every misclassified image, each factor that is not typical is re-rendered back to its typical value and
+classified again (:func:`datamodules.shifts.label_causes`): the cause of the error is the factor whose single
+re-render gives the true class. Errors with no such factor (``none``) or with more than one (``several``) are
+counted apart and never explained. The share of each cause is kept with the benchmark (``cause_counts``).
 
 The reference database SciTX retrieves from is training-like data, as ImageNet is for ImageNet-R: images of the
 classifier's own training distribution (the validation split of its gap datamodule), not the rest of the test
