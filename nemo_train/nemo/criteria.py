@@ -143,42 +143,45 @@ JUDGE_SYSTEM = (
     "given cause of failure. You answer with a single JSON object and nothing else."
 )
 
-JUDGE_PROMPT = """A vision classifier labelled an image of a "{true_label}" as "{predicted_label}". Someone wrote this explanation of the mistake:
+#: The grading rubric every judge applies (docs/GRADING.md), as an LLM judge reads it.
+RUBRIC = """- 1 if it blames that cause alone;
+- 0.5 if it blames that cause together with exactly one other factor, or hedges between that cause and one other factor;
+- 0 if it names no factor, does not blame that cause, blames three or more factors (a list of every possible factor explains nothing), or its "Edit:" line changes a different factor than the one its text blames (the text and its edit contradict each other).
+A negated factor is not blamed ("not the colour but the rotation" blames only the rotation). Read the whole explanation, its "Edit:" line included."""
+
+JUDGE_PROMPT = f"""A vision classifier labelled an image of a "{{true_label}}" as "{{predicted_label}}". Someone wrote this explanation of the mistake:
 
 <explanation>
-{explanation}
+{{explanation}}
 </explanation>
 
 The images of this benchmark differ from ordinary photos in one known way, which is the real cause of the error:
-{factor}
+{{factor}}
 
 Grade how well the explanation names that cause:
-- 1 if it clearly names the cause (the factor itself or a specific value of it),
-- 0.5 if it hints at the cause only partly or vaguely, or names it among several unrelated causes without committing,
-- 0 if it does not mention the cause at all.
-Judge only whether the cause is named, not the writing quality or the rest of the explanation.
+{RUBRIC}
+Judge only whether the cause is named, not the writing quality.
 
-Reply with JSON only: {{"reasoning": "<one sentence>", "score": <1, 0.5 or 0>}}"""
+Reply with JSON only: {{{{"reasoning": "<one sentence>", "score": <1, 0.5 or 0>}}}}"""
 
-GROUNDED_PROMPT = """A vision classifier labelled an image of a "{true_label}" as "{predicted_label}". Someone wrote this explanation of the mistake:
+GROUNDED_PROMPT = f"""A vision classifier labelled an image of a "{{true_label}}" as "{{predicted_label}}". Someone wrote this explanation of the mistake:
 
 <explanation>
-{explanation}
+{{explanation}}
 </explanation>
 
 The image was generated, so its attributes are known exactly:
-{attributes}
+{{attributes}}
 
-This particular error has one known cause: {cause}. The other attributes did not cause it.
+This particular error has one known cause: {{cause}}. The other attributes did not cause it.
 
 Grade the explanation on two things.
 "score": does it blame this error's own cause?
-- 1 if it blames that cause and no other attribute,
-- 0.5 if it blames that cause together with other attributes,
-- 0 if it does not blame that cause, or if it says anything false about the image (an attribute value that differs from the list above, or a wrong true or predicted class).
-"grounding": of the statements it makes about this image that the list above and the two class names can check, the share that are true, from 0 to 1; null if it makes no such statement. Do not check hypothetical statements or the change proposed after "Edit:".
+{RUBRIC}
+Any false statement about the image (an attribute value that differs from the list above, in the text or in the "Edit:" line, or a wrong true or predicted class) also gives 0. Angles are in degrees, positive anticlockwise ("90 degrees clockwise" is -90); a number within half the step between the listed values is true.
+"grounding": of the statements it makes about this image that the list above and the two class names can check, the share that are true, from 0 to 1; null if it makes no such statement. Do not check hypothetical statements or the new values an edit sets.
 
-Reply with JSON only: {{"reasoning": "<one sentence>", "score": <1, 0.5 or 0>, "grounding": <0 to 1 or null>}}"""
+Reply with JSON only: {{{{"reasoning": "<one sentence>", "score": <1, 0.5 or 0>, "grounding": <0 to 1 or null>}}}}"""
 
 
 def snap_score(value: Any) -> float | None:
@@ -199,7 +202,8 @@ def snap_score(value: Any) -> float | None:
 
 
 def snap_grounding(value: Any) -> float | None:
-    """A judge's raw grounding as a number in [0, 1] (clamped), or ``None`` if it is not a number."""
+    """A judge's raw grounding as a number in [0, 1], or ``None`` if it is not a number in that range (an
+    off-scale grounding such as 1.4 is not clamped: :func:`read_grade` fails the reply)."""
     if isinstance(value, str):
         try:
             value = float(value.strip())
@@ -207,4 +211,17 @@ def snap_grounding(value: Any) -> float | None:
             return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
         return None
-    return min(1.0, max(0.0, float(value)))
+    return float(value) if 0.0 <= float(value) <= 1.0 else None
+
+
+def read_grade(reply: dict[str, Any]) -> tuple[float | None, float | None, str | None]:
+    """``(score, grounding, problem)`` of a judge's JSON reply; ``problem`` names what is off the scale (a score
+    that is not 1 / 0.5 / 0, a grounding given but not a number in [0, 1]) and is ``None`` for a good reply."""
+    score = snap_score(reply.get("score"))
+    raw = reply.get("grounding")
+    grounding = snap_grounding(raw)
+    if score is None:
+        return None, None, f"score {reply.get('score')!r} is not 1, 0.5 or 0"
+    if raw is not None and grounding is None:
+        return None, None, f"grounding {raw!r} is not a number from 0 to 1"
+    return score, grounding, None

@@ -13,17 +13,17 @@ checkable claims about the image that are true. :class:`GroundedJudge` is the of
 
 from __future__ import annotations
 
+import json
 import re
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from datamodules.facts import DatasetFacts
-from nemo_train.backends.base import ChatBackend
-from nemo_train.backends.messages import system_message, user_message
+from nemo_train.backends.base import _STRICT_JSON, ChatBackend, MalformedReplyError
+from nemo_train.backends.messages import assistant_message, system_message, user_message
 from nemo_train.backends.providers import object_schema
 from nemo_train.errors import UserInputError
-from nemo_train.metrics.nemo import judge_mean
 from nemo_train.nemo.criteria import (
     CRITERIA,
     GROUNDED_PROMPT,
@@ -32,6 +32,7 @@ from nemo_train.nemo.criteria import (
     FactorCriterion,
     criterion_key,
     get_criterion,
+    read_grade,
     snap_grounding,
     snap_score,
 )
@@ -131,6 +132,11 @@ class Judge(ABC):
         return out
 
 
+#: what an off-scale grade is told when it is asked again
+OFF_SCALE_REASK = (
+    "Your grade is off the scale: {problem}. Reply again with the JSON object only, with score exactly 1, 0.5 "
+    "or 0 and grounding a number from 0 to 1 or null."
+)
 #: the reply of :data:`JUDGE_PROMPT` and of :data:`GROUNDED_PROMPT`, asked of endpoints that constrain output
 JUDGE_SCHEMA = object_schema(reasoning="string", score="number")
 GROUNDED_SCHEMA = object_schema(reasoning="string", score="number", grounding=("number", "null"))
@@ -139,8 +145,11 @@ GROUNDED_SCHEMA = object_schema(reasoning="string", score="number", grounding=("
 class LLMJudge(Judge):
     """A chat model grading explanations against a dataset's :class:`FactorCriterion` (JSON reply).
 
-    Replies are requested at temperature 0 (as in NEMO App. B.2). A reply that stays malformed
-    after the backend's re-asks, or whose score is not 1 / 0.5 / 0, gives ``score=None``. An item with a
+    Replies are requested at temperature 0 (as in NEMO App. B.2). A reply that stays malformed after the
+    backend's re-asks gives ``score=None``; so does one that stays off the scale (a score not 1 / 0.5 / 0, a
+    grounding outside [0, 1]) after ``max_reasks`` re-asks that name the problem: it is a failed judgement,
+    never clamped, its cached replies forgotten, and inside ``strict_json`` it raises
+    :class:`~nemo_train.backends.base.MalformedReplyError` like a malformed reply. An item with a
     ``cause`` or ``attributes`` gets :data:`GROUNDED_PROMPT` (this error's cause, the image's attributes,
     a ``grounding`` asked for); others get :data:`JUDGE_PROMPT`.
     """
@@ -191,24 +200,49 @@ class LLMJudge(Judge):
         )
 
     def judge(self, items: list[JudgeItem]) -> list[Judgement]:
-        """Score each item (requests run ``backend.concurrency`` at a time)."""
+        """Score each item (requests run ``backend.concurrency`` at a time); off-scale replies are re-asked."""
         grounded = {item.cause is not None or item.attributes is not None for item in items}
-        replies = self.backend.chat_json_batch(
-            [self.messages(item) for item in items],
-            n=1,
-            temperature=0.0,
-            max_tokens=self.max_tokens,
-            max_reasks=self.max_reasks,
-            schema=(GROUNDED_SCHEMA if True in grounded else JUDGE_SCHEMA) if len(grounded) == 1 else None,
-        )
+        schema = (GROUNDED_SCHEMA if True in grounded else JUDGE_SCHEMA) if len(grounded) == 1 else None
+        sampling = {"n": 1, "temperature": 0.0, "max_tokens": self.max_tokens}
+        conversations = [self.messages(item) for item in items]
+        replies = [r[0] for r in self._ask(conversations, schema, sampling)]
+        asked = [[c] for c in conversations]  # every request that led to each reply
+        for _ in range(self.max_reasks):
+            off = [i for i, r in enumerate(replies) if r is not None and read_grade(r)[2] is not None]
+            if not off:
+                break
+            again = [asked[i][-1] + [assistant_message(json.dumps(replies[i])), user_message(OFF_SCALE_REASK.format(
+                problem=read_grade(replies[i])[2]))] for i in off]  # fmt: skip
+            for i, conversation, (reply,) in zip(off, again, self._ask(again, schema, sampling)):
+                replies[i] = reply
+                asked[i].append(conversation)
         out = []
-        for (reply,) in replies:
+        for reply, requests in zip(replies, asked):
             if reply is None:
                 out.append(Judgement(self.name, None, "no JSON reply"))
-            else:
-                score, reason = snap_score(reply.get("score")), str(reply.get("reasoning", ""))
-                out.append(Judgement(self.name, score, reason, snap_grounding(reply.get("grounding"))))
+                continue
+            score, grounding, problem = read_grade(reply)
+            if problem is not None:
+                self._forget(requests, schema, sampling)
+                if _STRICT_JSON.get():  # a stored evaluation: the sample fails and a rerun asks again
+                    raise MalformedReplyError(
+                        f"{type(self.backend).__name__} {self.backend.model!r}: a judge's grade is off the scale "
+                        f"({problem}) after {self.max_reasks} re-asks"
+                    )
+                out.append(Judgement(self.name, None, f"off-scale reply: {problem}"))
+                continue
+            out.append(Judgement(self.name, score, str(reply.get("reasoning", "")), grounding))
         return out
+
+    def _ask(self, conversations: list, schema: dict[str, Any] | None, sampling: dict[str, Any]) -> list:
+        return self.backend.chat_json_batch(conversations, max_reasks=self.max_reasks, schema=schema, **sampling)
+
+    def _forget(self, requests: list, schema: dict[str, Any] | None, sampling: dict[str, Any]) -> None:
+        """Drop the cached replies of an off-scale grade's requests, so a rerun asks the model again."""
+        for messages in requests:
+            key = self.backend._request_key(messages, {**sampling, "schema": schema})
+            if key is not None:
+                self.backend.cache.discard(key)
 
     def fingerprint(self) -> dict[str, Any]:
         return {**super().fingerprint(), "backend": self.backend.fingerprint(), "max_tokens": self.max_tokens}
@@ -275,13 +309,16 @@ class GroundedJudge(Judge):
     """OFFLINE STAND-IN, NOT A LANGUAGE MODEL: checks an explanation against the image's known attributes.
 
     A rule-based :class:`~nemo_train.nemo.grounding.ClaimParser` over the benchmark's fact sheet finds the
-    factors the explanation blames and its checkable claims (attribute values, true and predicted class).
-    Against the item's own ``cause``: 1 if the cause is the only blamed factor, 0.5 if it is blamed among
-    others, 0 if it is not blamed; any false claim makes it 0. ``grounding`` is the share of true claims.
-    An item without ``cause`` is graded against the benchmark criterion's factor (or, when no factor of the
-    sheet matches the criterion, by :class:`KeywordJudge`'s keywords), false claims still giving 0. Without
+    factors the explanation blames (negations read), the factors its ``Edit:`` line changes and its checkable
+    claims (attribute values, true and predicted class). Against the item's own ``cause``, by the rubric of
+    docs/GRADING.md (:meth:`~nemo_train.nemo.claims.Reading.match`): 1 if the cause is the only blamed factor,
+    0.5 if it is blamed with exactly one other (not every factor of the sheet), 0 otherwise; a false claim or
+    an Edit line that changes another factor than the text blames gives 0. ``grounding`` is the share of true
+    claims. An item without ``cause`` is graded against the benchmark criterion's factor (or, when no factor of
+    the sheet matches the criterion, by :class:`KeywordJudge`'s keywords), false claims still giving 0. Without
     ``attributes`` only class claims are checked. The parser's rules are listed in
-    :mod:`nemo_train.nemo.grounding`; it reads no meaning beyond them (negations still blame a factor).
+    :mod:`nemo_train.nemo.grounding`; it reads no meaning beyond them. Its agreement with hand labels is
+    measured by ``nemo-train judge`` on the shipped labelled set (docs/GRADING.md).
     """
 
     requires_criterion = False
@@ -341,59 +378,4 @@ class GroundedJudge(Judge):
         return f"GroundedJudge(facts={facts!r}, criterion={getattr(self.criterion, 'name', None)!r})"
 
 
-@dataclass
-class PanelJudgement:
-    """A panel's verdict on one explanation: each judge's score and their mean (failed judges skipped)."""
-
-    scores: dict[str, float | None]
-    reasons: dict[str, str] = field(default_factory=dict)
-    groundings: dict[str, float | None] = field(default_factory=dict)
-
-    @property
-    def mean(self) -> float | None:
-        """The explanation's LLM Match (:func:`~nemo_train.metrics.nemo.judge_mean`); ``None`` when no judge answered."""
-        return judge_mean(self.scores.values())
-
-    @property
-    def grounding(self) -> float | None:
-        """Mean grounding over the judges that reported one; ``None`` when none did."""
-        return judge_mean(self.groundings.values())
-
-
-class JudgePanel:
-    """Several judges scoring the same explanations; the mean over judges reduces single-judge bias."""
-
-    def __init__(self, judges: list[Judge]) -> None:
-        if not judges:
-            raise UserInputError("an empty judge panel; expected at least one judge")
-        names = [j.name for j in judges]
-        if len(set(names)) != len(names):
-            raise UserInputError(f"judge names {names} repeat; expected distinct names")
-        self.judges = list(judges)
-
-    @property
-    def names(self) -> list[str]:
-        return [j.name for j in self.judges]
-
-    def judge(self, items: list[JudgeItem]) -> list[PanelJudgement]:
-        """Every judge scores every item; an empty explanation names no cause: 0 from every judge, unasked."""
-        asked = [i for i, item in enumerate(items) if item.explanation.strip()]
-        per_judge = [judge.judge([items[i] for i in asked]) if asked else [] for judge in self.judges]
-        out = [
-            PanelJudgement(
-                {j.name: 0.0 for j in self.judges},
-                {j.name: "empty explanation" for j in self.judges},
-                {j.name: None for j in self.judges},
-            )
-            for _ in items
-        ]
-        for row, column in zip(asked, zip(*per_judge)):
-            out[row] = PanelJudgement(
-                scores={j.judge: j.score for j in column},
-                reasons={j.judge: j.reason for j in column},
-                groundings={j.judge: j.grounding for j in column},
-            )
-        return out
-
-    def __repr__(self) -> str:
-        return f"JudgePanel({self.names})"
+from nemo_train.nemo.panel import JudgePanel, PanelJudgement  # noqa: E402  (the panel reads the judges above)

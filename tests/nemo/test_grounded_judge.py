@@ -220,14 +220,15 @@ def test_llm_judge_is_told_the_cause_and_the_attributes_and_reports_grounding():
     replies = [
         json.dumps({"reasoning": "cyan, 1 and 6 are all wrong", "score": 0, "grounding": 0}),
         json.dumps({"reasoning": "all true", "score": 1, "grounding": "1.0"}),
-        json.dumps({"reasoning": "odd", "score": 0.5, "grounding": "high"}),
+        json.dumps({"reasoning": "odd", "score": 0.5, "grounding": "high"}),  # off the scale: asked again
         json.dumps({"reasoning": "nothing to check", "score": 1, "grounding": None}),
+        json.dumps({"reasoning": "odd, but half right", "score": 0.5, "grounding": 0.5}),
     ]
     backend = ScriptedBackend(replies)
     judge = LLMJudge(backend, name="llm").for_benchmark("toy-digits", facts=FACTS)
     items = [item(CONSTANT), item(TEACHER), item("The hue."), item("The colour.")]
     verdicts = judge.judge(items)
-    assert [(v.score, v.grounding) for v in verdicts] == [(0.0, 0.0), (1.0, 1.0), (0.5, None), (1.0, None)]
+    assert [(v.score, v.grounding) for v in verdicts] == [(0.0, 0.0), (1.0, 1.0), (0.5, 0.5), (1.0, None)]
     prompt = backend.calls[0]["messages"][-1]["content"][-1]["text"]
     assert CONSTANT in prompt and '"0"' in prompt and '"8"' in prompt
     assert 'the colour (attribute "color")' in prompt
@@ -242,8 +243,46 @@ def test_llm_judge_is_told_the_cause_and_the_attributes_and_reports_grounding():
 
 @pytest.mark.parametrize(
     "raw, expected",
-    [(0, 0.0), (1, 1.0), (0.25, 0.25), ("0.5", 0.5), (1.7, 1.0), (-0.2, 0.0), (None, None), ("high", None),
+    [(0, 0.0), (1, 1.0), (0.25, 0.25), ("0.5", 0.5), (1.7, None), (-0.2, None), (None, None), ("high", None),
      (True, None), (float("nan"), None), ([0.5], None)],
 )  # fmt: skip
 def test_snap_grounding(raw, expected):
+    # off the scale is not clamped (before 27 Nov 2026 1.7 read as 1.0 and -0.2 as 0.0): the judge fails the reply
     assert snap_grounding(raw) == expected
+
+
+@pytest.mark.parametrize(
+    "reply, problem",
+    [
+        ({"reasoning": "nearly", "score": 0.7, "grounding": 1}, "score 0.7 is not 1, 0.5 or 0"),
+        ({"reasoning": "all true", "score": 1, "grounding": 1.4}, "grounding 1.4 is not a number from 0 to 1"),
+    ],
+)
+def test_an_off_scale_grade_is_a_failed_judgement_not_dropped_or_clamped(reply, problem, tmp_path):
+    from nemo_train.backends.base import MalformedReplyError, strict_json
+
+    backend = ScriptedBackend(lambda messages: json.dumps(reply))
+    backend.attach_cache(tmp_path / "cache")
+    judge = LLMJudge(backend, name="llm").for_benchmark("toy-digits", facts=FACTS)
+    (verdict,) = judge.judge([item(TEACHER)])
+    assert (verdict.score, verdict.grounding) == (None, None) and verdict.reason == f"off-scale reply: {problem}"
+    assert len(backend.calls) == 3  # asked, then asked again twice naming the problem
+    assert len(backend.cache) == 0  # forgotten, so a rerun asks the model again instead of replaying it
+    assert problem in backend.calls[1]["messages"][-1]["content"][-1]["text"]
+    # in a panel the judge is named as failed (before: dropped from the mean without a word, grounding clamped)
+    panel = JudgePanel([GroundedJudge(FACTS), LLMJudge(ScriptedBackend(lambda m: json.dumps(reply)), name="llm")])
+    verdict = panel.judge([item(TEACHER)])[0]
+    assert verdict.failed == ["llm"] and verdict.reasons["llm"].startswith("off-scale reply")
+    assert verdict.groundings["llm"] is None
+    # a stored evaluation (strict_json) fails the sample instead, as for a reply that is not JSON
+    with strict_json(), pytest.raises(MalformedReplyError, match="off the scale"):
+        LLMJudge(ScriptedBackend(lambda m: json.dumps(reply)), name="llm").for_benchmark("t", FACTS).judge(
+            [item(TEACHER)]
+        )
+
+
+def test_an_off_scale_grade_repaired_by_a_reask_counts():
+    replies = iter([json.dumps({"score": 0.7}), json.dumps({"reasoning": "names the colour", "score": 1})])
+    judge = LLMJudge(ScriptedBackend(lambda messages: next(replies)), "cmnist", name="llm")
+    (verdict,) = judge.judge([JudgeItem("The green colour.", "0", "8")])
+    assert (verdict.score, verdict.reason) == (1.0, "names the colour")

@@ -58,7 +58,9 @@ def test_llm_judge_prompt_and_parsing():
     replies = [
         '{"reasoning": "it names the painting style", "score": 1}',
         '```json\n{"reasoning": "mentions art vaguely", "score": "0.5"}\n```',
-        '{"reasoning": "off topic", "score": 0.8}',  # not a valid grade
+        '{"reasoning": "off topic", "score": 0.8}',  # not a valid grade: asked again twice, still off the scale
+        '{"reasoning": "off topic", "score": 0.8}',
+        '{"reasoning": "off topic", "score": 0.8}',
     ]
     backend = ScriptedBackend(replies, model="judge-model")
     judge = LLMJudge(backend, "imagenet_r")
@@ -69,6 +71,7 @@ def test_llm_judge_prompt_and_parsing():
     ]
     verdicts = judge.judge(items)
     assert [v.score for v in verdicts] == [1.0, 0.5, None]
+    assert verdicts[2].reason == "off-scale reply: score 0.8 is not 1, 0.5 or 0"
     assert verdicts[0] == Judgement("llm:judge-model", 1.0, "it names the painting style")
     assert isinstance(judge, Judge)
     call = backend.calls[0]
