@@ -22,7 +22,8 @@ from lightning.pytorch import seed_everything
 
 from nemo_train.cli import PIPELINE_COMMANDS, run_pipeline
 from nemo_train.console import print_table
-from nemo_train.demo_steps import STEPS, DemoContext, FitResult, Headline, Step, read_classifier, read_numbers
+from nemo_train.demo_readers import read_classifier, read_numbers
+from nemo_train.demo_steps import STEPS, DemoContext, FitResult, Headline, Step
 from nemo_train.errors import UserInputError
 from nemo_train.lightning_cli import NemoLightningCLI
 from nemo_train.runs import OutDir, run_command
@@ -94,14 +95,24 @@ def _number(value: Any) -> Any:
     return value
 
 
-def recap_lines(rows: list[dict[str, Any]], per_line: int = 4) -> list[tuple[str, str, str]]:
-    """``(step, method, "metric value · ...")`` per step and method, in the order the rows name them; a method
-    with more than ``per_line`` numbers continues on the next lines (step and method left blank)."""
+#: The recap's caption when some number has an interval.
+INTERVAL_CAPTION = "[bootstrap 95 % interval over the errors / items] where a number is a mean over them"
+
+
+def recap_text(row: dict[str, Any]) -> str:
+    """A recap row's number: ``0.720``, or with its interval ``0.720 [0.610, 0.830]`` (``ci_low`` / ``ci_high``)."""
+    value, low, high = row["value"], row.get("ci_low"), row.get("ci_high")
+    if not isinstance(value, float):
+        return str(value)
+    return f"{value:.3f} [{low:.3f}, {high:.3f}]" if low is not None and high is not None else f"{value:.3f}"
+
+
+def recap_lines(rows: list[dict[str, Any]], per_line: int = 3) -> list[tuple[str, str, str]]:
+    """``(step, method, "metric value [ci_low, ci_high] · ...")`` per step and method, in the order the rows name
+    them; a method with more than ``per_line`` numbers continues on the next lines (step and method left blank)."""
     grouped: dict[tuple[str, str], list[str]] = {}
     for r in rows:
-        value = r["value"]
-        text = f"{value:.3f}" if isinstance(value, float) else str(value)
-        grouped.setdefault((r["step"], r["method"]), []).append(f"{r['metric']} {text}")
+        grouped.setdefault((r["step"], r["method"]), []).append(f"{r['metric']} {recap_text(r)}")
     lines = []
     for (step, method), cells in grouped.items():
         for start in range(0, len(cells), per_line):
@@ -112,7 +123,12 @@ def recap_lines(rows: list[dict[str, Any]], per_line: int = 4) -> list[tuple[str
 
 def print_recap(rows: list[dict[str, Any]], where: dict[str, str]) -> None:
     """The recap table, drawn from the rows of ``recap.json``, and the folder of each step."""
-    print_table(["step", "method", "numbers"], recap_lines(rows), title="nemo-train demo: recap")
+    print_table(
+        ["step", "method", "numbers"],
+        recap_lines(rows),
+        title="nemo-train demo: recap",
+        caption=INTERVAL_CAPTION if any(r.get("ci_low") is not None for r in rows) else None,
+    )
     print_table(["step", "written to"], list(where.items()), title="nemo-train demo: outputs")
 
 
@@ -138,8 +154,9 @@ def run_step(ctx: DemoContext, step: Step) -> bool:
         else:
             result = run_pipeline(step.command, ["--config", str(preset), *overrides])
     ctx.outputs[step.name] = Path(where)
-    for method, metric, value in step.read(ctx, result):
-        ctx.headlines.append(Headline(step.name, method, metric, _number(value), where))
+    for method, metric, value, *interval in step.read(ctx, result):
+        low, high = interval if interval else (None, None)
+        ctx.headlines.append(Headline(step.name, method, metric, _number(value), where, _number(low), _number(high)))
     print(f"demo: {step.name} done in {time.perf_counter() - started:.0f} s; its output: {log}")
     return True
 

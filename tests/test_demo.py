@@ -11,7 +11,10 @@ import yaml
 
 from nemo_train import demo as demo_module
 from nemo_train.cli import main
-from nemo_train.demo import STEPS, DemoContext, Step, demo, read_numbers
+from nemo_train.demo import INTERVAL_CAPTION, STEPS, DemoContext, Step, demo, read_numbers, recap_text
+from nemo_train.demo_readers import read_nemo
+from nemo_train.metrics.bootstrap import mean_interval
+from nemo_train.nemo.report import NemoEvalSummary, summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,7 +47,8 @@ def test_the_demo_uses_a_changed_preset(tmp_path, capsys):
     recap = json.loads((out / "recap.json").read_text())
     assert recap == [h.row() for h in ctx.headlines]
     assert {r["metric"] for r in recap} == {"acc_aligned", "acc_conflicting"}
-    assert all(set(r) == {"step", "method", "metric", "value"} for r in recap)
+    assert all(set(r) == {"step", "method", "metric", "value", "ci_low", "ci_high"} for r in recap)
+    assert all(r["ci_low"] is None and r["ci_high"] is None for r in recap)  # accuracies: no per-item values
     printed = capsys.readouterr().out
     assert (
         "nemo-train demo: recap" in printed and "acc_conflicting" in printed and str(out / "cmnist_model_a") in printed
@@ -88,8 +92,42 @@ def test_a_pipeline_step_runs_its_preset_through_the_command_parser(tmp_path, mo
     ]
     assert [(h.step, h.metric, h.value) for h in ctx.headlines] == [("toy", "score", 0.5)]
     assert json.loads((tmp_path / "out" / "recap.json").read_text()) == [
-        {"step": "toy", "method": "", "metric": "score", "value": 0.5}
+        {"step": "toy", "method": "", "metric": "score", "value": 0.5, "ci_low": None, "ci_high": None}
     ]
+
+
+def test_recap_rows_carry_the_interval_of_each_mean_from_the_records(tmp_path, monkeypatch, capsys):
+    """A nemo-eval step's recap rows get the bootstrap interval of its stored per-error scores."""
+    records = [
+        {"method": "SciTX", "target": "a", "sample_id": f"s{i}", "explanation": "x", "cei": c, "llm_match": m}
+        | {"judges": {"j": m}}
+        for i, (c, m) in enumerate([(40.0, 1.0), (10.0, 0.5), (-5.0, 0.0), (25.0, 1.0), (5.0, 0.5)])
+    ]
+    summary = NemoEvalSummary("toy", summarize(records))
+    presets = tmp_path / "configs"
+    (presets / "toy").mkdir(parents=True)
+    (presets / "toy" / "preset.yaml").write_text("out_dir: somewhere\n")
+    step = Step(
+        name="toy", preset="toy/preset.yaml", command="nemo-eval", overrides=["--out_dir={out}"], read=read_nemo
+    )
+    monkeypatch.setattr(demo_module, "STEPS", [step])
+    monkeypatch.setattr(demo_module, "run_pipeline", lambda name, args: summary)
+    demo(out_dir=str(tmp_path / "out"), preset_dir=str(presets))
+    recap = {r["metric"]: r for r in json.loads((tmp_path / "out" / "recap.json").read_text())}
+    cei = recap["cei"]
+    low, high = mean_interval([40.0, 10.0, -5.0, 25.0, 5.0])
+    assert (cei["value"], cei["ci_low"], cei["ci_high"]) == (15.0, round(low, 4), round(high, 4))
+    (match,) = [r for metric, r in recap.items() if metric != "cei"]  # named after the judge panel
+    assert (match["ci_low"], match["ci_high"]) == tuple(round(v, 4) for v in mean_interval([1.0, 0.5, 0.0, 1.0, 0.5]))
+    printed = capsys.readouterr().out
+    assert f"cei 15.000 [{round(low, 4):.3f}, {round(high, 4):.3f}]" in printed and INTERVAL_CAPTION in printed
+
+
+def test_recap_text_shows_an_interval_only_where_there_is_one():
+    row = {"step": "s", "method": "m", "metric": "cei", "value": 0.5}
+    assert recap_text({**row, "ci_low": None, "ci_high": None}) == "0.500"
+    assert recap_text({**row, "ci_low": 0.25, "ci_high": 0.75}) == "0.500 [0.250, 0.750]"
+    assert recap_text({**row, "value": 12}) == "12"
 
 
 def test_an_override_needing_an_earlier_step_is_one_line(tmp_path, capsys):

@@ -29,9 +29,15 @@ def test_nemo_rows_name_the_judge_and_the_global_stand_in():
         CellScore("SciTX", "a", 0.5, 10.0, 3, per_judge={"llm:gpt-5-mini": 0.5}),
     ]
     rows = read_nemo(CTX, NemoEvalSummary("cmnist", cells))
-    assert ("KnownCause", RULE_MATCH, 1.0) in rows
-    assert ("Global (counting rule, not a model)", RULE_MATCH, 0.4) in rows
-    assert ("SciTX", "llm_match", 0.5) in rows
+    assert ("KnownCause", RULE_MATCH, 1.0, None, None) in rows  # a cell built without records has no interval
+    assert ("Global (counting rule, not a model)", RULE_MATCH, 0.4, None, None) in rows
+    assert ("SciTX", "llm_match", 0.5, None, None) in rows
+
+
+def test_nemo_rows_carry_each_cell_interval():
+    cell = CellScore("SciTX", "a", 0.5, 10.0, 3, per_judge={"llm:gpt-5-mini": 0.5}, intervals={"cei": (2.0, 18.0)})
+    rows = read_nemo(CTX, NemoEvalSummary("cmnist", [cell]))
+    assert ("SciTX", "cei", 10.0, 2.0, 18.0) in rows and ("SciTX", "llm_match", 0.5, None, None) in rows
 
 
 def test_student_and_distill_eval_rows_name_the_judge():
@@ -40,13 +46,11 @@ def test_student_and_distill_eval_rows_name_the_judge():
         ("Student", "cei", 70.0),
         ("Student", RULE_MATCH, 0.8),
     ]
-    result = {
-        "summary": {"Teacher (exhaustive search, not a model)|a": {"llm_match": 0.9, "cei": 80.0}},
-        "judges": [GROUNDED],
-    }
+    cell = {"llm_match": 0.9, "llm_match_ci_low": 0.7, "llm_match_ci_high": 1.0, "cei": 80.0}
+    result = {"summary": {"Teacher (exhaustive search, not a model)|a": cell}, "judges": [GROUNDED]}
     assert read_distill_eval(CTX, result) == [
-        ("Teacher (exhaustive search, not a model) @ a", RULE_MATCH, 0.9),
-        ("Teacher (exhaustive search, not a model) @ a", "cei", 80.0),
+        ("Teacher (exhaustive search, not a model) @ a", RULE_MATCH, 0.9, 0.7, 1.0),
+        ("Teacher (exhaustive search, not a model) @ a", "cei", 80.0, None, None),
     ]
     assert read_teacher(CTX, {"labels": 10})[0][0] == "Teacher (exhaustive search, not a model)"
 
@@ -60,9 +64,17 @@ def test_differences_rows_name_the_rule_parts():
         "summarization (evaluator, summarizer, explorer: rules, not LLMs)",
         "completeness",
         0.9,
+        None,
+        None,
     )
     models = DifferencesResult([row], "LLM gpt-5-mini", "LLM meta-llama/Llama-3.1-8B-Instruct", "sampler", 300)
-    assert read_differences(CTX, models)[0] == ("summarization (explorer: rules, not LLMs)", "completeness", 0.9)
+    assert read_differences(CTX, models)[0] == (
+        "summarization (explorer: rules, not LLMs)",
+        "completeness",
+        0.9,
+        None,
+        None,
+    )
 
 
 def test_explanation_accuracy_row_names_its_grader():

@@ -1,0 +1,167 @@
+"""How the demo reads each step's headline numbers: a reader per kind of step, turning the step's result into
+recap rows ``(method, metric, value)`` or, where the number is a mean over items with a bootstrap 95 % interval
+stored beside it, ``(method, metric, value, ci_low, ci_high)``.
+
+A number without per-item values (a training metric such as test accuracy, a count, a set-level score) has no
+interval; its row stays a triple and ``recap.json`` stores ``null`` bounds for it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from nemo_train.nemo.labels import match_label
+
+if TYPE_CHECKING:
+    from nemo_train.demo_steps import DemoContext, FitResult
+
+#: A recap row: ``(method, metric, value)`` or ``(method, metric, value, ci_low, ci_high)``.
+Row = tuple
+
+
+def _interval(ci: Any) -> tuple[Any, Any]:
+    """``(low, high)`` of a stored interval (a pair, or ``None`` for none)."""
+    return (None, None) if ci is None else (ci[0], ci[1])
+
+
+def _finite(value: Any) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
+def read_classifier(ctx: DemoContext, result: FitResult) -> list[Row]:
+    """Test accuracy on bias-aligned and bias-conflicting images."""
+    m = result.metrics
+    return [
+        ("classifier", "acc_aligned", m["test/acc_aligned"]),
+        ("classifier", "acc_conflicting", m["test/acc_conflicting"]),
+    ]
+
+
+def read_explainer(ctx: DemoContext, result: FitResult) -> list[Row]:
+    """Held-out explanation accuracy (share of pairs whose explanation names the right cause; keyword rule)."""
+    return [
+        ("tiny explainer", "explanation_acc (keyword rule, not manual grading)", result.metrics["val/explanation_acc"])
+    ]
+
+
+def read_captions(ctx: DemoContext, result: FitResult) -> list[Row]:
+    """Held-out caption accuracy of the tiny VLM's first stage (per factor and mean)."""
+    prefix = "val/caption_acc"
+    return [
+        ("tiny VLM (captions)", k.removeprefix("val/"), v)
+        for k, v in sorted(result.metrics.items())
+        if k.startswith(prefix)
+    ]
+
+
+def read_teacher(ctx: DemoContext, result: dict) -> list[Row]:
+    """How many teacher labels became training pairs, and their mean CEI."""
+    return [
+        ("Teacher (exhaustive search, not a model)", k, v)
+        for k, v in result.items()
+        if k in ("labels", "kept", "mean_cei")
+    ]
+
+
+def read_distilled(ctx: DemoContext, result: FitResult) -> list[Row]:
+    """CEI and LLM Match of the student's answers on held-out errors at the last validation."""
+    m = result.metrics
+    rows = [("Student", "cei", m["nemo/cei"])] if "nemo/cei" in m else []
+    for key in ("llm_match", "rule_match"):  # rule_match: no judge was a language model
+        if f"nemo/{key}" in m:
+            judges = [k.split("/", 2)[2] for k in m if k.startswith(f"nemo/{key}/") and k.count("/") == 2]
+            rows.append(("Student", match_label(judges) if judges else key, m[f"nemo/{key}"]))
+    return rows
+
+
+def _shares(step_target: str, counts: dict[str, int] | None) -> list[Row]:
+    from nemo_train.nemo.shift_benchmark import cause_shares
+
+    return [(step_target, f"share/{cause}", share) for cause, share in cause_shares(counts or {}).items()]
+
+
+def read_distill_eval(ctx: DemoContext, result: dict) -> list[Row]:
+    """LLM Match / grounding / CEI of each row (teacher, student, methods driven by the student, known cause,
+    constant) per target; the first target's cause shares."""
+    rows = _shares("causes", result.get("cause_counts"))
+    for key, v in result["summary"].items():
+        method, target = key.split("|", 1)
+        for metric in ("llm_match", "grounding", "cei"):
+            if _finite(v.get(metric)):
+                label = match_label(result.get("judges", [])) if metric == "llm_match" else metric
+                ci = (v.get(f"{metric}_ci_low"), v.get(f"{metric}_ci_high"))
+                rows.append((f"{method} @ {target}", label, v[metric], *ci))
+    return rows
+
+
+def read_differences(ctx: DemoContext, result: Any) -> list[Row]:
+    """Completeness, Density and Token Length of each explainer of how Model A and Model B differ."""
+    parts = {"evaluator": result.evaluator, "summarizer": result.summarizer, "explorer": result.explorer}
+    rules = [part for part, label in parts.items() if not label.startswith("LLM ")]
+    note = f" ({', '.join(rules)}: rules, not LLMs)" if rules else ""
+    intervals = {r.method: getattr(r, "intervals", None) or {} for r in result.rows}
+    return [
+        (method + note, metric, v[metric], *_interval(intervals.get(method, {}).get(metric)))
+        for method, v in result.headline().items()
+        for metric in ("completeness", "density", "token_length")
+    ]
+
+
+def read_lbee(ctx: DemoContext, result: Any) -> list[Row]:
+    """ACR / AHR / TPR / JI of each sentence-selection method on the hard clusters."""
+    return [
+        (s.method, metric, getattr(s, metric), *_interval((getattr(s, "intervals", None) or {}).get(metric)))
+        for s in result.scores
+        for metric in ("acr", "ahr", "tpr", "ji")
+    ]
+
+
+def read_counterfactuals(ctx: DemoContext, result: Any) -> list[Row]:
+    """Success rate (share of counterfactuals above the competency threshold) of each method."""
+    intervals = getattr(result, "intervals", None) or {}
+    return [
+        (method, "success", v["success"], *_interval(intervals.get(method, {}).get("success")))
+        for method, v in result.table.items()
+        if method != "Orig"
+    ]
+
+
+def read_clip(ctx: DemoContext, result: FitResult) -> list[Row]:
+    """Zero-shot accuracy of every attribute on held-out images (prompt classification in the trained space)."""
+    prefix = "val/zeroshot/"
+    return [
+        ("CLIP", f"zeroshot/{k[len(prefix) :]}", v) for k, v in sorted(result.metrics.items()) if k.startswith(prefix)
+    ]
+
+
+def read_nemo(ctx: DemoContext, result: Any) -> list[Row]:
+    """LLM Match, grounding and CEI of each method on each target, the cause shares, and how often the known
+    cause beats a distractor."""
+    rows = [row for target, counts in result.cause_counts.items() for row in _shares(target, counts)]
+    for c in result.cells:
+        method = c.label if len({x.target for x in result.cells}) == 1 else f"{c.label} @ {c.target}"
+        rows += [
+            (
+                method,
+                match_label(c.per_judge) if metric == "llm_match" else metric,
+                getattr(c, metric),
+                *_interval(c.intervals.get(metric)),
+            )
+            for metric in ("llm_match", "grounding", "cei")
+            if _finite(getattr(c, metric))
+        ]
+    if result.known_cause_win_rate is not None:
+        rows.append(("KnownCause", "beats_distractor_cei", result.known_cause_win_rate))
+    return rows
+
+
+def read_numbers(ctx: DemoContext, result: Any) -> list[Row]:
+    """Every top-level number a pipeline returns (for steps without a reader of their own)."""
+    if not isinstance(result, dict):
+        return []
+    return [
+        ("", key, value)
+        for key, value in result.items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+    ]
