@@ -55,6 +55,9 @@ PIPELINE_COMMANDS: dict[str, Command] = {
     "differences": Command(
         "nemo_train.differences.pipeline:differences", "explain how two vision models differ, and score it"
     ),
+    "judge": Command(
+        "nemo_train.nemo.judge_command:judge", "grade explanations with a judge panel; agreement with hand labels"
+    ),
     "prepare": Command("datamodules.prepare:prepare", "check a data folder for a dataset and list what is missing"),
 }
 
@@ -116,7 +119,10 @@ def run_pipeline(name: str, args: list[str]) -> Any:
     """Run the pipeline command ``name`` with its own arguments."""
     check_config_files(args)
     func = _load(PIPELINE_COMMANDS[name].target)
-    return auto_cli(func, args=args, prog=f"nemo-train {name}", as_positional=False, exit_on_error=False)
+    # options are matched exactly: a prefix such as ``--n`` would otherwise silently mean ``--num_nodes``
+    return auto_cli(
+        func, args=args, prog=f"nemo-train {name}", as_positional=False, exit_on_error=False, allow_abbrev=False
+    )
 
 
 def check_config_files(args: list[str]) -> None:

@@ -102,7 +102,8 @@ class NemoLightningCLI(LightningCLI):
     def __init__(self, args: list[str] | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("save_config_callback", ScrubbedSaveConfigCallback)
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
-        kwargs.setdefault("parser_kwargs", {"exit_on_error": False})  # the nemo-train CLI prints one line
+        # the nemo-train CLI prints one line; options are matched exactly (``--n`` is no ``--num_nodes``)
+        kwargs.setdefault("parser_kwargs", {"exit_on_error": False, "allow_abbrev": False})
         # progress bars only on a terminal (logs and CI get none); the model summary only with --verbose
         kwargs.setdefault(
             "trainer_defaults",

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import wandb
 import yaml
+from cli_errors import one_line_error
 
 from nemo_train.cli import main
 from nemo_train.loggers import WandbLogger
@@ -122,3 +123,18 @@ def test_init_arguments_are_redacted_and_the_command_line_is_not_recorded(tmp_pa
     finally:
         wandb.finish()
     assert not list((tmp_path / "wandb").glob("offline-run-*/files/wandb-metadata.json"))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["nemo-eval", "--config", "configs/nemo/cmnist.yaml", "--n", "16"],  # once read as --num_nodes 16: a hang
+        ["differences", "--config", "configs/differences/cmnist.yaml", "--num_n", "2"],
+        ["fit", "--config", "configs/cmnist/model_a.yaml", "--trainer.max_ep", "1"],
+    ],
+    ids=["nemo-eval", "differences", "fit"],
+)
+def test_an_abbreviated_option_is_refused_not_expanded(capsys, monkeypatch, argv):
+    monkeypatch.chdir(ROOT)
+    line = one_line_error(capsys, argv)
+    assert argv[-2] in line
