@@ -33,6 +33,23 @@ DISTILL_CHANGE_PROMPT = (
     'Left: a "{true_name}" the classifier called a "{pred_name}"; right: a "{ref_name}" it got right. '
     'Reply in JSON: {{"cause_of_error": "the cause. Edit: the change that fixes it"}}'
 )
+#: The same question with the error (left) beside references of its true class that each share at most one
+#: unusual trait of it, and how the classifier read each (``{readings}``: :func:`evidence_readings`); no factor
+#: is named, so which trait the misread references share has to be seen in the picture.
+DISTILL_EVIDENCE_PROMPT = (
+    'Left: a "{true_name}" the classifier called a "{pred_name}". Right, numbered from the left: "{true_name}"s '
+    "that share one trait of it each, or none; the classifier {readings}. "
+    'Reply in JSON: {{"cause_of_error": "the cause. Edit: the change that fixes it"}}'
+)
+
+
+def evidence_readings(predictions: Sequence[int], label: int, class_names: Sequence[str]) -> str:
+    """``got 1 right, read 2 as a "5", got 3 right``: the classifier's reading of each numbered reference."""
+    parts = [
+        f"got {i} right" if int(p) == int(label) else f'read {i} as a "{class_names[int(p)]}"'
+        for i, p in enumerate(predictions, 1)
+    ]
+    return ", ".join(parts)
 
 
 def value_name(vocabulary: Mapping[str, Sequence], attribute: str, value: Any) -> str:

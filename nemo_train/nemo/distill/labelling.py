@@ -38,6 +38,7 @@ from nemo_train.metrics.nemo import score_mean
 from nemo_train.models.specs import ClassifierSpec, as_classifier
 from nemo_train.models.targets import ClassMapping
 from nemo_train.nemo.components.editors import DiffusersEdit
+from nemo_train.nemo.distill.evidence import check_evidence_benchmark
 from nemo_train.nemo.distill.mining import mine_folder_errors, mine_synthetic_errors
 from nemo_train.nemo.distill.pairs import LabelledErrors, ReferenceClass, pairs_from_labels
 from nemo_train.nemo.distill.teachers import ExhaustiveAttributeTeacher, SciTXTeacher, TeacherLabel, View
@@ -94,12 +95,12 @@ class PoolClassifier:
 
     Args:
         classifier: its checkpoint (its experiment folder names it, as for ``classifier``).
-        bias: the bias of its training data: a preset (``model_a``) or ``{digit: [colour, ...]}``; the mined
-            errors are its bias-conflicting ones.
+        bias: the bias of its training data: a preset (``model_a``, ``gaps_b``), ``{digit: [colour, ...]}`` (CMNIST)
+            or ``{factor: [digits]}`` (shifts gaps); the mined errors are its bias-conflicting ones.
     """
 
     classifier: str
-    bias: str | dict[int, list[str]] | None = None
+    bias: str | dict[int, list[str]] | dict[str, list[int]] | None = None
 
 
 def mining_identity(dataset, n, seed, styles, bias, data_kwargs, mining_root) -> dict[str, Any]:
@@ -196,7 +197,7 @@ def distill_teacher(
     n: int = 300,
     seed: Seed = 1,
     styles: int = 2,
-    bias: str | dict[int, list[str]] | None = None,
+    bias: str | dict[int, list[str]] | dict[str, list[int]] | None = None,
     pool: list[PoolClassifier] | None = None,
     data_kwargs: dict[str, Any] | None = None,
     mining_root: str | None = None,
@@ -234,8 +235,8 @@ def distill_teacher(
             target (``{class: [imagenet ids]}``; default: the folder names are WordNet ids).
         n, styles: errors to mine, exemplars / views per cell of the mining grid.
         bias, data_kwargs: generated data: the classifier's training bias (a preset of the datamodule or, for
-            CMNIST, ``{digit: [colour, ...]}``; its conflicting errors are mined) and extra datamodule
-            arguments (CLEVR ``image_size``).
+            CMNIST, ``{digit: [colour, ...]}``, for shifts ``{factor: [digits]}``; its conflicting errors are
+            mined) and extra datamodule arguments (CLEVR ``image_size``).
         pool: generated data: more classifiers (each with its bias) whose errors the same teacher labels into
             the same pairs, e.g. classifiers with different colour biases, so that a student has to read the
             expected colour from the reference image instead of learning one classifier's answer.
@@ -246,7 +247,10 @@ def distill_teacher(
         m, k: SciTX hypotheses and observations per error (with a backend).
         min_cei: keep only labels whose CEI (percentage points) is at least this.
         views: conversations per kept error: ``error`` (SciTX's question), ``gradcam`` (CamMLLM's), ``change``
-            (ChangeMLLM's, with a correctly classified reference beside the error).
+            (ChangeMLLM's, with a correctly classified reference beside the error), ``evidence`` (the error beside
+            references of its true class that share one unusual trait of it each, and how the labelled classifier
+            read them: :mod:`nemo_train.nemo.distill.evidence`; generated data whose fact sheet names typical
+            values, e.g. shifts).
         reference_class: the ``change`` view's reference: the nearest correctly classified image of the true or
             the predicted class (``either``, as ChangeMLLM), of one of them (``true`` / ``predicted``), or the
             ``prototype`` of the true class (the correctly classified one with the largest ``P(y)``: it shows
@@ -291,13 +295,15 @@ def distill_teacher(
             )
         elif dataset == "shifts":
             target = build_target(spec).to(device)
-            gaps = member_bias if isinstance(member_bias, str) else "gaps_a"
+            gaps = member_bias if member_bias is not None else "gaps_a"  # a preset or {factor: [digits]}
             bench = build_shift_benchmark(
                 target, gaps, n=n, seed=seed, split="mining", size=10 * n, datamodule_kwargs=data_kwargs
             )
         else:
             target = build_target(spec).to(device)
             bench = mine_synthetic_errors(dataset, target, n, seed, styles, member_bias, datamodule_kwargs=data_kwargs)
+        if "evidence" in views:  # refused before any labelling
+            check_evidence_benchmark(bench)
         if hypotheses is None:
             teacher = ExhaustiveAttributeTeacher(target)
         else:

@@ -1,7 +1,9 @@
 """The student's training pairs from kept teacher labels: one explanation record per error and view.
 
 Labels of several classifiers (a pool with different biases) go into the same pair files; each record's
-provenance names the classifier, and the train / val split is by error (all views of an error on one side).
+provenance names the classifier, and the train / val split is by error (all views of an error on one side). In
+the ``evidence`` view each classifier's errors come with that classifier's readings of the references, so the
+same digit and trait can have different answers in one pair file.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 
 from datamodules.explanations import ExplanationRecord, to_pil, write_records
 from nemo_train.nemo.benchmark import NemoBenchmark
+from nemo_train.nemo.distill.evidence import ClassifierEvidence, check_evidence_benchmark
 from nemo_train.nemo.distill.teachers import View, view_inputs
 from nemo_train.nemo.methods.change_mllm import ReferenceClass
 
@@ -45,8 +48,14 @@ def pairs_from_labels(
     """Write the kept labels as explanation-record pairs, one per view, split by error into train / val.
 
     ``reference_class``: the correctly classified reference beside the error in the ``change`` view: the
-    nearest of the true or predicted class, of only one of them, or the true class's ``prototype``.
+    nearest of the true or predicted class, of only one of them, or the true class's ``prototype``. ``seed`` also
+    draws the ``evidence`` view's references (:class:`~nemo_train.nemo.distill.evidence.ClassifierEvidence`), which
+    its records carry as ``counterfactual`` (the montage beside the error).
     """
+    if "evidence" in views:
+        for group in groups:
+            check_evidence_benchmark(group.benchmark)
+    evidence = ClassifierEvidence(seed)
     images_dir = out_dir / "images"
     images_dir.mkdir(parents=True, exist_ok=True)
     errors = [(group, label) for group in groups for label in group.labels]
@@ -59,7 +68,7 @@ def pairs_from_labels(
         bench = group.benchmark
         sample = mined[group.name][label["sample_id"]]
         for view in views:
-            built = view_inputs(view, sample, bench, group.target, reference_class)
+            built = view_inputs(view, sample, bench, group.target, reference_class, evidence)
             if built is None:
                 continue
             image, second, question = built

@@ -11,13 +11,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from jsonargparse.typing import PositiveInt
 
 from nemo_train.backends.base import ChatBackend
 from nemo_train.backends.messages import user_message
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
+from nemo_train.nemo.distill.evidence import ClassifierEvidence, check_evidence_benchmark
 from nemo_train.nemo.distill.teachers import ExhaustiveAttributeTeacher
 from nemo_train.nemo.interventions import CounterfactualScorer
 from nemo_train.nemo.methods.base import Explanation, Method, ask_causes_batch
@@ -62,6 +63,58 @@ class OnePassExplainer:
         ]
 
 
+class EvidenceQuestions:
+    """The ``evidence`` view's conversations: the error beside the montage of its references (true class, one
+    unusual trait of the error each) and the question with the classifier's reading of each, the classifier being
+    the one under evaluation (:mod:`nemo_train.nemo.distill.evidence`)."""
+
+    def __init__(self, target, benchmark: NemoBenchmark, evidence: ClassifierEvidence | None = None) -> None:
+        check_evidence_benchmark(benchmark)
+        self.target, self.benchmark, self.evidence = target, benchmark, evidence or ClassifierEvidence()
+
+    def conversations(self, samples: Sequence[ErrorSample]) -> list[list]:
+        names = self.benchmark.class_names
+        found = self.evidence.gather_many(samples, self.benchmark, self.target)
+        return [[user_message(e.question(s, names), [s.image, e.montage])] for s, e in zip(samples, found)]
+
+
+class EvidencePassExplainer:
+    """One greedy pass of an explainer on the ``evidence`` view of each error; many errors in one request."""
+
+    def __init__(self, backend: ChatBackend, questions: EvidenceQuestions, name: str) -> None:
+        self.backend, self.questions, self.name = backend, questions, name
+
+    def explain(self, sample: ErrorSample, benchmark: NemoBenchmark) -> Explanation:
+        return self.explain_batch([sample], benchmark)[0]
+
+    def explain_batch(self, samples: Sequence[ErrorSample], benchmark: NemoBenchmark) -> list[Explanation]:
+        found = ask_causes_batch(self.backend, self.questions.conversations(samples))
+        return [Explanation(answers[0] if answers else "", answers) for answers in found]
+
+
+class EvidenceHypothesizer:
+    """SciTX's hypothesis source asked the ``evidence`` view: ``m`` sampled answers per error (the retrieved
+    observations are not shown; the evidence references take their place)."""
+
+    reads_captions = False
+
+    def __init__(self, backend: ChatBackend, questions: EvidenceQuestions, temperature: float = 0.7) -> None:
+        self.backend, self.questions, self.temperature = backend, questions, temperature
+
+    def hypothesize(self, sample, observations, class_names, m):
+        return self.hypothesize_batch([sample], [observations], class_names, m)[0]
+
+    def hypothesize_batch(self, samples, observations, class_names, m):
+        temperature = self.temperature if m > 1 else 0.0
+        return ask_causes_batch(
+            self.backend, self.questions.conversations(samples), n=m, temperature=temperature, seed=0
+        )
+
+
+#: What the student is shown: the error image alone, or the error beside the classifier's evidence.
+StudentView = Literal["error", "evidence"]
+
+
 @dataclass
 class DistillContext:
     """What a row needs: the held-out errors, the target, the student and the two scorers."""
@@ -101,10 +154,24 @@ class ExhaustiveTeacher(DistillMethod):
 
 
 class StudentGreedy(DistillMethod):
-    """The student's single greedy pass on the error image with its distillation question."""
+    """The student's single greedy pass on the error image with its distillation question.
+
+    Args:
+        view: ``error`` (the error image alone) or ``evidence`` (beside the classifier's readings of references
+            sharing one unusual trait of the error each; for a student distilled on that view).
+    """
+
+    def __init__(self, view: StudentView = "error") -> None:
+        self.view = view
 
     def build(self, ctx: DistillContext) -> tuple[Method, CounterfactualScorer]:
+        if self.view == "evidence":
+            questions = EvidenceQuestions(ctx.target, ctx.benchmark)
+            return EvidencePassExplainer(ctx.student, questions, "Student (greedy, evidence)"), ctx.structured
         return OnePassExplainer(ctx.student), ctx.structured
+
+    def settings(self) -> dict[str, Any]:
+        return {"class": type(self).__name__, **({"view": self.view} if self.view != "error" else {})}
 
 
 class StudentSciTX(DistillMethod):
@@ -113,16 +180,27 @@ class StudentSciTX(DistillMethod):
     Args:
         k: observations retrieved per error; m: sampled hypotheses per error.
         temperature: sampling temperature of the hypotheses.
+        view: what the student is asked: ``error`` (the error image alone) or ``evidence`` (as :class:`StudentGreedy`).
     """
 
-    def __init__(self, k: PositiveInt = 8, m: PositiveInt = 4, temperature: float = 0.7) -> None:
-        self.k, self.m, self.temperature = k, m, temperature
+    def __init__(
+        self, k: PositiveInt = 8, m: PositiveInt = 4, temperature: float = 0.7, view: StudentView = "error"
+    ) -> None:
+        self.k, self.m, self.temperature, self.view = k, m, temperature, view
 
     def build(self, ctx: DistillContext) -> tuple[Method, CounterfactualScorer]:
-        hypothesizer = MLLMHypothesizer(ctx.student, temperature=self.temperature, template=DISTILL_PROMPT)
+        if self.view == "evidence":
+            questions = EvidenceQuestions(ctx.target, ctx.benchmark)
+            hypothesizer = EvidenceHypothesizer(ctx.student, questions, temperature=self.temperature)
+        else:
+            hypothesizer = MLLMHypothesizer(ctx.student, temperature=self.temperature, template=DISTILL_PROMPT)
         method = SciTX(ctx.target, hypothesizer, ctx.structured, k=self.k, m=self.m)
-        method.name = f"SciTX (student, M={self.m})"
+        method.name = f"SciTX (student, M={self.m}{', evidence' if self.view == 'evidence' else ''})"
         return method, ctx.structured
+
+    def settings(self) -> dict[str, Any]:
+        settings = {"class": type(self).__name__, "k": self.k, "m": self.m, "temperature": self.temperature}
+        return settings | ({"view": self.view} if self.view != "error" else {})
 
 
 class StudentCamMLLM(DistillMethod):

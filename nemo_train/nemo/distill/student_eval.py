@@ -16,8 +16,10 @@ the blamed factor back to its typical value; an ``Edit:`` line that agrees gives
 the sentence makes the answer inconsistent, scored 0), re-rendered exactly; on folder data the student's stated
 editing instruction (:class:`~nemo_train.nemo.structured.StructuredEditDeriver`) is applied by a diffusers editor (where the teacher and KnownCause rows do not exist). LLM Match comes from the configured judges
 (default on generated data: the grounded judge, an attribute parser checked against the fact sheet, not a
-model). Every target after the first is a classifier whose errors the student never saw in distillation: the generalisation
-report. Results resume from ``<out_dir>/results.jsonl`` like ``nemo-eval``.
+model). The table's title names the classifiers the student was distilled on only where the adapter's training
+pairs record them (:func:`~nemo_train.nemo.distill.lineage.distilled_classifiers`) or ``distilled_on`` states them;
+any other target is one whose errors it never saw: the generalisation report. Results resume from
+``<out_dir>/results.jsonl`` like ``nemo-eval``.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from nemo_train.models.class_mapping import ClassMapping
 from nemo_train.models.specs import ClassifierSpec, as_classifier, unique_names
 from nemo_train.nemo.benchmark import FACT_SHEETS, NemoBenchmark, build_synthetic_benchmark
 from nemo_train.nemo.components.editors import DiffusersEdit
+from nemo_train.nemo.distill.lineage import distilled_classifiers
 from nemo_train.nemo.distill.rows import (
     DistillContext,
     DistillMethod,
@@ -127,8 +130,7 @@ def distill_eval(
     Args:
         student: the distilled explainer's adapter folder (``<fit root>/adapter``).
         targets: classifier checkpoints, or classifier specs (``TimmModel`` with hub or local weights) for folder
-            data; the first is the one distilled on, the others are the generalisation report (biases the
-            student never saw).
+            data; the ones the student was not distilled on are the generalisation report (biases it never saw).
         biases: the bias preset of each target (which errors are bias-conflicting; default: the dataset's).
         dataset: ``cmnist`` / ``clevr`` (the held-out test grid) or ``folder`` (``evaluation_root``).
         methods: the rows (default: all): ``ExhaustiveTeacher``, ``StudentGreedy``, ``StudentSciTX``,
@@ -150,8 +152,8 @@ def distill_eval(
             call (its LoRA weights merged into the base model).
         max_new_tokens: the longest answer the student writes (its structured answers take ~50-90 tokens; the
             cap keeps one sampled answer that never ends from holding its whole batch).
-        distilled_on: what the student was distilled on, for the table's title (default: the first target;
-            e.g. a pool of classifiers that includes it).
+        distilled_on: what the student was distilled on, for the table's title (default: the classifiers named
+            by its training pairs' provenance; when that is unknown the title says nothing about it).
 
     With ``devices`` > 1 (or several nodes) every process builds the targets and errors, computes its share of
     each row's pending errors into ``results.rank-<r>.jsonl``, and process 0 merges them and prints the table
@@ -160,9 +162,7 @@ def distill_eval(
     if not Path(student).exists():
         raise UserInputError(f"student adapter folder {student!r} does not exist; run the distilled explainer's fit")
     if not targets:
-        raise UserInputError(
-            "targets is empty; give at least one classifier checkpoint (the one the student was distilled on first)"
-        )
+        raise UserInputError("targets is empty; give at least one classifier checkpoint to explain the errors of")
     folder = dataset == "folder"
     rows = list(methods) if methods else (student_distill_methods() if folder else default_distill_methods())
     if any(row.uses_student for row in rows):  # a missing or damaged adapter file: one line before any work
@@ -256,8 +256,8 @@ def distill_eval(
     merge_shards(store.path)
     store = ResultStore(store.path)
     summary = mean_scores(store.get(key) for key in dict.fromkeys(progress.keys))
-    first = distilled_on or next(iter(dict.fromkeys(t for _, t in summary)), "")
-    title = f"Distilled explainer on held-out {dataset} errors (distilled on {first}; others: unseen biases)"
+    seen = distilled_on or ", ".join(distilled_classifiers(student) or [])
+    title = f"Distilled explainer on held-out {dataset} errors" + (f" (distilled on {seen})" if seen else "")
     print_summary(summary, title, panel.names)
     print(f"{len(progress.keys)} rows in {time.perf_counter() - started:.1f} s; results in {store.path}")
     result = {

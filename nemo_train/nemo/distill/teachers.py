@@ -9,9 +9,11 @@ A teacher labels one error with a hypothesis, the edit it implies and that edit'
 * :class:`SciTXTeacher`: SciTX with any hypothesis source (an MLLM backend on real data, where the edit is
   the instruction the deriver wrote for an image editor); the label is its argmax-CEI hypothesis.
 
-:func:`teacher_views` turns a label into training conversations for the student: the error image with the
-distillation question (SciTX's hypothesis source), its Grad-CAM overlay (CamMLLM's reader) and the error
-beside a correctly classified reference (ChangeMLLM's comparer), all with the same structured answer.
+:func:`view_inputs` turns a label into training conversations for the student: the error image with the
+distillation question (SciTX's hypothesis source), its Grad-CAM overlay (CamMLLM's reader), the error
+beside a correctly classified reference (ChangeMLLM's comparer) and the error beside the classifier's evidence
+(references of the true class that share one unusual trait of the error each, with the classifier's readings:
+:mod:`nemo_train.nemo.distill.evidence`), all with the same structured answer.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from nemo_train.errors import UserInputError
 from nemo_train.metrics.nemo import cei_points
 from nemo_train.nemo.batched_scoring import select_many, with_derived_edits
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
+from nemo_train.nemo.distill.evidence import ClassifierEvidence
 from nemo_train.nemo.interventions import ExactAttributeEditor
 from nemo_train.nemo.methods.cam_mllm import gradcam_overlay
 from nemo_train.nemo.methods.change_mllm import ChangeMLLM, ReferenceClass
@@ -38,7 +41,7 @@ from nemo_train.nemo.structured import (
     hypothesis_sentence,
 )
 
-View = Literal["error", "gradcam", "change"]
+View = Literal["error", "gradcam", "change", "evidence"]
 
 
 @dataclass
@@ -174,16 +177,25 @@ class SciTXTeacher:
 
 
 def view_inputs(
-    view: View, sample: ErrorSample, benchmark: NemoBenchmark, target, reference_class: ReferenceClass = "either"
+    view: View,
+    sample: ErrorSample,
+    benchmark: NemoBenchmark,
+    target,
+    reference_class: ReferenceClass = "either",
+    evidence: ClassifierEvidence | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, str] | None:
     """``(image, second image or None, question)`` the student sees in one view of an error; ``None`` when the
     view cannot be built (no correctly classified reference of ``reference_class`` for ``change``).
 
     ``reference_class``: ChangeMLLM's nearest reference of the true or predicted class (``either``), of one
     of them (``true`` / ``predicted``), or the true class's ``prototype`` (the most confident correct one).
+    ``evidence``: draws the ``evidence`` view's references (default: seed 0); the second image is their montage.
     """
     names = benchmark.class_names
     true_name, pred_name = names[sample.label], names[sample.prediction]
+    if view == "evidence":
+        found = (evidence or ClassifierEvidence()).gather(sample, benchmark, target)
+        return sample.image, found.montage, found.question(sample, names)
     if view == "error":
         return sample.image, None, DISTILL_PROMPT.format(true_name=true_name, pred_name=pred_name)
     if view == "gradcam":
