@@ -36,13 +36,14 @@ MINIMAL = {
     "lbee": ["--data", "datamodules.nico.NICODataModule"],
     "differences": ["--generator", "nemo_train.differences.generators.CMNISTGenerator"],
     "export": ["--adapter", "missing"],
+    "judge": [],
 }
 SECRET = "sk-" + "live0123456789abcdefXYZ"  # a made-up key, spelled in two parts so no scanner takes it for one
 #: Commands that only read (a data-folder check): no output folder, so no run floor.
 READ_ONLY = {"prepare"}
 WRITERS = sorted(set(PIPELINE_COMMANDS) - READ_ONLY)
 #: Commands whose only run argument is the output folder (no models of their own to seed or place, nothing to log).
-OUT_DIR_ONLY = {"demo", "export"}
+OUT_DIR_ONLY = {"demo", "export", "judge"}
 
 
 def hold_lock(folder: Path, pid: str = "4242") -> int:
