@@ -8,10 +8,11 @@ from typing import Any, Literal
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from peft import LoraConfig, PeftModel, get_peft_model, prepare_model_for_kbit_training
 from peft.utils import SAFETENSORS_WEIGHTS_NAME as SAFE_WEIGHTS_NAME
 from safetensors.torch import save_file
-from torch.optim.lr_scheduler import LinearLR, LRScheduler, SequentialLR
+from torch.optim.lr_scheduler import LambdaLR, LRScheduler
 from transformers import AutoModelForImageTextToText, BitsAndBytesConfig
 from transformers.integrations import HfDeepSpeedConfig
 
@@ -241,8 +242,27 @@ class ExplainerModule(L.LightningModule):
             groups.append({"params": visual, "lr": hp.lr if hp.visual_lr is None else hp.visual_lr})
         optimizer = torch.optim.AdamW([g for g in groups if g["params"]], weight_decay=hp.weight_decay)
         total = max(1, int(self.trainer.estimated_stepping_batches)) if self._trainer is not None else 1
+        self.schedule_steps = total
+        resumed = getattr(self, "_resumed_schedule_steps", None)
+        if resumed is not None and resumed != total:
+            rank_zero_warn(
+                f"resuming with a learning-rate schedule of {total} steps (the checkpoint's run had {resumed}): "
+                f"from step {self.trainer.global_step} the rate follows the new length",
+                category=UserWarning,
+            )
         scheduler = warmup_then_linear_decay(optimizer, min(hp.warmup_steps, total - 1), total)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def on_train_start(self) -> None:
+        """The learning rate of the step the run starts at, from the schedule (a resumed run's optimizer state
+        holds the rate its last run ended with, 0 at the end of a finished schedule)."""
+        for config in self.trainer.lr_scheduler_configs:
+            scheduler = config.scheduler
+            if isinstance(scheduler, LambdaLR):
+                for group, base, factor in zip(
+                    scheduler.optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas
+                ):
+                    group["lr"] = base * factor(scheduler.last_epoch)
 
     def on_fit_start(self) -> None:
         datamodule = getattr(self.trainer, "datamodule", None)
@@ -258,10 +278,12 @@ class ExplainerModule(L.LightningModule):
         if state is not None:
             checkpoint["state_dict"] = {clean_name(k): v for k, v in state.items() if clean_name(k) in trainable}
         checkpoint["explainer_prompting"] = dict(self.prompting)
+        checkpoint["explainer_schedule_steps"] = getattr(self, "schedule_steps", None)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.configure_model()
         self.prompting = dict(checkpoint.get("explainer_prompting", {}))
+        self._resumed_schedule_steps = checkpoint.get("explainer_schedule_steps")
 
     def save_adapter(self, path: str | Path, state_dict: dict[str, torch.Tensor] | None = None) -> Path:
         """Write the peft adapter (safetensors), the processor and the base model's name to ``path``.
@@ -355,12 +377,17 @@ def is_visual(name: str) -> bool:
 def warmup_then_linear_decay(optimizer: torch.optim.Optimizer, warmup: int, total: int) -> LRScheduler:
     """Linear warm-up over ``warmup`` steps, then linear decay to zero at step ``total``.
 
-    Built from torch's ``LinearLR`` pieces. The first step already trains, at ``1 / (warmup + 1)`` of the
-    learning rate (step ``s < warmup`` uses ``(s + 1) / (warmup + 1)``); the decay uses
-    ``(total - s) / (total - warmup)``.
+    A closed form of the step (torch's ``LambdaLR`` over a plain function, whose ``state_dict`` keeps the step
+    but not the lengths): a run resumed with another ``total`` follows the new length from the step it resumes
+    at, instead of the restored schedule of the first run. The first step already trains, at ``1 / (warmup + 1)``
+    of the learning rate (step ``s < warmup`` uses ``(s + 1) / (warmup + 1)``); the decay uses
+    ``(total - s) / (total - warmup)``, and 0 from step ``total`` on.
     """
-    decay = LinearLR(optimizer, start_factor=1.0, end_factor=0.0, total_iters=max(1, total - warmup))
-    if warmup <= 0:
-        return decay
-    rise = LinearLR(optimizer, start_factor=1.0 / (warmup + 1), end_factor=1.0, total_iters=warmup)
-    return SequentialLR(optimizer, [rise, decay], milestones=[warmup])
+    warmup = max(0, warmup)
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    return LambdaLR(optimizer, factor)

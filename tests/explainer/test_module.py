@@ -15,7 +15,7 @@ from nemo_train.explainer.module import warmup_then_linear_decay
 from nemo_train.models.vlm import TINY_MODEL, load_processor
 
 
-def _fit(module, pairs, steps, root, **trainer_kwargs):
+def _fit(module, pairs, steps, root, ckpt_path=None, **trainer_kwargs):
     dm = ExplanationDataModule(
         TINY_MODEL, load_processor, train_jsonl=str(pairs["train"]), val_jsonl=str(pairs["val"]), batch_size=4
     )
@@ -31,7 +31,7 @@ def _fit(module, pairs, steps, root, **trainer_kwargs):
         default_root_dir=str(root),
         **trainer_kwargs,
     )
-    trainer.fit(module, dm)
+    trainer.fit(module, dm, ckpt_path=ckpt_path)
     return trainer, dm
 
 
@@ -168,3 +168,21 @@ def test_warmup_starts_above_zero_and_decays_linearly_to_zero(warmup, total, exp
         optimizer.step()
         scheduler.step()
     assert seen == pytest.approx(expected)
+
+
+def test_a_resumed_run_with_a_longer_schedule_trains_at_the_new_schedules_rate(six_cause_pairs, tmp_path):
+    """A finished 2-step run resumed for 4 steps: the restored schedule used to hold the rate at 0 (no weight moved)."""
+    module = ExplainerModule(lr=1e-2, warmup_steps=0)
+    trainer, _ = _fit(module, six_cause_pairs, steps=2, root=tmp_path / "first", enable_checkpointing=False)
+    path = tmp_path / "last.ckpt"
+    trainer.save_checkpoint(path)
+    before = {n: p.detach().clone() for n, p in module.model.named_parameters() if p.requires_grad}
+    resumed = ExplainerModule(lr=1e-2, warmup_steps=0)
+    with pytest.warns(UserWarning, match="schedule of 4 steps .* had 2"):
+        trainer, _ = _fit(resumed, six_cause_pairs, steps=4, root=tmp_path / "more", enable_checkpointing=False,
+                          ckpt_path=str(path))  # fmt: skip
+    assert trainer.global_step == 4
+    after = dict(resumed.model.named_parameters())
+    assert all(not torch.equal(before[n], after[n].detach()) for n in before)  # every trained weight moved
+    # steps 2 and 3 of a 4-step decay: 2/4 and 1/4 of the rate; the rate after the last step is 0
+    assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.0)
