@@ -25,6 +25,15 @@ def _interval(ci: Any) -> tuple[Any, Any]:
     return (None, None) if ci is None else (ci[0], ci[1])
 
 
+def _stored(holder: Any, metric: str) -> tuple[Any, Any]:
+    """``(low, high)`` stored beside ``metric`` as ``<metric>_ci_low`` / ``<metric>_ci_high`` (keys of a dict or
+    attributes of an object); ``(None, None)`` where there are none."""
+    names = (f"{metric}_ci_low", f"{metric}_ci_high")
+    if isinstance(holder, dict):
+        return holder.get(names[0]), holder.get(names[1])
+    return getattr(holder, names[0], None), getattr(holder, names[1], None)
+
+
 def _finite(value: Any) -> bool:
     return value is not None and not (isinstance(value, float) and math.isnan(value))
 
@@ -90,8 +99,7 @@ def read_distill_eval(ctx: DemoContext, result: dict) -> list[Row]:
         for metric in ("llm_match", "grounding", "cei"):
             if _finite(v.get(metric)):
                 label = match_label(result.get("judges", [])) if metric == "llm_match" else metric
-                ci = (v.get(f"{metric}_ci_low"), v.get(f"{metric}_ci_high"))
-                rows.append((f"{method} @ {target}", label, v[metric], *ci))
+                rows.append((f"{method} @ {target}", label, v[metric], *_stored(v, metric)))
     return rows
 
 
@@ -100,9 +108,9 @@ def read_differences(ctx: DemoContext, result: Any) -> list[Row]:
     parts = {"evaluator": result.evaluator, "summarizer": result.summarizer, "explorer": result.explorer}
     rules = [part for part, label in parts.items() if not label.startswith("LLM ")]
     note = f" ({', '.join(rules)}: rules, not LLMs)" if rules else ""
-    intervals = {r.method: getattr(r, "intervals", None) or {} for r in result.rows}
+    scores = {r.method: r for r in result.rows}
     return [
-        (method + note, metric, v[metric], *_interval(intervals.get(method, {}).get(metric)))
+        (method + note, metric, v[metric], *_stored(scores[method], metric))
         for method, v in result.headline().items()
         for metric in ("completeness", "density", "token_length")
     ]
@@ -111,7 +119,7 @@ def read_differences(ctx: DemoContext, result: Any) -> list[Row]:
 def read_lbee(ctx: DemoContext, result: Any) -> list[Row]:
     """ACR / AHR / TPR / JI of each sentence-selection method on the hard clusters."""
     return [
-        (s.method, metric, getattr(s, metric), *_interval((getattr(s, "intervals", None) or {}).get(metric)))
+        (s.method, metric, getattr(s, metric), *_stored(s, metric))
         for s in result.scores
         for metric in ("acr", "ahr", "tpr", "ji")
     ]
@@ -119,9 +127,8 @@ def read_lbee(ctx: DemoContext, result: Any) -> list[Row]:
 
 def read_counterfactuals(ctx: DemoContext, result: Any) -> list[Row]:
     """Success rate (share of counterfactuals above the competency threshold) of each method."""
-    intervals = getattr(result, "intervals", None) or {}
     return [
-        (method, "success", v["success"], *_interval(intervals.get(method, {}).get("success")))
+        (method, "success", v["success"], *_stored(v, "success"))
         for method, v in result.table.items()
         if method != "Orig"
     ]

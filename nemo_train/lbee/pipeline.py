@@ -34,6 +34,7 @@ from nemo_train.lbee.report import print_sentence_table
 from nemo_train.lbee.search import FailureModeSearch, MethodScores, beta_sweep, evaluate
 from nemo_train.lbee.sentences import AttributeSentences, SentenceSource
 from nemo_train.loggers import init_run
+from nemo_train.metrics.bootstrap import format_with_interval
 from nemo_train.models.specs import ClassifierSpec, as_classifier
 from nemo_train.models.targets import Target
 from nemo_train.runs import Device, OutDir, Seed, run_command
@@ -319,8 +320,19 @@ def lbee(
     saved = json.dumps({**asdict(res), "sweep": {"o": evaluation.sweep, **sweep}}, indent=1)
     write_bytes_atomic(out / "results.json", saved.encode("utf-8"))  # a kill leaves the old file or the new one
     columns = ["method", "ACR", "AHR", "TPR", "JI", "|R_S|"]
-    rows = [[s.method, s.acr, s.ahr, s.tpr, s.ji, s.num_selected] for s in scores]
+    rows = [
+        [
+            s.method,
+            format_with_interval(s.acr, s.acr_ci_low, s.acr_ci_high, digits=3),
+            format_with_interval(s.ahr, s.ahr_ci_low, s.ahr_ci_high, digits=3),
+            s.tpr,
+            s.ji,
+            s.num_selected,
+        ]
+        for s in scores
+    ]
     caption = (
+        "ACR, AHR: [bootstrap 95 % interval over the hard clusters]; "
         f"{len(result.clusters)} hard clusters ({result.num_hard} hard / {result.num_easy} easy images), "
         f"|S*|={len(s_star)} of {len(sentence_set)} sentences, beta={beta:.3f}, accuracy {res.accuracy:.3f} "
         + " ".join(f"{k} {v:.3f}" for k, v in group_acc.items())
@@ -329,7 +341,8 @@ def lbee(
     print_table(columns, rows, title="Failure-mode sentences", caption=caption)
     print_sentence_table(sentence_set.texts, gamma, omega, s_star, scores, beta)
     if wandb:
-        _log_wandb(columns, rows, files, out)
+        numbers = [[s.method, s.acr, s.ahr, s.tpr, s.ji, s.num_selected] for s in scores]
+        _log_wandb(columns, numbers, files, out)
     return res
 
 

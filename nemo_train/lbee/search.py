@@ -28,6 +28,7 @@ from nemo_train.lbee.selection import (
     standardize,
 )
 from nemo_train.lbee.split import EntropySplit, SplitRule
+from nemo_train.metrics.bootstrap import interval_fields, mean_interval
 
 
 @dataclass
@@ -154,7 +155,8 @@ class FailureModeSearch:
 
 @dataclass
 class MethodScores:
-    """Scores of one selection method: ACR, AHR, TPR, JI and the size of ``R_S``."""
+    """Scores of one selection method: ACR, AHR (means over the hard clusters, with intervals), TPR, JI (set-level,
+    no interval) and the size of ``R_S``."""
 
     method: str
     acr: float
@@ -163,6 +165,11 @@ class MethodScores:
     ji: float
     num_selected: int
     selected: list[int] = field(default_factory=list)
+    #: bootstrap 95 % interval of ACR and AHR over the hard clusters (``None``: no interval)
+    acr_ci_low: float | None = None
+    acr_ci_high: float | None = None
+    ahr_ci_low: float | None = None
+    ahr_ci_high: float | None = None
 
 
 def evaluate(result: SearchResult, gamma: torch.Tensor, omega: torch.Tensor, beta: float) -> list[MethodScores]:
@@ -175,6 +182,8 @@ def evaluate(result: SearchResult, gamma: torch.Tensor, omega: torch.Tensor, bet
     for method in result.methods:
         chosen = result.per_cluster(method)
         r_s = metrics.union(chosen)
+        coverage = [metrics.coverage_ratio(r, m, gamma) for r, m in zip(chosen, members)]
+        hardness = [metrics.hardness_ratio(r, s_star) for r in chosen]
         out.append(
             MethodScores(
                 method,
@@ -184,6 +193,8 @@ def evaluate(result: SearchResult, gamma: torch.Tensor, omega: torch.Tensor, bet
                 ji=metrics.jaccard_index(r_s, s_star),
                 num_selected=len(r_s),
                 selected=sorted(r_s),
+                **interval_fields("acr", mean_interval(coverage)),
+                **interval_fields("ahr", mean_interval(hardness)),
             )
         )
     return out

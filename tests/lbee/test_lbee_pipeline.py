@@ -124,6 +124,9 @@ def test_pipeline_writes_results_figures_and_scores(tiny_run, capsys):
     assert set(result.s_star) <= set(result.sentences)
     saved = json.loads((out / "run" / "results.json").read_text())
     assert saved["sweep"]["o"] == [0.0, 0.5] and set(saved["sweep"]) >= {"TopS", "FPDiff"}
+    for stored, s in zip(saved["scores"], result.scores):  # each mean over the clusters with its interval beside it
+        assert stored["acr_ci_low"] <= stored["acr"] <= stored["acr_ci_high"]
+        assert (stored["ahr_ci_low"], stored["ahr_ci_high"]) == (s.ahr_ci_low, s.ahr_ci_high)
     for name in ("hard_clusters.png", "beta_sweep.png"):
         assert (out / "run" / name).is_file()
     assert not (out / "run" / "classifier.ckpt").exists()  # the pipeline never trains a classifier

@@ -86,3 +86,17 @@ def test_precision_at_k_by_hand():
 def test_empty_cluster_selection_is_user_error():
     with pytest.raises(UserInputError):
         metrics.hardness_ratio([], {1})
+
+
+def test_evaluate_puts_a_cluster_bootstrap_interval_beside_acr_and_ahr():
+    """Two clusters: a resample holds A twice, B twice or one of each, each at least a quarter of the time, so
+    the 2.5 % and 97.5 % percentiles of the resampled means are the two clusters' own values."""
+    from nemo_train.lbee.search import HardCluster, SearchResult, evaluate
+
+    clusters = [
+        HardCluster(torch.tensor(members), torch.zeros(2), torch.tensor([0]), {"m": retrieved})
+        for members, retrieved in zip(CLUSTERS, RETRIEVED)
+    ]
+    (scores,) = evaluate(SearchResult(clusters, ["m"]), GAMMA, OMEGA, metrics.beta_from(OMEGA))
+    assert scores.ahr == pytest.approx(0.75) and (scores.ahr_ci_low, scores.ahr_ci_high) == (0.5, 1.0)
+    assert scores.acr == pytest.approx(0.5) and (scores.acr_ci_low, scores.acr_ci_high) == pytest.approx((0.25, 0.75))
