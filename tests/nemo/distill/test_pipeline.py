@@ -16,6 +16,7 @@ from PIL import Image  # noqa: E402
 from torchvision.transforms.functional import to_tensor  # noqa: E402
 
 from datamodules.explanations import read_records  # noqa: E402
+from datamodules.shifts import GapSpec  # noqa: E402
 from nemo_train.errors import UserInputError  # noqa: E402
 from nemo_train.metrics.bootstrap import mean_interval  # noqa: E402
 from nemo_train.models.specs import TimmModel  # noqa: E402
@@ -25,6 +26,7 @@ from nemo_train.nemo.distill.rows import (  # noqa: E402
     ExhaustiveTeacher,
     KnownCause,
     StudentChangeMLLM,
+    StudentGreedy,
     StudentSciTX,
     default_distill_methods,
     student_distill_methods,
@@ -53,13 +55,21 @@ def test_distill_presets_parse(path):
         rows = parser.instantiate_classes(config).methods
         assert [type(r) for r in rows] == [ExhaustiveTeacher, StudentChangeMLLM, KnownCause]
         assert rows[1].reference_class == "prototype"
+    elif function is distill_eval and "evidence" in path.stem:  # the evidence student is asked its own view
+        rows = parser.instantiate_classes(config).methods
+        assert [type(r) for r in rows] == [ExhaustiveTeacher, StudentGreedy, StudentSciTX, KnownCause]
+        assert [r.view for r in rows[1:3]] == ["evidence", "evidence"]
     elif function is distill_eval:  # rows are objects: every one of them, the SciTX one with its options
         rows = parser.instantiate_classes(config).methods
         expected = student_distill_methods() if config.dataset == "folder" else default_distill_methods()
         assert [type(r) for r in rows] == [type(r) for r in expected]  # folder data: no teacher / KnownCause row
         assert all(isinstance(r, DistillMethod) for r in rows)
         assert [(r.k, r.m) for r in rows if isinstance(r, StudentSciTX)] == [(8, 4)]
-    if function is distill_teacher and config.get("pool"):  # each pool classifier with its colour bias
+    if function is distill_teacher and "evidence" in path.stem:  # a pool of shifts gap assignments, none gaps_b
+        assert config.views == ["evidence"] and config.pool and all(isinstance(p.bias, dict) for p in config.pool)
+        unseen = GapSpec.parse("gaps_b")
+        assert all(GapSpec.parse(p.bias) != unseen for p in config.pool) and GapSpec.parse(config.bias) != unseen
+    elif function is distill_teacher and config.get("pool"):  # each pool classifier with its colour bias
         halves = {(min(p.bias), c) for p in config.pool for c in sum(p.bias.values(), [])}
         assert len(halves) == len(config.pool) and all(
             sorted(p.bias) in ([0, 1, 2, 3, 4], [5, 6, 7, 8, 9]) for p in config.pool
