@@ -9,6 +9,7 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 import pytest
 
+from datamodules.fact_sheets import SHEETS
 from datamodules.facts import DatasetFacts, Factor
 from nemo_train.backends import ScriptedBackend
 from nemo_train.errors import UserInputError
@@ -286,3 +287,53 @@ def test_an_off_scale_grade_repaired_by_a_reask_counts():
     judge = LLMJudge(ScriptedBackend(lambda messages: next(replies)), "cmnist", name="llm")
     (verdict,) = judge.judge([JudgeItem("The green colour.", "0", "8")])
     assert (verdict.score, verdict.reason) == (1.0, "names the colour")
+
+
+SHIFTS = SHEETS["shifts"]
+#: a red 2 read as a 7, turned 90 degrees clockwise (-90 on the sheet), on a plain background
+SHIFT_ATTRS = {"digit": "2", "color": "red", "style": "solid", "angle": "-90", "background": "plain",
+               "scale": "normal", "position": "centre"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "text, cause, score",
+    [
+        # the text and its Edit line blame different factors: a contradiction scores 0 (before: 1, and the
+        # mirror image 0 only because the text missed the cause)
+        ("The red colour made the classifier read this 2 as a 7. Edit: angle -> 0", "color", 0.0),
+        ("The red colour made the classifier read this 2 as a 7. Edit: color -> white", "color", 1.0),
+        ("The colour is to blame. Edit: change the background to plain", "color", 0.0),
+        # every factor (or three or more) describes no error (before: 0.5)
+        ("The error may come from the colour, style, rotation, background, size or position.", "color", 0.0),
+        ("The colour, the rotation or the background misled it.", "color", 0.0),
+        ("The colour or the rotation misled it.", "color", 0.5),
+        # negation: "not the colour but the rotation" blames the rotation only (before: 0.5 for either)
+        ("Not the colour but the rotation misled the classifier.", "angle", 1.0),
+        ("Not the colour but the rotation misled the classifier.", "color", 0.0),
+        ("The background did not matter; the colour did.", "color", 1.0),
+        ("Neither the style nor the size matters here; the red colour does.", "color", 1.0),
+        # clockwise is negative on the sheets (the renderers turn positive angles anticlockwise)
+        ("The digit is turned 90 degrees clockwise, so it looks like a 7.", "angle", 1.0),
+        ("The digit is turned 90 degrees anticlockwise, so it looks like a 7.", "angle", 0.0),
+        ("The digit leans 90 degrees to the right, so it looks like a 7.", "angle", 1.0),
+        # a tolerance of half the step between the sheet's angles (22.5 degrees on shifts)
+        ("The 2 is tilted about 80 degrees clockwise, which misled it.", "angle", 1.0),
+        ("The 2 is tilted about 45 degrees clockwise, which misled it.", "angle", 0.0),
+        # synonyms and other spellings on the sheet
+        ("Its red ink and the plain backdrop misled it.", "color", 0.5),
+        ("The grainy backdrop misled it.", "background", 0.0),  # grainy is noise: false, the image is plain
+        ("The red strokes misled it.", "color", 1.0),  # the strokes carry the colour: no stroke style blamed
+        ("Unlike the white digits seen in training, this one is painted red.", "color", 1.0),
+    ],
+)
+def test_the_rubric_by_hand_on_the_shifts_sheet(text, cause, score):
+    judge = GroundedJudge(SHIFTS)
+    assert judge.judge([JudgeItem(text, "2", "7", dict(SHIFT_ATTRS), cause)])[0].score == score
+
+
+def test_the_reading_keeps_its_fields_and_adds_the_edit():
+    reading = ClaimParser(SHIFTS).read("The red colour misled it. Edit: angle -> 0", SHIFT_ATTRS, "2", "7")
+    assert reading.blamed == ("color",) and reading.edit_blamed == ("angle",) and not reading.consistent
+    assert not reading.blamed_by_edit and [c.holds for c in reading.claims] == [True]
+    by_edit = ClaimParser(SHIFTS).read("It failed. Edit: style -> solid")
+    assert by_edit.blamed == ("style",) and by_edit.blamed_by_edit and by_edit.consistent
