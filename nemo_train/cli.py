@@ -110,8 +110,9 @@ def print_usage() -> None:
 def run_lightning_cli(args: list[str]) -> None:
     """Run LightningCLI on ``args`` (the subcommand first)."""
     # imported here: lightning takes seconds to import and `nemo-train --help` must not wait for it
-    from nemo_train.lightning_cli import NemoLightningCLI
+    from nemo_train.lightning_cli import NemoLightningCLI, check_strategy_packages
 
+    check_strategy_packages(args)
     NemoLightningCLI(args=args)
 
 

@@ -145,6 +145,25 @@ class NemoLightningCLI(LightningCLI):
             super()._run_subcommand(subcommand)
 
 
+def check_strategy_packages(args: list[str]) -> None:
+    """A one-line error naming the extra to install when the run's ``trainer.strategy`` (in a ``--config`` file or
+    ``--trainer.strategy``) is DeepSpeed and ``deepspeed`` is not installed (the parser's own message is a dump)."""
+    import importlib.util
+
+    named = [value for flag, value in zip(args, args[1:]) if flag == "--trainer.strategy"]
+    for flag, value in zip(args, args[1:]):
+        if flag == "--config" and Path(value).is_file():
+            config = yaml.safe_load(Path(value).read_text(encoding="utf-8")) or {}
+            trainer = config.get("trainer") if isinstance(config, dict) else None
+            strategy = trainer.get("strategy") if isinstance(trainer, dict) else None
+            named.append(strategy.get("class_path", "") if isinstance(strategy, dict) else str(strategy or ""))
+    if any("deepspeed" in name.lower() for name in named) and importlib.util.find_spec("deepspeed") is None:
+        raise UserInputError(
+            "the DeepSpeed strategy needs the deepspeed package, which is not installed: "
+            "pip install -e '.[deepspeed]' (or use DDP / FSDP: configs/explainer/strategies/)"
+        )
+
+
 def resume_callbacks(trainer: Any) -> list[L.Callback]:
     """What makes ``fit --ckpt_path last`` exact (:mod:`nemo_train.callbacks.resume`): the epoch seeds, and a
     ``last.ckpt`` written after every epoch (unless checkpointing is off)."""

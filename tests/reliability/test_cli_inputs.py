@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import socket
 from pathlib import Path
 
@@ -138,3 +139,12 @@ def test_an_abbreviated_option_is_refused_not_expanded(capsys, monkeypatch, argv
     monkeypatch.chdir(ROOT)
     line = one_line_error(capsys, argv)
     assert argv[-2] in line
+
+
+@pytest.mark.skipif(importlib.util.find_spec("deepspeed") is not None, reason="deepspeed is installed")
+@pytest.mark.parametrize("stage", [2, 3])
+def test_a_deepspeed_preset_without_deepspeed_names_the_extra_to_install(capsys, monkeypatch, stage):
+    monkeypatch.chdir(ROOT)
+    argv = ["fit", "--config", "configs/explainer/tiny.yaml"]
+    argv += ["--config", f"configs/explainer/strategies/deepspeed_zero{stage}.yaml"]
+    assert "pip install -e '.[deepspeed]'" in one_line_error(capsys, argv)
