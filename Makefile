@@ -1,5 +1,5 @@
 # Quick start: `make demo` (set up + run every capability once), `make test` (set up + the checks CI runs).
-.PHONY: setup demo test test-fast test-reseeded lint bench
+.PHONY: setup demo test test-fast test-reseeded lint bench lock
 
 VENV := .venv/bin
 
@@ -29,3 +29,10 @@ test-reseeded: setup
 
 bench: setup
 	$(VENV)/python scripts/bench_lightning_overhead.py
+
+# refresh constraints.txt: resolve pyproject.toml in a fresh environment and freeze it (then run `make test`)
+lock:
+	rm -rf /tmp/nemo-train-lock && python3 -m venv /tmp/nemo-train-lock
+	/tmp/nemo-train-lock/bin/python -m pip install --quiet -e ".[dev]"
+	{ head -2 constraints.txt; /tmp/nemo-train-lock/bin/python -m pip freeze --exclude-editable | grep -v '^nemo-train'; } > constraints.new
+	mv constraints.new constraints.txt
