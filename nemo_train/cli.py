@@ -59,6 +59,9 @@ PIPELINE_COMMANDS: dict[str, Command] = {
         "nemo_train.nemo.judge_command:judge", "grade explanations with a judge panel; agreement with hand labels"
     ),
     "prepare": Command("datamodules.prepare:prepare", "check a data folder for a dataset and list what is missing"),
+    "zoo": Command(
+        "nemo_train.models.zoo_run:zoo", "train a zoo of biased shifts classifiers together (drawn gaps, held-out zoo)"
+    ),
 }
 
 #: Lines of a jsonargparse error that list what it tried rather than what is wrong.

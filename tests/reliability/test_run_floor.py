@@ -37,6 +37,7 @@ MINIMAL = {
     "differences": ["--generator", "nemo_train.differences.generators.CMNISTGenerator"],
     "export": ["--adapter", "missing"],
     "judge": [],
+    "zoo": [],
 }
 SECRET = "sk-" + "live0123456789abcdefXYZ"  # a made-up key, spelled in two parts so no scanner takes it for one
 #: Commands that only read (a data-folder check): no output folder, so no run floor.
