@@ -95,6 +95,7 @@ def test_two_best_ckpt_targets_get_two_columns(trained_cmnist_classifier, tmp_pa
         nemo_eval(small(3), [FitCheckpoint(a, name="x"), FitCheckpoint(b, name="x")], [KnownCauseMethod()])
 
 
+@pytest.mark.fault
 def test_kill_minus_nine_then_resume(checkpoint, tmp_path):
     killed_dir, clean_dir = tmp_path / "killed", tmp_path / "clean"
     code = (
