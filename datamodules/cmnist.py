@@ -82,6 +82,7 @@ FACTS = DatasetFacts(
             ("rotated", "rotation", "tilted", "tilt", "angle", "orientation", "upright"),
             distractor=True,
             stems=("rotat", "angle", "tilt", "slant", "orientation", "upright", "degree", "skew"),
+            typical=0,
             neutral=0,
             phrases={str(a): "upright" if a == 0 else f"rotated {a} degrees" for a in ANGLES},
             unit="degrees",

@@ -33,7 +33,11 @@ class Factor:
         word: how a sentence names the factor (``colour``, ``rotation``).
         synonyms: other words that name the factor in free text (``color``, ``hue``, ``tilted``).
         typical: the value every training image of a class with a gap in this factor has (the value a
-            counterfactual edit restores); ``None`` when no value is typical.
+            counterfactual edit restores, also for an explanation that names the factor but no value); ``None``
+            when no value is typical: every value is equally common in training (CLEVR's colour and size, the
+            shifts digits' position: an explanation blaming such a factor has nothing to restore), or the typical
+            value depends on the class, as for a sheet's planted ``cause`` (CMNIST's colour, CLEVR's material),
+            where it is the value the true class had in training (the benchmark's bias, not the sheet).
         editable: whether a counterfactual edit may change it.
         distractor: it varies freely in training and test and never causes an error.
         phrases: how a value reads in the sheet's caption (``{"dotted": "dotted strokes"}``; default the value).

@@ -98,7 +98,8 @@ def nemo_eval(
             as a zero-shot classifier of a generated benchmark) objects (each may take a ``name``).
         methods: explanation methods (default: SciTX and the three baselines): ``SciTXMethod``,
             ``ErrorRetrievalMethod``, ``CamMLLMMethod``, ``ChangeMLLMMethod``, ``KnownCauseMethod``,
-            ``DistractorMethod`` from ``nemo_train.nemo.components``.
+            ``DistractorMethod`` and the trivial rows ``EverythingMethod``, ``ClassFreeConstantMethod``,
+            ``ClassPriorMethod``, ``OddOneOutMethod`` from ``nemo_train.nemo.components``.
         explainer: the multimodal language model (``OpenAICompatibleBackend``, ``HFLocalBackend``);
             none = the offline rule-based parts (generated benchmarks only).
         judges: the judge panel (``LLMJudge`` per model; default: the offline grounded judge, generated
@@ -149,7 +150,7 @@ def nemo_eval(
             print_causes(bench.cause_counts, name)
         scorer = editor.build_scorer(bench, target, explainer, benchmark.seed, run.batched)
         base = {"target": spec.identity(), **shared}
-        built = _build_methods(method_specs, bench, target, explainer, scorer, base)
+        built = _build_methods(method_specs, bench, target, explainer, scorer, base, benchmark)
         job = TargetJob(name, bench, scorer, panel, built, strict_json=True)  # a malformed reply fails its sample
         show_bar = sys.stderr.isatty() and ranks.is_main
         run_target(job, store, progress, wandb, show_bar, run.error_batch, shard=ranks.shard)
@@ -203,9 +204,9 @@ def _attach_caches(explainer: ChatBackend | None, judges: list[Judge], cache_dir
             backend.attach_cache(cache_dir)
 
 
-def _build_methods(specs, bench, target, explainer, scorer, base) -> list[tuple]:
+def _build_methods(specs, bench, target, explainer, scorer, base, args=None) -> list[tuple]:
     """(method, settings of its records) for every configured method; method names must be distinct."""
-    ctx = BuildContext(bench, target, explainer, scorer)
+    ctx = BuildContext(bench, target, explainer, scorer, args)
     built = [(method, flatten({**base, "method": spec.settings()})) for spec in specs for method in spec.build(ctx)]
     names = [m.name for m, _ in built]
     repeated = sorted({n for n in names if names.count(n) > 1})

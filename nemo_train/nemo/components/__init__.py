@@ -17,6 +17,12 @@ from nemo_train.nemo.components.method_specs import (
     default_methods,
 )
 from nemo_train.nemo.components.settings import SYNTHETIC_BENCHMARKS, BenchmarkArgs, BenchmarkName, EvalOptions
+from nemo_train.nemo.components.trivial_specs import (
+    ClassFreeConstantMethod,
+    ClassPriorMethod,
+    EverythingMethod,
+    OddOneOutMethod,
+)
 
 __all__ = [
     "SYNTHETIC_BENCHMARKS",
@@ -24,14 +30,18 @@ __all__ = [
     "BenchmarkName",
     "BuildContext",
     "CamMLLMMethod",
+    "ClassFreeConstantMethod",
+    "ClassPriorMethod",
     "ChangeMLLMMethod",
     "DiffusersEdit",
     "DistractorMethod",
     "EditorSpec",
     "ErrorRetrievalMethod",
+    "EverythingMethod",
     "ExactEdit",
     "KnownCauseMethod",
     "MethodSpec",
+    "OddOneOutMethod",
     "PromptEdit",
     "EvalOptions",
     "SciTXMethod",

@@ -29,6 +29,8 @@ class BuildContext:
     target: Any
     backend: ChatBackend | None
     scorer: CounterfactualScorer
+    #: how the benchmark was drawn (``BenchmarkArgs``: gaps, seed, data options), for a row that draws a split
+    benchmark_args: Any = None
 
 
 class MethodSpec(ABC):
