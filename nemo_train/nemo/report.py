@@ -44,6 +44,9 @@ class CellScore:
     #: bootstrap 95 % interval of each mean (``llm_match``, ``grounding``, ``cei``) over the cell's errors
     #: (:mod:`nemo_train.metrics.bootstrap`); a mean without values has none
     intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: share of the explanations whose ``Edit:`` line and applied edit change a factor their sentence blames
+    #: (:mod:`~nemo_train.nemo.text_edits`; NaN: no fact sheet to read them against)
+    consistent: float = math.nan
 
     @property
     def label(self) -> str:
@@ -146,6 +149,7 @@ def summarize(records: Iterable[dict], stand_ins: dict[str, str] | None = None) 
                 per_judge={k: _mean(v) for k, v in judges.items()},
                 stand_in=stand_ins.get(method.removesuffix("+validation"), ""),
                 intervals={metric: ci for metric, ci in intervals.items() if ci is not None},
+                consistent=_mean([None if r.get("consistent") is None else float(r["consistent"]) for r in ok]),
             )
         )
     return cells
@@ -172,9 +176,12 @@ def print_report(cells: list[CellScore], benchmark: str, cei_note: str | None = 
     any_failed = any(c.failed for c in cells)
     any_empty = any(c.empty for c in cells)
     grounded = any(not math.isnan(c.grounding) for c in cells)
+    checked = any(not math.isnan(c.consistent) for c in cells)
     columns = ["method"]
     for t in targets:
         columns += [f"{t} LLM Match", f"{t} grounding", f"{t} CEI"] if grounded else [f"{t} LLM Match", f"{t} CEI"]
+    if checked:
+        columns.append("consistent")
     if any_empty:
         columns.append("empty")
     if any_failed:
@@ -190,6 +197,10 @@ def print_report(cells: list[CellScore], benchmark: str, cei_note: str | None = 
                 else [None, None, None]
             )
             row += scores if grounded else [scores[0], scores[2]]
+        if checked:
+            mine = [by_key[(m, t)] for t in targets if (m, t) in by_key and not math.isnan(by_key[(m, t)].consistent)]
+            n = sum(c.n for c in mine)
+            row.append(round(sum(c.consistent * c.n for c in mine) / n, 3) if n else None)
         if any_empty:
             row.append(sum(by_key[(m, t)].empty for t in targets if (m, t) in by_key))
         if any_failed:
@@ -202,6 +213,11 @@ def print_report(cells: list[CellScore], benchmark: str, cei_note: str | None = 
         caption += "; grounding = share of the explanation's checkable claims true of the image"
     if cei_note:
         caption += f" ({cei_note})"
+    if checked:
+        caption += (
+            "; consistent = share of explanations whose Edit: line and applied edit change a factor their sentence"
+            " blames (an inconsistent one scores CEI 0 and LLM Match 0)"
+        )
     if any_empty:
         caption += "; empty = explanations that came back empty (scored as CEI 0)"
     if any_failed:
