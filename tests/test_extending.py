@@ -58,7 +58,9 @@ MODULES = [name.removesuffix(".py") for s in SECTIONS.values() for name in s.fil
 
 def run_line(line: str, folder: Path) -> None:
     """One command line of the page, run in ``folder`` as a shell there would (``VAR=value`` prefixes honoured)."""
-    words = shlex.split(line)
+    words = shlex.split(line, comments=True)
+    if not words:  # a comment line
+        return
     env = {}
     while words and ASSIGNMENT.match(words[0]):
         key, value = words.pop(0).split("=", 1)
