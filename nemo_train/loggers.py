@@ -170,3 +170,13 @@ class WandbLogger(_LightningWandbLogger):
         if isinstance(params, Namespace):
             params = vars(params)
         super().log_hyperparams(scrub_secrets(dict(params)))
+
+
+def wandb_image(image: Any, caption: str | None = None) -> wandb.Image | None:
+    """A W&B image of a ``float[3, H, W]`` tensor in ``[0, 1]`` (or a PIL image / path), as 8-bit RGB; ``None``
+    stays ``None``. W&B reads a float array as 0-255 values, so a [0, 1] image handed to it as is logs black."""
+    if image is None:
+        return None
+    from datamodules.explanations.images import to_pil
+
+    return wandb.Image(to_pil(image), caption=caption)

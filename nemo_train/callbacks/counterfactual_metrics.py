@@ -110,6 +110,8 @@ class CounterfactualMetricsCallback(L.Callback):
     def _log_wandb(self, loggers, step, rows, outputs) -> None:
         from torchvision.utils import make_grid
 
+        from datamodules.explanations.images import to_pil
+
         keys = list(next(iter(rows.values())))
         data = [[method] + [row[k] for k in keys] for method, row in rows.items()]
         n = min(self.grid_size, len(self.images))
@@ -118,7 +120,7 @@ class CounterfactualMetricsCallback(L.Callback):
         caption = "columns: original | " + " | ".join(self.methods)
         for logger in loggers:
             logger.log_table("cf/table", columns=["method", *keys], data=data, step=step)
-            logger.log_image("cf/grid", [grid], caption=[caption], step=step)
+            logger.log_image("cf/grid", [to_pil(grid)], caption=[caption], step=step)
 
     def table(self) -> str:
         """The last results in the Table-1 layout."""

@@ -209,7 +209,8 @@ class NemoEvalCallback(L.Callback):
         loggers = [lg for lg in trainer.loggers if isinstance(lg, WandbLogger)]
         if not loggers:
             return
-        import wandb  # optional heavy import, only with a W&B logger attached
+
+        from nemo_train.loggers import wandb_image
 
         columns = ["image", "y", "y_hat", "explanation", "edit", "edited image", "cei", match_label(judges)]
         data = []
@@ -217,12 +218,12 @@ class NemoEvalCallback(L.Callback):
             edited = trial.edited_image if trial is not None and trial.edited_image is not None else None
             data.append(
                 [
-                    wandb.Image(error.image.permute(1, 2, 0).cpu().numpy()),
+                    wandb_image(error.image),
                     names[error.label],
                     names[error.prediction],
                     text,
                     json.dumps(trial.instruction) if trial is not None else None,
-                    wandb.Image(edited.permute(1, 2, 0).cpu().numpy()) if edited is not None else None,
+                    wandb_image(edited),
                     trial.cei if trial is not None else 0.0,
                     verdict.mean,
                 ]

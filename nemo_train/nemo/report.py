@@ -12,7 +12,7 @@ from pathlib import Path
 import wandb
 
 from nemo_train.console import print_table
-from nemo_train.loggers import init_run
+from nemo_train.loggers import init_run, wandb_image
 from nemo_train.metrics.bootstrap import format_with_interval, interval_fields, mean_interval
 from nemo_train.metrics.nemo import score_mean
 from nemo_train.nemo.labels import match_label
@@ -256,14 +256,14 @@ def log_wandb(
     for r in records:
         image, edited = images.get(r["key"], (None, None))
         samples.add_data(
-            wandb.Image(image.permute(1, 2, 0).numpy()) if image is not None else None,
+            wandb_image(image),
             r["label"],
             r["prediction"],
             r["method"],
             r["target"],
             r["explanation"],
             json.dumps(r["instruction"]),
-            wandb.Image(edited.permute(1, 2, 0).numpy()) if edited is not None else None,
+            wandb_image(edited),
             r["cei"],
             *[r["judges"].get(j) for j in judge_names],
         )

@@ -6,6 +6,7 @@ from pathlib import Path
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
@@ -61,14 +62,16 @@ def test_callback_logs_table_metrics_after_validation_only():
             self.tables.append((key, columns, data))
 
         def log_image(self, key, images, caption, step):
-            self.images.append((key, images[0].shape))
+            self.images.append((key, images[0]))
 
     fake = FakeWandb()
     rows, outputs = callback._evaluate(estimator)
     callback._log_wandb([fake], 0, rows, outputs)
     key, columns, data = fake.tables[0]
     assert key == "cf/table" and columns[0] == "method" and [r[0] for r in data] == ["Orig", "Reco", "LGD", "LNN"]
-    assert fake.images[0][0] == "cf/grid" and fake.images[0][1][0] == 3
+    key, grid = fake.images[0]
+    pixels = np.asarray(grid)  # 8-bit RGB: a float [0, 1] array would reach W&B as black
+    assert key == "cf/grid" and pixels.dtype == np.uint8 and pixels.shape[2] == 3 and pixels.max() > 128
 
 
 def test_callback_rejects_a_repeated_method():
