@@ -19,6 +19,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from judge_label_heldout import HELD_OUT
 from judge_label_paraphrases import PARAPHRASES, Item
 
 OUT = Path(__file__).resolve().parents[1] / "nemo_train" / "nemo" / "data" / "judge_labels.jsonl"
@@ -295,8 +296,16 @@ def build() -> list[dict]:
                     "cause": record.cause,
                     "label": label(item, record, sheet),
                     "group": item.group,
+                    "split": "dev",
                 }
             )
+    for index, text, value, group in HELD_OUT:
+        record = RECORDS[index]
+        rows.append(
+            {"benchmark": record.benchmark, "text": text, "true_class": record.true_class,
+             "predicted_class": record.predicted_class, "attributes": record.attributes, "cause": record.cause,
+             "label": value, "group": group, "split": "held_out"}
+        )  # fmt: skip
     return rows
 
 

@@ -100,7 +100,8 @@ class Sentence:
     def __post_init__(self) -> None:
         clause, hedged = 0, False
         for k, token in enumerate(self.tokens):
-            if token.text == "," or token.text in CONJUNCTIONS:
+            after_negator = k > 0 and _negator(self.tokens[k - 1].text)  # "not because of": one clause
+            if token.text == "," or (token.text in CONJUNCTIONS and not after_negator):
                 clause, hedged = clause + 1, False
             elif token.text in HEDGES or token.text.endswith("n't"):
                 hedged = True

@@ -238,6 +238,8 @@ class ClaimParser:
         for i, token in enumerate(s.tokens):
             if token.kind != "num" or i in s.used:
                 continue
+            if (token.text,) in classes and s.text(i - 1) in _DETERMINERS:
+                continue  # "the 2 leans 45 degrees": the 2 is the class, not an angle
             for factor in self.facts.factors if self.facts is not None else ():
                 if not factor.named and self._number_of(s, i, words[factor.name]):
                     s.used.add(i)

@@ -3,7 +3,8 @@
 Each line of the items file is a JSON object: ``text`` (the explanation), ``true_class``, ``predicted_class``,
 ``attributes`` (the image's attribute values, as value names or as the benchmark stores them: indices of named
 values), ``cause`` (the factor that caused this error) and optionally ``label`` (the correct score, 1 / 0.5 / 0
-by the rubric of docs/GRADING.md), ``group`` and ``benchmark`` (the row's fact sheet; default ``--benchmark``).
+by the rubric of docs/GRADING.md), ``group``, ``split`` (agreement is also reported per split, e.g. the
+shipped set's ``held_out`` items) and ``benchmark`` (the row's fact sheet; default ``--benchmark``).
 Without ``--items`` the labelled set shipped with the package is graded (:data:`SHIPPED_LABELS`).
 
 Under ``out_dir``: ``scores.jsonl`` (one row per item, in input order: ``score`` — the panel mean —, each
@@ -218,7 +219,8 @@ def judge(
     lines = []
     for index, (row, verdict) in enumerate(zip(rows, verdicts)):
         lines.append(
-            {"index": index, "benchmark": row["benchmark"], "group": row.get("group"), "label": row.get("label"),
+            {"index": index, "benchmark": row["benchmark"], "group": row.get("group"), "split": row.get("split"),
+             "label": row.get("label"),
              "score": verdict.mean, "judges": verdict.scores, "reasons": verdict.reasons,
              "grounding": verdict.grounding, "groundings": verdict.groundings}
         )  # fmt: skip
@@ -228,7 +230,9 @@ def judge(
     labelled = [line for line in lines if line["label"] is not None]
     for name in names:
         graded = [line for line in labelled if line["judges"][name] is not None]
-        groups = {"all": graded} | {
+        splits = sorted({x["split"] for x in graded if x["split"]})
+        groups = {"all": graded} | {f"split:{k}": [x for x in graded if x["split"] == k] for k in splits}
+        groups |= {
             g: [x for x in graded if x["group"] == g] for g in sorted({x["group"] for x in graded if x["group"]})
         }
         result["judges"][name] = {
