@@ -19,6 +19,10 @@ API
     or a mapping from group name to its values. With a single non-empty group the interval is the item
     interval of that group (``mean_interval``). Degenerate cases as for ``mean_interval``.
 
+``statistic_interval(samples, statistic, *, ...)``
+    Interval of any statistic of aligned per-item arrays (``statistic(*samples) -> float``, e.g. a Pearson
+    correlation over items), the items resampled together (paired). ``None`` without items.
+
 ``summary(values, **kwargs)`` / ``grouped_summary(groups, **kwargs)``
     ``{"mean", "ci_low", "ci_high", "n"}`` for a results json (``None`` for each where there are no values).
 
@@ -36,7 +40,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Literal
 
 import numpy as np
@@ -63,7 +67,17 @@ def _check(n_resamples: int, confidence_level: float, method: str) -> None:
         raise ValueError(f"method must be 'percentile' or 'BCa', got {method!r}")
 
 
-def _run(data: tuple[np.ndarray, ...], statistic, *, paired: bool, n_resamples, confidence_level, method, seed):
+def _run(
+    data: tuple[np.ndarray, ...],
+    statistic,
+    *,
+    paired: bool,
+    n_resamples,
+    confidence_level,
+    method,
+    seed,
+    vectorized=True,
+):
     with warnings.catch_warnings():
         # A resample set that is constant after all (e.g. BCa on a two-valued sample) warns and may give nan;
         # the caller falls back to the point value rather than printing scipy's warning.
@@ -75,7 +89,7 @@ def _run(data: tuple[np.ndarray, ...], statistic, *, paired: bool, n_resamples, 
             confidence_level=confidence_level,
             method=method,
             paired=paired,
-            vectorized=True,
+            vectorized=vectorized,
             random_state=np.random.default_rng(seed),
         )
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
@@ -151,6 +165,40 @@ def grouped_mean_interval(
         confidence_level=confidence_level,
         method=method,
         seed=seed,
+    )
+    return _sane(low, high, point)
+
+
+def statistic_interval(
+    samples: Sequence[Sequence[float]],
+    statistic: Callable[..., float],
+    *,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    confidence_level: float = 0.95,
+    method: Method = "percentile",
+    seed: int = DEFAULT_SEED,
+) -> tuple[float, float] | None:
+    """Bootstrap interval of any ``statistic(*samples)`` of aligned per-item arrays (e.g. a correlation over
+    items): the items (one value from each array) are resampled together. ``None`` without items; the point
+    value twice with one item or when every resample gives the point value back."""
+    _check(n_resamples, confidence_level, method)
+    arrays = [np.asarray(sample, dtype=np.float64) for sample in samples]
+    if not arrays or arrays[0].size == 0:
+        return None
+    if any(array.shape != arrays[0].shape or array.ndim != 1 for array in arrays):
+        raise ValueError("statistic_interval needs one-dimensional samples of one length")
+    point = float(statistic(*arrays))
+    if arrays[0].size == 1:
+        return point, point
+    low, high = _run(
+        tuple(arrays),
+        statistic,
+        paired=True,
+        n_resamples=n_resamples,
+        confidence_level=confidence_level,
+        method=method,
+        seed=seed,
+        vectorized=False,
     )
     return _sane(low, high, point)
 

@@ -102,3 +102,25 @@ def test_bad_arguments_raise():
         mean_interval([1, 2], n_resamples=0)
     with pytest.raises(ValueError):
         mean_interval([1, 2], confidence_level=1.5)
+
+
+def test_statistic_interval_of_a_correlation_matches_a_numpy_paired_bootstrap():
+    from nemo_train.metrics.bootstrap import statistic_interval
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=40)
+    y = 0.6 * x + rng.normal(scale=0.8, size=40)
+
+    def corr(a, b):
+        return float(np.corrcoef(a, b)[0, 1])
+
+    low, high = statistic_interval([x, y], corr, n_resamples=3000, seed=4)
+    index = np.random.default_rng(4).integers(0, 40, (3000, 40))
+    ref = [corr(x[i], y[i]) for i in index]
+    assert low == pytest.approx(np.percentile(ref, 2.5), abs=0.03)
+    assert high == pytest.approx(np.percentile(ref, 97.5), abs=0.03)
+    assert low < corr(x, y) < high
+    assert statistic_interval([[], []], corr) is None
+    assert statistic_interval([[0.3], [0.4]], lambda a, b: float(a[0] + b[0])) == (0.7, 0.7)
+    with pytest.raises(ValueError):
+        statistic_interval([[1.0, 2.0], [1.0]], corr)
