@@ -17,6 +17,7 @@ from torchmetrics import MetricCollection
 from nemo_train.competency.counterfactuals import CounterfactualGenerator, CounterfactualResult
 from nemo_train.competency.parce import PaRCE
 from nemo_train.console import print_table
+from nemo_train.metrics.bootstrap import interval_fields, mean_interval
 from nemo_train.metrics.counterfactual import (
     MeanCosineSimilarity,
     PerceptualDistance,
@@ -52,10 +53,11 @@ class CounterfactualEvaluator:
         self.estimator = estimator
         self.device = estimator.class_means.device
         self.batch_size = batch_size
-        self.perceptual = PerceptualDistance(perceptual.to(self.device))
-        self.success = SuccessRate(estimator.threshold)
-        self.feature_sim = MeanCosineSimilarity()
-        self.latent_sim = MeanCosineSimilarity()
+        # the per-image values are kept for the bootstrap intervals of their means (:meth:`intervals`)
+        self.perceptual = PerceptualDistance(perceptual.to(self.device), keep_values=True)
+        self.success = SuccessRate(estimator.threshold, keep_values=True)
+        self.feature_sim = MeanCosineSimilarity(keep_values=True)
+        self.latent_sim = MeanCosineSimilarity(keep_values=True)
         self.time = TimePerImage()
         image_shape = tuple(real_images.shape[1:])
         self.realism = realism_metrics(estimator.classifier, image_shape, inception_weights)
@@ -111,6 +113,20 @@ class CounterfactualEvaluator:
         out["sec_per_image"] = float(self.time.compute())
         return out
 
+    def intervals(self) -> dict[str, float | None]:
+        """Bootstrap 95 % intervals over the images of the per-image means (success rate, perceptual distance,
+        feature and latent similarity of the valid counterfactuals) as ``{"<metric>_ci_low", "<metric>_ci_high"}``;
+        ``None`` bounds where no image counted. FID, KID and time are set-level numbers: no interval."""
+        out: dict[str, float | None] = {}
+        for name, metric in (
+            ("success", self.success),
+            (self.perceptual.name, self.perceptual),
+            ("feature_sim", self.feature_sim),
+            ("latent_sim", self.latent_sim),
+        ):
+            out.update(interval_fields(name, mean_interval(metric.values().tolist())))
+        return out
+
     def reset(self) -> None:
         """Forget the counterfactuals seen so far (the real-image statistics are kept)."""
         self.metrics.reset()
@@ -151,14 +167,23 @@ def _maybe(metric) -> float:
     return float(metric.compute()) if metric.count > 0 else math.nan
 
 
+#: How the bounds of a mean's interval are stored beside it.
+INTERVAL_SUFFIXES = ("_ci_low", "_ci_high")
+
+
 def table_rows(rows: dict[str, dict[str, float]]) -> tuple[list[str], list[list[str]]]:
     """Columns and cells of the Table-1 layout: one row per method; success, perceptual, similarities, FID,
-    KID, time."""
+    KID, time. A mean stored with ``<metric>_ci_low`` / ``<metric>_ci_high`` (see
+    :meth:`CounterfactualEvaluator.intervals`) prints as ``mean [low, high]``."""
     if not rows:
         return [], []
-    keys = list(next(iter(rows.values())))
+    keys = [k for k in next(iter(rows.values())) if not k.endswith(INTERVAL_SUFFIXES)]
     headers = ["Method"] + [_header(k) for k in keys]
-    body = [[method] + [_cell(k, values.get(k, math.nan)) for k in keys] for method, values in rows.items()]
+    body = [
+        [method]
+        + [_cell(k, values.get(k, math.nan), values.get(f"{k}_ci_low"), values.get(f"{k}_ci_high")) for k in keys]
+        for method, values in rows.items()
+    ]
     return headers, body
 
 
@@ -168,7 +193,9 @@ def print_counterfactual_table(rows: dict[str, dict[str, float]], file=None, tit
     headers, body = table_rows(rows)
     if not headers:
         return ""
-    return print_table(headers, body, title=title, file=file)
+    bounded = any(k.endswith(INTERVAL_SUFFIXES) for values in rows.values() for k in values)
+    caption = "[bootstrap 95 % interval over the images]" if bounded else None
+    return print_table(headers, body, title=title, caption=caption, file=file)
 
 
 def format_table(rows: dict[str, dict[str, float]]) -> str:
@@ -188,9 +215,13 @@ def _header(key: str) -> str:
     return f"{key} ↓"
 
 
-def _cell(key: str, value: float) -> str:
+def _cell(key: str, value: float, low: float | None = None, high: float | None = None) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "n/a"
+    if low is not None and high is not None:
+        if key == "success":
+            return f"{100 * value:.2f}% [{100 * low:.1f}, {100 * high:.1f}]"
+        return f"{value:.2f} [{low:.2f}, {high:.2f}]"
     if key == "success":
         return f"{100 * value:.2f}%"
     if key == "sec_per_image":

@@ -132,6 +132,7 @@ def run_counterfactuals(
     )
     rows, grids = {}, {}
     rows["Orig"], _ = evaluator.evaluate(None, data.images, evaluation.batch_size)
+    rows["Orig"].update(evaluator.intervals())  # <metric>_ci_low / _ci_high beside each per-image mean
     for generator in methods:
         if isinstance(generator, ImageGradientDescent) and generator.alexnet_weights is None:
             generator.alexnet_weights = evaluation.alexnet_weights
@@ -139,6 +140,7 @@ def run_counterfactuals(
         rows[generator.name], grids[generator.name] = evaluator.evaluate(
             generator, data.images, evaluation.batch_size, progress=generator.name
         )
+        rows[generator.name].update(evaluator.intervals())
     files = {
         "table": out_dir / "table.txt",
         "results": out_dir / "results.json",

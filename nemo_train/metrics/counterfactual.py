@@ -45,11 +45,30 @@ def mean_cosine_similarity(a: torch.Tensor, b: torch.Tensor, valid: torch.Tensor
 
 
 class _Float64Mean(MeanMetric):
-    """torchmetrics' ``MeanMetric`` with float64 states (sums over thousands of images stay exact to print)."""
+    """torchmetrics' ``MeanMetric`` with float64 states (sums over thousands of images stay exact to print).
 
-    def __init__(self, **kwargs) -> None:
+    With ``keep_values=True`` it also keeps every value it averaged (a ``cat`` state, gathered under DDP):
+    :meth:`values` gives them, e.g. for a bootstrap interval of the mean over images.
+    """
+
+    def __init__(self, keep_values: bool = False, **kwargs) -> None:
         super().__init__(nan_strategy="disable", **kwargs)
         self.set_dtype(torch.float64)
+        self.keep_values = keep_values
+        if keep_values:
+            self.add_state("kept", default=[], dist_reduce_fx="cat")
+
+    def update(self, value, weight=None) -> None:
+        super().update(value, weight)
+        if self.keep_values:
+            self.kept.append(torch.as_tensor(value, dtype=torch.float64).detach().flatten())
+
+    def values(self) -> torch.Tensor:
+        """Every value averaged so far, in update order (needs ``keep_values=True``)."""
+        if not self.keep_values:
+            raise RuntimeError(f"{type(self).__name__} was built without keep_values=True")
+        kept = self.kept if isinstance(self.kept, list) else [self.kept]
+        return torch.cat(kept).cpu() if kept else torch.zeros(0, dtype=torch.float64)
 
     def _apply(self, fn, exclude_state=""):
         # torchmetrics re-derives the metric's dtype from a float32 probe on every ``.to(device)``; keep float64

@@ -196,3 +196,16 @@ def test_choices_are_validated_by_their_types(init_args, option):
         parser.parse_object({"method": {**config, "init_args": init_args}})
     parsed = parser.parse_object({"method": {**config, "init_args": {"stopping": "batch"}}})
     assert isinstance(parser.instantiate_classes(parsed).method, LatentGradientDescent)
+
+
+def test_table_cells_show_a_stored_interval_beside_the_mean():
+    from nemo_train.competency.evaluation import format_table
+
+    rows = {
+        "LGD": {"success": 0.75, "success_ci_low": 0.5, "success_ci_high": 1.0, "1-ssim": 0.2, "fid[classifier]": 3.0},
+        "LNN": {"success": 0.5, "success_ci_low": None, "success_ci_high": None, "1-ssim": 0.1, "fid[classifier]": 2.0},
+    }
+    text = format_table(rows)
+    assert "75.00% [50.0, 100.0]" in text and "0.20 │" in text  # 1-ssim has no stored interval here
+    assert "50.00%" in text and "50.00% [" not in text  # nor has LNN's success
+    assert "_ci_" not in text and "bootstrap 95 % interval over the images" in text

@@ -125,3 +125,19 @@ def test_means_accumulate_in_float64_after_a_device_move():
     expected = 1 / (1 + 1e-8) ** 0.5  # 0.999999995: rounds to 1.0 in float32 before averaging
     assert metric.dtype == torch.float64 and metric.mean_value.item() == pytest.approx(expected, abs=1e-12)
     assert metric.mean_value.item() != 1.0
+
+
+def test_kept_values_are_the_per_item_values_of_the_mean():
+    success = SuccessRate(0.5, keep_values=True)
+    success.update(torch.tensor([0.2, 0.7, 0.9]))
+    success.update(torch.tensor([0.6]))
+    assert success.values().tolist() == [0.0, 1.0, 1.0, 1.0]
+    assert float(success.compute()) == pytest.approx(success.values().mean().item())
+    sims = MeanCosineSimilarity(keep_values=True)
+    a, b = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]), torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]])
+    sims.update(a, b, torch.tensor([True, True, False]))  # the invalid row is neither averaged nor kept
+    assert sims.values().tolist() == pytest.approx([1.0, 0.0])
+    success.reset()
+    assert success.values().numel() == 0
+    with pytest.raises(RuntimeError, match="keep_values"):
+        SuccessRate(0.5).values()
