@@ -7,7 +7,7 @@ Functional core (:func:`pearson`, :func:`density_from_answers`, :func:`effective
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypedDict
 
 import numpy as np
@@ -16,6 +16,7 @@ from typing_extensions import Unpack  # typing.Unpack needs Python 3.11
 from nemo_train.differences.conditions import Condition
 from nemo_train.differences.evaluators import Evaluator
 from nemo_train.differences.tokens import detokenize, drop_tokens, token_length, token_strings, tokenize
+from nemo_train.metrics.bootstrap import interval_fields, statistic_interval
 
 THRESHOLDS = np.round(np.arange(0.0, 1.0 + 1e-9, 0.05), 2)
 
@@ -44,6 +45,8 @@ class DensityResult:
     density: float
     completeness: float
     completeness_dropped: float
+    #: the answers on the perturbed copies, ``[repeats, conditions]``
+    dropped: np.ndarray | None = None
 
 
 def density_from_answers(diffs: np.ndarray, full: np.ndarray, dropped: np.ndarray) -> float:
@@ -100,7 +103,7 @@ def density(
     dropped = np.asarray(answers).reshape(repeats, len(conditions))
     value = density_from_answers(diffs, np.asarray(full_answers), dropped)
     c_full = pearson(diffs, full_answers)
-    return DensityResult(value, c_full, c_full - value)
+    return DensityResult(value, c_full, c_full - value, dropped)
 
 
 @dataclass
@@ -160,11 +163,14 @@ def curve_auc(thresholds: np.ndarray, ratios: np.ndarray) -> float:
 
 @dataclass
 class Scores:
-    """The three headline numbers of one explanation."""
+    """The three headline numbers of one explanation, and the answers they were computed from (per condition:
+    ``answers`` on the whole explanation, ``dropped`` ``[repeats, conditions]`` on the perturbed copies)."""
 
     completeness: float
     density: float
     token_length: int
+    answers: list[int] = field(default_factory=list)
+    dropped: np.ndarray | None = None
 
     @property
     def objective(self) -> float:
@@ -181,4 +187,19 @@ def score(
     """Completeness, Density (perturbed as ``density_options`` say) and Token Length of ``explanation``."""
     value, answers = completeness(evaluator, explanation, conditions, diffs)
     dens = density(evaluator, explanation, conditions, diffs, full_answers=answers, **density_options)
-    return Scores(value, dens.density, token_length(explanation))
+    return Scores(value, dens.density, token_length(explanation), list(answers), dens.dropped)
+
+
+def score_intervals(diffs: Sequence[float], answers: Sequence[int], dropped: np.ndarray) -> dict[str, float | None]:
+    """Bootstrap 95 % intervals of Completeness and Density over the test conditions, each condition resampled
+    with its model difference and all its answers: ``{"completeness_ci_low", "completeness_ci_high",
+    "density_ci_low", "density_ci_high"}`` (:func:`nemo_train.metrics.bootstrap.statistic_interval`)."""
+    diffs, full, dropped = np.asarray(diffs, float), np.asarray(answers, float), np.atleast_2d(dropped)
+
+    def dens(d, f, *rows):
+        return density_from_answers(d, f, np.stack(rows))
+
+    return {
+        **interval_fields("completeness", statistic_interval([diffs, full], pearson)),
+        **interval_fields("density", statistic_interval([diffs, full, *dropped], dens)),
+    }

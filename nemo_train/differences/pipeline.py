@@ -22,7 +22,7 @@ from nemo_train.differences.evaluators import Evaluator, KeywordEvaluator
 from nemo_train.differences.explorers import Explorer, NeighbourhoodExplorer
 from nemo_train.differences.generators import ConditionalGenerator
 from nemo_train.differences.methods import Optimization, OptimizationArgs, raw_differences, summarization
-from nemo_train.differences.metrics import attribution, normalise_attributions, score, token_classes
+from nemo_train.differences.metrics import attribution, normalise_attributions, score, score_intervals, token_classes
 from nemo_train.differences.models import ComparedModel, model_pair
 from nemo_train.differences.plots import attribution_figure, heatmap, token_ratio_figure
 from nemo_train.differences.report import DifferencesResult, MethodScore, log_wandb, print_result
@@ -254,7 +254,8 @@ def _explain(
             repeats=protocol.density_repeats,
             seed=sampling.seed,
         )
-        return MethodScore(method, s.completeness, s.density, s.token_length, seen, text)
+        intervals = score_intervals(test_diffs, s.answers, s.dropped)  # over the test conditions
+        return MethodScore(method, s.completeness, s.density, s.token_length, seen, text, **intervals)
 
     rows: list[MethodScore] = []
     if human:

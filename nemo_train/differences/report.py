@@ -9,6 +9,7 @@ from typing import Any
 
 from nemo_train.console import print_table
 from nemo_train.differences.metrics import THRESHOLDS, Attribution, effective_token_ratio
+from nemo_train.metrics.bootstrap import format_with_interval
 from nemo_train.secrets import scrub_secrets
 from nemo_train.store import write_bytes_atomic
 
@@ -32,6 +33,11 @@ class MethodScore:
     explanation: str
     token_classes: dict[str, int] | None = None
     ratio_auc: float | None = None
+    #: bootstrap 95 % intervals over the test conditions (``None``: not computed)
+    completeness_ci_low: float | None = None
+    completeness_ci_high: float | None = None
+    density_ci_low: float | None = None
+    density_ci_high: float | None = None
 
 
 @dataclass
@@ -70,12 +76,18 @@ class DifferencesResult:
 def print_result(result: DifferencesResult, title: str) -> None:
     """Print the method | Completeness | Density | Token Length table, naming the stand-ins used."""
     rows = [
-        (METHOD_NAMES.get(r.method, r.method), r.completeness, r.density, r.token_length, r.conditions)
+        (
+            METHOD_NAMES.get(r.method, r.method),
+            format_with_interval(r.completeness, r.completeness_ci_low, r.completeness_ci_high, digits=3),
+            format_with_interval(r.density, r.density_ci_low, r.density_ci_high, digits=3),
+            r.token_length,
+            r.conditions,
+        )
         for r in result.rows
     ]
     caption = (
         f"evaluator: {result.evaluator}; summariser: {result.summarizer}; explorer: {result.explorer}; "
-        f"{result.test_conditions} held-out test conditions"
+        f"{result.test_conditions} held-out test conditions [bootstrap 95 % interval over them]"
     )
     print_table(
         ["method", "Completeness", "Density", "Token Length", "conditions seen"], rows, title=title, caption=caption

@@ -23,6 +23,8 @@ from nemo_train.differences.metrics import (
     effective_token_ratio,
     normalise_attributions,
     pearson,
+    score,
+    score_intervals,
     token_classes,
 )
 from nemo_train.differences.tokens import O200K_SHA256, O200K_URL, drop_tokens, install_o200k, token_length, tokenize
@@ -136,3 +138,23 @@ def test_token_length_offline_matches_tiktoken(tmp_path, monkeypatch):
 def test_drop_tokens_removes_a_quarter():
     kept, mask = drop_tokens(list(range(20)), 0.25, np.random.default_rng(0))
     assert mask.sum() == 5 and len(kept) == 15 and kept == [i for i in range(20) if not mask[i]]
+
+
+def test_score_intervals_resample_conditions_with_their_answers():
+    """Completeness / Density intervals from the stored answers, against a numpy paired bootstrap of the same
+    conditions (same seed and draws as scipy's percentile bootstrap)."""
+    signs = [1, -1, 1, 1, -1, 1, -1, -1, 1, 1, -1, 1]
+    diffs = [0.8, -0.5, 0.3, 0.9, -0.7, 0.2, -0.4, -0.6, 0.5, 0.1, -0.2, 0.7]
+    evaluator = KeyTokenEvaluator(signs)
+    text = "Model A is better on KEY shapes and worse on thin strokes of every digit seen"
+    s = score(evaluator, text, conds(12), diffs, repeats=2)
+    assert s.completeness == pytest.approx(pearson(diffs, s.answers)) and s.dropped.shape == (2, 12)
+    intervals = score_intervals(diffs, s.answers, s.dropped)
+    index = np.random.default_rng(0).integers(0, 12, (2000, 12))
+    d, full, dropped = np.asarray(diffs), np.asarray(s.answers, float), s.dropped
+    comp = [pearson(d[i], full[i]) for i in index]
+    dens = [density_from_answers(d[i], full[i], dropped[:, i]) for i in index]
+    assert intervals["completeness_ci_low"] == pytest.approx(np.percentile(comp, 2.5))
+    assert intervals["completeness_ci_high"] == pytest.approx(np.percentile(comp, 97.5))
+    assert intervals["density_ci_low"] == pytest.approx(np.percentile(dens, 2.5))
+    assert intervals["density_ci_high"] == pytest.approx(np.percentile(dens, 97.5))

@@ -77,6 +77,11 @@ def test_cmnist_run_prints_table_and_writes_results(tmp_path, capsys):
     assert {"heatmap", "attribution", "ratio_curve"} <= set(results["files"])
     assert all(Path(results["files"][k]).is_file() for k in ("heatmap", "attribution", "ratio_curve")), results["files"]
     assert results["rows"][3]["conditions"] == 4 + 3
+    for row in results["rows"]:  # intervals over the 16 test conditions beside Completeness and Density
+        for metric in ("completeness", "density"):
+            assert row[f"{metric}_ci_low"] <= row[metric] + 1e-12 and row[metric] <= row[f"{metric}_ci_high"] + 1e-12
+    human = results["rows"][0]
+    assert f"{human['completeness']:.3f} [{human['completeness_ci_low']:.3f}, " in printed
     assert (out / "diff_model_cache.json").is_file()
 
 
