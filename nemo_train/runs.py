@@ -214,6 +214,7 @@ def run_command(command: str, stand_ins: Callable[[dict[str, Any]], list[str]] |
             bound = signature.bind(*args, **kwargs)
             bound.apply_defaults()
             values = bound.arguments
+            check_no_empty_choice(signature, values)
             run_args = RunArgs(**{name: values[name] for name in names})
             settings = {k: v for k, v in values.items() if k not in RUN_ARG_NAMES and k not in launch}
             named = stand_ins(values) if stand_ins is not None else []
@@ -229,6 +230,14 @@ def run_command(command: str, stand_ins: Callable[[dict[str, Any]], list[str]] |
         return wrapper  # type: ignore[return-value]
 
     return decorate
+
+
+def check_no_empty_choice(signature: inspect.Signature, values: dict[str, Any]) -> None:
+    """A one-line error for an empty list given to an option whose default (``None``) means "the default list":
+    ``--methods []`` used to run every default method silently."""
+    for name, value in values.items():
+        if isinstance(value, (list, tuple)) and not value and signature.parameters[name].default is None:
+            raise UserInputError(f"{name}=[] names nothing; name at least one, or leave {name} out for the default")
 
 
 def _launch(run_args: RunArgs, values: dict[str, Any]) -> Ranks:

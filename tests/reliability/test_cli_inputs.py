@@ -148,3 +148,21 @@ def test_a_deepspeed_preset_without_deepspeed_names_the_extra_to_install(capsys,
     argv = ["fit", "--config", "configs/explainer/tiny.yaml"]
     argv += ["--config", f"configs/explainer/strategies/deepspeed_zero{stage}.yaml"]
     assert "pip install -e '.[deepspeed]'" in one_line_error(capsys, argv)
+
+
+@pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        (["nemo-eval", "--config", "configs/nemo/cmnist.yaml", "--methods", "[]"], "methods"),
+        (["differences", "--config", "configs/differences/cmnist.yaml", "--methods", "[]"], "methods"),
+        (["distill-eval", "--config", "configs/distill/cmnist_eval.yaml", "--methods", "[]"], "methods"),
+        (["distill-teacher", "--config", "configs/distill/cmnist_teacher.yaml", "--views", "[]"], "views"),
+    ],
+    ids=["nemo-eval", "differences", "distill-eval", "distill-teacher"],
+)
+def test_an_empty_list_is_refused_not_replaced_by_the_defaults(tmp_path, capsys, monkeypatch, argv, option):
+    """``--methods []`` used to run every default method (one of them with a random CLIP) and exit 0."""
+    monkeypatch.chdir(ROOT)
+    line = one_line_error(capsys, [*argv, "--out_dir", str(tmp_path / "run")])
+    assert f"{option}=[] names nothing" in line
+    assert not (tmp_path / "run").exists()  # refused before anything was written
