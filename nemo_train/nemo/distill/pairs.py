@@ -50,7 +50,8 @@ def pairs_from_labels(
     ``reference_class``: the correctly classified reference beside the error in the ``change`` view: the
     nearest of the true or predicted class, of only one of them, or the true class's ``prototype``. ``seed`` also
     draws the ``evidence`` view's references (:class:`~nemo_train.nemo.distill.evidence.ClassifierEvidence`), which
-    its records carry as ``counterfactual`` (the montage beside the error).
+    its records carry as ``counterfactual`` (the montage beside the error); their provenance also keeps the factor
+    each reference shares with the error (``typical``: none) and the classifier's readings, never shown to a student.
     """
     if "evidence" in views:
         for group in groups:
@@ -68,7 +69,13 @@ def pairs_from_labels(
         bench = group.benchmark
         sample = mined[group.name][label["sample_id"]]
         for view in views:
-            built = view_inputs(view, sample, bench, group.target, reference_class, evidence)
+            hidden = {}
+            if view == "evidence":  # the provenance also keeps what each reference shares with the error (unseen)
+                found = evidence.gather(sample, bench, group.target)
+                built = sample.image, found.montage, found.question(sample, bench.class_names)
+                hidden = {"references": [name or "typical" for name in found.shared], "readings": found.predictions}
+            else:
+                built = view_inputs(view, sample, bench, group.target, reference_class)
             if built is None:
                 continue
             image, second, question = built
@@ -87,6 +94,7 @@ def pairs_from_labels(
                     "classifier": group.name,
                     "sample_id": sample.sample_id,
                     "view": view,
+                    **hidden,
                 },
             )
             (val if i in val_errors else train).append(record)

@@ -163,6 +163,8 @@ def test_evidence_pairs_carry_the_montage_and_each_classifiers_readings(shifts, 
         expected = ClassifierEvidence(0).gather(error, group.benchmark, group.target)
         assert record.provenance["classifier"] == group.name
         assert record.prompt == expected.question(error, group.benchmark.class_names)
+        assert record.provenance["references"] == [name or "typical" for name in expected.shared]
+        assert record.provenance["readings"] == expected.predictions
         with Image.open(record.counterfactual) as montage:
             assert montage.size == (32 * 3, 32)
     assert evidence[0].prompt != evidence[1].prompt  # one error, two classifiers, two readings
