@@ -18,7 +18,6 @@ from typing import Literal
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, Subset
 
 from datamodules.base import SplitDataModule
 from nemo_train.artefacts import record_artefact, reuse_artefact
@@ -26,13 +25,14 @@ from nemo_train.console import print_table
 from nemo_train.errors import UserInputError
 from nemo_train.lbee import metrics
 from nemo_train.lbee.encoders import Encoder, SyntheticCLIP
+from nemo_train.lbee.observe import predict
 from nemo_train.lbee.outputs import check_given_joint_space, place_outputs
 from nemo_train.lbee.partition import partition_precision
 from nemo_train.lbee.plots import beta_sweep_plot, cluster_grid
 from nemo_train.lbee.relevance import AttributeRelevance, Relevance, VQARelevance
 from nemo_train.lbee.report import print_sentence_table
-from nemo_train.lbee.search import FailureModeSearch, MethodScores, beta_sweep, evaluate
-from nemo_train.lbee.sentences import AttributeSentences, SentenceSource
+from nemo_train.lbee.search import FailureModeSearch, MethodScores, SearchResult, beta_sweep, evaluate
+from nemo_train.lbee.sentences import AttributeSentences, SentenceSet, SentenceSource
 from nemo_train.loggers import init_run
 from nemo_train.metrics.bootstrap import format_with_interval
 from nemo_train.models.specs import ClassifierSpec, as_classifier
@@ -139,41 +139,6 @@ def prepare_saved_clip(encoder: Encoder, out: Path) -> dict | None:
     return None if reuse_artefact(encoder.path, settings, "joint space") else settings
 
 
-@torch.no_grad()
-def _predict_batches(model: Target, encoder: Encoder, dataset, starts: list[int], batch_size: int) -> list:
-    """``(start, batch, probabilities, embeddings)`` of the batches of ``dataset`` beginning at ``starts``."""
-    out = []
-    for start in starts:
-        indices = range(start, min(start + batch_size, len(dataset)))
-        batch = next(iter(DataLoader(Subset(dataset, indices), batch_size=batch_size, shuffle=False)))
-        probs = model.predict_proba(batch["image"].to(model.device)).cpu()
-        out.append((start, batch, probs, encoder.encode_image(batch["image"]).cpu()))
-    return out
-
-
-def _predict(model: Target, encoder: Encoder, dataset, batch_size: int = 256):
-    """Probabilities, image embeddings, images, labels and attributes of ``dataset`` (``None`` on every process
-    but the first). Several processes each compute every ``world_size``-th batch (the very batches of a
-    one-process run, so the numbers are the same) and the first gathers them in order."""
-    ranks = current_ranks()
-    mine = _predict_batches(model, encoder, dataset, ranks.shard(range(0, len(dataset), batch_size)), batch_size)
-    gathered = ranks.gather(mine)
-    if gathered is None:
-        return None
-    found = sorted((item for part in gathered for item in part), key=lambda item: item[0])
-    probs, embeds, images, labels, attrs = [], [], [], [], {}
-    for _, batch, batch_probs, batch_embeds in found:
-        probs.append(batch_probs)
-        embeds.append(batch_embeds)
-        images.append(batch["image"])
-        labels.append(batch["label"])
-        for k, v in batch["attrs"].items():
-            attrs.setdefault(k, []).append(v)
-    attrs = {k: torch.cat(v) for k, v in attrs.items()}
-    attrs["label"] = torch.cat(labels)
-    return torch.cat(probs), torch.cat(embeds), torch.cat(images), torch.cat(labels), attrs
-
-
 def lbee_stand_ins(arguments: dict) -> list[str]:
     """The non-model parts an ``lbee`` run uses (for its provenance)."""
     named = []
@@ -221,9 +186,39 @@ def lbee(
     batch by batch; process 0 gathers them, clusters, scores and writes everything (the others return ``None``).
     """
     check_classifier(classifier)  # before anything is written
+    inputs = _resolve_inputs(data, encoder, sentences, relevance, search, evaluation, Path(out_dir))
+    clip_to_record = _prepare_joint_space(inputs)
+    L.seed_everything(seed, verbose=False)  # the data are the same whether or not the joint space was just trained
+    data.setup("fit")
+    observed = _observe(inputs, data, classifier_model(classifier, data).to(device))
+    if observed is None:
+        return None  # a process other than the first: its share was gathered there
+    if clip_to_record is not None:  # trained by its first use just now: record what it was trained with
+        record_artefact(inputs.encoder.path, clip_to_record)
+    result, analysis = _analyse(inputs, data, observed)
+    saved = json.dumps({**asdict(result), "sweep": {"o": inputs.evaluation.sweep, **analysis.sweep}}, indent=1)
+    write_bytes_atomic(inputs.out / "results.json", saved.encode("utf-8"))  # a kill leaves the old or the new file
+    columns, numbers = _print_tables(result, analysis, inputs)
+    if wandb:
+        _log_wandb(columns, numbers, result.files, inputs.out)
+    return result
+
+
+@dataclass
+class _Inputs:
+    """A run's parts with their defaults filled in, checked before any work."""
+
+    out: Path
+    encoder: Encoder
+    sentences: SentenceSet
+    relevance: Relevance
+    search: FailureModeSearch
+    evaluation: EvalArgs
+
+
+def _resolve_inputs(data, encoder, sentences, relevance, search, evaluation, out: Path) -> _Inputs:
     if isinstance(relevance, VQARelevance):
         relevance.check_backends()
-    out = Path(out_dir)
     encoder = encoder or SyntheticCLIP()
     check_given_joint_space(out, encoder)
     out.mkdir(parents=True, exist_ok=True)
@@ -232,93 +227,126 @@ def lbee(
     search, evaluation = search or FailureModeSearch(), evaluation or EvalArgs()
     check_evaluation(evaluation)
     sentence_set = sentences.build(getattr(data, "class_names", None))  # user input checked before any work
+    return _Inputs(out, encoder, sentence_set, relevance, search, evaluation)
+
+
+def _prepare_joint_space(inputs: _Inputs) -> dict | None:
+    """Remove a joint space this command trained with other settings; several processes: train a missing one
+    once, on the first, before the others load it. Returns the settings to record once it is trained."""
     ranks = current_ranks()
     clip_to_record = None
-    if ranks.is_main:  # one trained here with other settings is trained again
-        clip_to_record = prepare_saved_clip(encoder, out)
-        if isinstance(encoder, SyntheticCLIP) and ranks.world_size > 1:
-            encoder.encoder()  # a missing joint space is trained once, here, before the others load it
+    if ranks.is_main:
+        clip_to_record = prepare_saved_clip(inputs.encoder, inputs.out)
+        if isinstance(inputs.encoder, SyntheticCLIP) and ranks.world_size > 1:
+            inputs.encoder.encoder()
     ranks.barrier()
-    L.seed_everything(seed, verbose=False)
-    data.setup("fit")
-    model = classifier_model(classifier, data).to(device)
+    return clip_to_record
+
+
+@dataclass
+class _Observed:
+    """The classifier and the joint space on the analysed split (and on the validation split for the partition
+    precision of per-class runs)."""
+
+    probs: torch.Tensor
+    embeddings: torch.Tensor
+    images: torch.Tensor
+    labels: torch.Tensor
+    attrs: dict[str, torch.Tensor]
+    groups: torch.Tensor
+    validation: tuple | None
+
+
+def _observe(inputs: _Inputs, data: SplitDataModule, model: Target) -> _Observed | None:
+    evaluation = inputs.evaluation
     dataset = data.test_set if evaluation.target_split == "test" else data.val_set
     if dataset is None or len(dataset) == 0:
         raise UserInputError(f"the datamodule has no {evaluation.target_split} split to analyse")
-    predicted = _predict(model, encoder, dataset, evaluation.batch_size)
-    partition = search.per_class and evaluation.partition_k > 0 and hasattr(data, "correlated")
+    predicted = predict(model, inputs.encoder, dataset, evaluation.batch_size)
+    partition = inputs.search.per_class and evaluation.partition_k > 0 and hasattr(data, "correlated")
     validation = None
     if partition and data.val_set is not None:
-        validation = _predict(model, encoder, data.val_set, evaluation.batch_size)
+        validation = predict(model, inputs.encoder, data.val_set, evaluation.batch_size)
     if predicted is None:
         return None
-    probs, embeddings, images, labels, attrs = predicted
-    if clip_to_record is not None:  # trained by its first use just now: record what it was trained with
-        record_artefact(encoder.path, clip_to_record)
-    text = encoder.encode_text(sentence_set.texts)
-    result = search(embeddings, text, probs, labels)
-    if not result.clusters:
-        raise UserInputError("the split left no hard or no easy image; nothing to contrast")
-    gamma = relevance(sentence_set, images, attrs)
-    omega = (probs.argmax(-1) == labels).double()
-    beta = metrics.beta_from(omega, evaluation.o)
-    scores = evaluate(result, gamma, omega, beta)
-    s_star = metrics.hard_sentences(gamma, omega, beta)
+    labels = predicted[3]
     groups = dataset.groups if hasattr(dataset, "groups") else torch.zeros_like(labels)
+    return _Observed(*predicted, groups=groups, validation=validation)
+
+
+@dataclass
+class _Analysis:
+    """What the tables need beyond the result: relevance, correctness, ``S*_beta`` and the beta sweep."""
+
+    search: SearchResult
+    gamma: torch.Tensor
+    omega: torch.Tensor
+    s_star: set[int]
+    sweep: dict
+
+
+def _analyse(inputs: _Inputs, data: SplitDataModule, seen: _Observed) -> tuple[LBEEResult, _Analysis]:
+    """Search the failure modes, score each method's sentences, draw the figures."""
+    evaluation, texts = inputs.evaluation, inputs.sentences.texts
+    found = inputs.search(seen.embeddings, inputs.encoder.encode_text(texts), seen.probs, seen.labels)
+    if not found.clusters:
+        raise UserInputError("the split left no hard or no easy image; nothing to contrast")
+    gamma = inputs.relevance(inputs.sentences, seen.images, seen.attrs)
+    omega = (seen.probs.argmax(-1) == seen.labels).double()
+    beta = metrics.beta_from(omega, evaluation.o)
+    s_star = metrics.hard_sentences(gamma, omega, beta)
     names = getattr(data, "group_names", ["all"])
+    groups = seen.groups
     group_acc = {name: float(omega[groups == g].mean()) for g, name in enumerate(names) if bool((groups == g).any())}
     precision = None
-    if validation is not None:
-        val_probs, val_emb, _, val_labels, _ = validation
+    if seen.validation is not None:
+        val_probs, val_emb, _, val_labels, _ = seen.validation
         precision = partition_precision(
             (val_emb, val_probs, val_labels),
-            (embeddings, labels, attrs["context"]),
+            (seen.embeddings, seen.labels, seen.attrs["context"]),
             data.correlated,
-            search.split,
-            search.clustering,
+            inputs.search.split,
+            inputs.search.clustering,
             evaluation.partition_k,
         )
+    grid = cluster_grid(
+        found, seen.images, seen.embeddings, texts, inputs.out / "hard_clusters.png",
+        max_clusters=evaluation.grid_clusters, s_star=s_star,
+    )  # fmt: skip
+    sweep = beta_sweep(found, gamma, omega, evaluation.sweep)
     files = {
-        "clusters": str(
-            cluster_grid(
-                result,
-                images,
-                embeddings,
-                sentence_set.texts,
-                out / "hard_clusters.png",
-                max_clusters=evaluation.grid_clusters,
-                s_star=s_star,
-            )
-        ),
+        "clusters": str(grid),
+        "beta_sweep": str(beta_sweep_plot(evaluation.sweep, sweep, inputs.out / "beta_sweep.png")),
     }
-    sweep = beta_sweep(result, gamma, omega, evaluation.sweep)
-    files["beta_sweep"] = str(beta_sweep_plot(evaluation.sweep, sweep, out / "beta_sweep.png"))
     clusters = [
         {
             "size": len(c.members),
             "class": c.class_index,
             "conflicting_fraction": float((groups[c.members] > 0).double().mean()),
-            **{m: [sentence_set.texts[s] for s in c.selections[m]] for m in result.methods},
+            **{m: [texts[s] for s in c.selections[m]] for m in found.methods},
         }
-        for c in result.clusters
+        for c in found.clusters
     ]
-    res = LBEEResult(
-        scores=scores,
-        sentences=sentence_set.texts,
-        s_star=[sentence_set.texts[s] for s in sorted(s_star)],
+    result = LBEEResult(
+        scores=evaluate(found, gamma, omega, beta),
+        sentences=texts,
+        s_star=[texts[s] for s in sorted(s_star)],
         beta=beta,
         accuracy=float(omega.mean()),
         group_accuracy=group_acc,
-        num_hard=result.num_hard,
-        num_easy=result.num_easy,
-        num_clusters=len(result.clusters),
+        num_hard=found.num_hard,
+        num_easy=found.num_easy,
+        num_clusters=len(found.clusters),
         clusters=clusters,
         files=files,
         partition_precision=precision,
-        encoder_zero_shot=dict(getattr(encoder, "zero_shot", {}) or {}),
+        encoder_zero_shot=dict(getattr(inputs.encoder, "zero_shot", {}) or {}),
     )
-    saved = json.dumps({**asdict(res), "sweep": {"o": evaluation.sweep, **sweep}}, indent=1)
-    write_bytes_atomic(out / "results.json", saved.encode("utf-8"))  # a kill leaves the old file or the new one
+    return result, _Analysis(found, gamma, omega, s_star, sweep)
+
+
+def _print_tables(result: LBEEResult, analysis: _Analysis, inputs: _Inputs) -> tuple[list[str], list[list]]:
+    """Print the scores and the sentence table; returns the score table's columns and numbers (for W&B)."""
     columns = ["method", "ACR", "AHR", "TPR", "JI", "|R_S|"]
     rows = [
         [
@@ -329,21 +357,20 @@ def lbee(
             s.ji,
             s.num_selected,
         ]
-        for s in scores
+        for s in result.scores
     ]
+    precision, k = result.partition_precision, inputs.evaluation.partition_k
     caption = (
         "ACR, AHR: [bootstrap 95 % interval over the hard clusters]; "
-        f"{len(result.clusters)} hard clusters ({result.num_hard} hard / {result.num_easy} easy images), "
-        f"|S*|={len(s_star)} of {len(sentence_set)} sentences, beta={beta:.3f}, accuracy {res.accuracy:.3f} "
-        + " ".join(f"{k} {v:.3f}" for k, v in group_acc.items())
-        + (f"; partition P@{evaluation.partition_k} {precision:.3f}" if precision is not None else "")
+        f"{result.num_clusters} hard clusters ({result.num_hard} hard / {result.num_easy} easy images), "
+        f"|S*|={len(analysis.s_star)} of {len(inputs.sentences)} sentences, beta={result.beta:.3f}, "
+        f"accuracy {result.accuracy:.3f} "
+        + " ".join(f"{k} {v:.3f}" for k, v in result.group_accuracy.items())
+        + (f"; partition P@{k} {precision:.3f}" if precision is not None else "")
     )
     print_table(columns, rows, title="Failure-mode sentences", caption=caption)
-    print_sentence_table(sentence_set.texts, gamma, omega, s_star, scores, beta)
-    if wandb:
-        numbers = [[s.method, s.acr, s.ahr, s.tpr, s.ji, s.num_selected] for s in scores]
-        _log_wandb(columns, numbers, files, out)
-    return res
+    print_sentence_table(result.sentences, analysis.gamma, analysis.omega, analysis.s_star, result.scores, result.beta)
+    return columns, [[s.method, s.acr, s.ahr, s.tpr, s.ji, s.num_selected] for s in result.scores]
 
 
 def _log_wandb(columns, rows, files: dict[str, str], out: Path) -> None:
