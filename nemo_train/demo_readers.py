@@ -67,7 +67,7 @@ def read_captions(ctx: DemoContext, result: FitResult) -> list[Row]:
 def read_teacher(ctx: DemoContext, result: dict) -> list[Row]:
     """How many teacher labels became training pairs, and their mean CEI."""
     return [
-        ("Teacher (exhaustive search, not a model)", k, v)
+        ("Teacher (exhaustive search, not a model)", k, v, *_stored(result, k))
         for k, v in result.items()
         if k in ("labels", "kept", "mean_cei")
     ]

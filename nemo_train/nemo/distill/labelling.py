@@ -34,6 +34,7 @@ from nemo_train.backends.base import BackendError, ChatBackend
 from nemo_train.backends.cache import ResponseCache
 from nemo_train.console import print_table
 from nemo_train.errors import UserInputError
+from nemo_train.metrics.bootstrap import format_with_interval, grouped_mean_interval, interval_fields, mean_interval
 from nemo_train.metrics.nemo import score_mean
 from nemo_train.models.specs import ClassifierSpec, as_classifier
 from nemo_train.models.targets import ClassMapping
@@ -286,6 +287,7 @@ def distill_teacher(
     store = ShardedResultStore(out / "teacher.jsonl", ranks.rank, ranks.world_size)
     ranks.barrier()  # every process has read the finished labels before any writes
     started, computed, failed, groups, rows = time.perf_counter(), 0, [], [], []
+    cei_groups: list[list[float]] = []  # the CEI of every labelled error, per classifier
     for spec, member_bias in members:
         if dataset == "folder":
             mapping = ClassMapping.for_folder(mining_root, mapping_file)
@@ -330,7 +332,9 @@ def distill_teacher(
         kept = [r for r in labels if r["kept"]]
         groups.append(LabelledErrors(spec.label, kept, bench, target))
         mean, mean_kept = score_mean([r["cei"] for r in labels]), score_mean([r["cei"] for r in kept])
-        rows.append([spec.label, teacher.name, len(labels), len(kept), mean, mean_kept])
+        cei_groups.append([r["cei"] for r in labels])
+        shown = format_with_interval(mean, *(mean_interval(cei_groups[-1]) or (None, None)), digits=1)
+        rows.append([spec.label, teacher.name, len(labels), len(kept), mean, mean_kept, shown])
     ranks.barrier()
     computed, reasons = ranks.total(computed), ranks.gather(failed)
     if not ranks.is_main:
@@ -348,8 +352,9 @@ def distill_teacher(
     paths = pairs_from_labels(groups, out / "pairs", views, val_fraction, seed, reference_class)
     print_table(
         ["classifier", "teacher", "errors", f"kept (CEI >= {min_cei:g})", "mean CEI", "mean CEI kept"],
-        rows,
+        [[*row[:4], row[6], row[5]] for row in rows],
         title="Distillation teacher",
+        caption="mean CEI [bootstrap 95 % interval over the errors]",
         digits=1,
     )
     print(f"{computed} errors labelled in {time.perf_counter() - started:.1f} s; pairs: {paths['train']}")
@@ -357,4 +362,11 @@ def distill_teacher(
         print(f"{len(failed)} error(s) left unlabelled ({failed[0]}); rerun to retry them")
     mean = score_mean([row[4] for row in rows if row[2]], weights=[row[2] for row in rows if row[2]])
     kept_total = sum(len(group.labels) for group in groups)
-    return {"labels": labelled, "kept": kept_total, "mean_cei": mean, **{k: str(v) for k, v in paths.items()}}
+    pooled = grouped_mean_interval(cei_groups)  # classifiers resampled, then their errors kept whole
+    return {
+        "labels": labelled,
+        "kept": kept_total,
+        "mean_cei": mean,
+        **interval_fields("mean_cei", pooled),
+        **{k: str(v) for k, v in paths.items()},
+    }

@@ -84,6 +84,8 @@ def test_teacher_writes_filtered_pairs_and_resumes(checkpoint, tmp_path, capsys)
     first = distill_teacher(checkpoint, out_dir=str(out), n=6, styles=1, min_cei=20.0, val_fraction=0.34)
     labels = [json.loads(line) for line in (out / "teacher.jsonl").read_text().splitlines()]
     assert len(labels) == first["labels"] == 6
+    # one classifier: the interval of the mean CEI is the item bootstrap over its labelled errors
+    assert (first["mean_cei_ci_low"], first["mean_cei_ci_high"]) == mean_interval([r["cei"] for r in labels])
     kept = [r for r in labels if r["kept"]]
     assert len(kept) == first["kept"] and all(r["cei"] >= 20.0 for r in kept)
     train, val = read_records(first["train"]), read_records(first["val"])
@@ -120,6 +122,7 @@ def test_teacher_labels_a_pool_of_classifiers_into_one_pair_file(checkpoint, tmp
     labels = [json.loads(line) for line in (out / "teacher.jsonl").read_text().splitlines()]
     name = Path(checkpoint).parent.name  # a checkpoint outside a fit folder is named by its folder
     assert result["labels"] == len(labels) == 8 and len({r["key"] for r in labels}) == 8
+    assert result["mean_cei_ci_low"] <= result["mean_cei"] <= result["mean_cei_ci_high"]  # over the two classifiers
     records = read_records(result["train"]) + read_records(result["val"])
     assert len(records) == 8 and {r.provenance["classifier"] for r in records} == {name, "blue_model"}
     # the pool member's errors are its bias-conflicting ones: digits 0-4 in a colour other than blue
