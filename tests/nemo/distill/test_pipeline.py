@@ -20,6 +20,7 @@ from datamodules.shifts import GapSpec  # noqa: E402
 from nemo_train.errors import UserInputError  # noqa: E402
 from nemo_train.metrics.bootstrap import mean_interval  # noqa: E402
 from nemo_train.models.specs import TimmModel  # noqa: E402
+from nemo_train.nemo.distill import trivial_rows  # noqa: E402
 from nemo_train.nemo.distill.labelling import PoolClassifier, build_target, distill_teacher  # noqa: E402
 from nemo_train.nemo.distill.rows import (  # noqa: E402
     DistillMethod,
@@ -62,6 +63,9 @@ def test_distill_presets_parse(path):
     elif function is distill_eval:  # rows are objects: every one of them, the SciTX one with its options
         rows = parser.instantiate_classes(config).methods
         expected = student_distill_methods() if config.dataset == "folder" else default_distill_methods()
+        if path.stem == "shifts_eval":  # the trivial rows beside KnownCause
+            expected += [trivial_rows.Everything(), trivial_rows.ClassFreeConstant()]
+            expected += [trivial_rows.ClassPrior(), trivial_rows.OddOneOut()]
         assert [type(r) for r in rows] == [type(r) for r in expected]  # folder data: no teacher / KnownCause row
         assert all(isinstance(r, DistillMethod) for r in rows)
         assert [(r.k, r.m) for r in rows if isinstance(r, StudentSciTX)] == [(8, 4)]
