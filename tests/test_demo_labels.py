@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 from nemo_train.demo_steps import (
     DemoContext,
     FitResult,
+    read_counterfactuals,
     read_differences,
     read_distill_eval,
     read_distilled,
     read_explainer,
+    read_lbee,
     read_nemo,
     read_teacher,
 )
 from nemo_train.differences.report import DifferencesResult, MethodScore
+from nemo_train.lbee.search import MethodScores
 from nemo_train.nemo.report import CellScore, NemoEvalSummary
 
 CTX = DemoContext(Path("out"), Path("configs"))
@@ -80,3 +84,26 @@ def test_differences_rows_name_the_rule_parts():
 def test_explanation_accuracy_row_names_its_grader():
     rows = read_explainer(CTX, FitResult({"val/explanation_acc": 0.9}, None, None))
     assert rows == [("tiny explainer", "explanation_acc (keyword rule, not manual grading)", 0.9)]
+
+
+def test_stored_intervals_reach_the_recap_rows_and_set_level_numbers_have_none():
+    row = MethodScore("summarization", 0.9, 0.6, 67, 100, "Model A ...", completeness_ci_low=0.8)
+    row.completeness_ci_high = 0.95
+    result = DifferencesResult([row], "LLM gpt-5-mini", "LLM x", "LLM y", 300)
+    assert read_differences(CTX, result)[:3] == [
+        ("summarization", "completeness", 0.9, 0.8, 0.95),
+        ("summarization", "density", 0.6, None, None),
+        ("summarization", "token_length", 67, None, None),
+    ]
+    lbee = SimpleNamespace(scores=[MethodScores("TopS", 0.4, 0.5, 0.25, 0.2, 3, [], 0.3, 0.5, 0.2, 0.9)])
+    assert read_lbee(CTX, lbee) == [
+        ("TopS", "acr", 0.4, 0.3, 0.5),
+        ("TopS", "ahr", 0.5, 0.2, 0.9),
+        ("TopS", "tpr", 0.25, None, None),
+        ("TopS", "ji", 0.2, None, None),
+    ]
+    table = {"Orig": {"success": 0.0}, "LGD": {"success": 0.75, "success_ci_low": 0.5, "success_ci_high": 1.0}}
+    assert read_counterfactuals(CTX, SimpleNamespace(table=table)) == [("LGD", "success", 0.75, 0.5, 1.0)]
+    teacher = {"labels": 10, "kept": 8, "mean_cei": 40.0, "mean_cei_ci_low": 30.0, "mean_cei_ci_high": 50.0}
+    assert read_teacher(CTX, teacher)[2] == ("Teacher (exhaustive search, not a model)", "mean_cei", 40.0, 30.0, 50.0)
+    assert read_teacher(CTX, teacher)[0][3:] == (None, None)  # a count has no interval
