@@ -28,6 +28,8 @@ class Command(NamedTuple):
 
     target: str
     summary: str
+    #: the option a first argument without ``--`` stands for (``nemo-train report OUT_DIR``)
+    positional: str | None = None
 
 
 LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test", "predict")
@@ -61,6 +63,9 @@ PIPELINE_COMMANDS: dict[str, Command] = {
     "prepare": Command("datamodules.prepare:prepare", "check a data folder for a dataset and list what is missing"),
     "zoo": Command(
         "nemo_train.models.zoo_run:zoo", "train a zoo of biased shifts classifiers together (drawn gaps, held-out zoo)"
+    ),
+    "report": Command(
+        "nemo_train.reports.command:report", "a run folder's results as a static HTML page", positional="out_dir"
     ),
 }
 
@@ -122,6 +127,9 @@ def run_lightning_cli(args: list[str]) -> None:
 def run_pipeline(name: str, args: list[str]) -> Any:
     """Run the pipeline command ``name`` with its own arguments."""
     check_config_files(args)
+    positional = PIPELINE_COMMANDS[name].positional
+    if positional and args and not args[0].startswith("-"):
+        args = [f"--{positional}", *args]
     func = _load(PIPELINE_COMMANDS[name].target)
     # options are matched exactly: a prefix such as ``--n`` would otherwise silently mean ``--num_nodes``
     return auto_cli(

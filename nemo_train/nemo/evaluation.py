@@ -33,6 +33,7 @@ from nemo_train.nemo.methods.global_explanation import (
     summarize_factor_explanations,
 )
 from nemo_train.nemo.methods.reference import ConstantExplainer
+from nemo_train.nemo.record_images import save_record_images
 from nemo_train.nemo.text_edits import ExplanationReader, headline, reader_for
 from nemo_train.quiet import progress_bar
 from nemo_train.store import ResultStore
@@ -254,6 +255,8 @@ def _compute(job, method, samples, settings, store, progress, keep_images) -> No
         progress.failed += 1
         return
     for sample, (record, trial) in zip(samples, results):
+        edited = trial.edited_image if trial is not None else None  # the images, for the run's report page
+        record.update(save_record_images(store.path.parent, record, sample.image, edited, job.benchmark.class_names))
         store.append(record, settings)
         progress.computed += 1
         if keep_images:

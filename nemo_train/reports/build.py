@@ -1,0 +1,101 @@
+"""Write a run folder's report page (``<out_dir>/report/index.html``, its images and plots beside it) from what
+the run stored, and an index page linking several runs' pages (the demo's).
+
+Each command with stored results has a section function in :data:`SECTIONS` (``(folder, page) -> None``: it adds
+its sections and facts, and marks the page partial when the run stopped early); a folder of any other command
+gets its stored table and figures; a folder of several runs (the demo's) links each run's page. Nothing is
+re-run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from nemo_train.errors import UserInputError
+from nemo_train.reports.explanations import explanation_report
+from nemo_train.reports.folder import PAGE, REPORT_DIR, RunFolder
+from nemo_train.reports.html import Markup, Page, Section, esc, table, with_interval
+from nemo_train.reports.stored_runs import counterfactual_report, files_report, lbee_report
+from nemo_train.store import write_bytes_atomic
+
+#: command -> the function that adds its sections to a page.
+SECTIONS: dict[str, Callable[[RunFolder, Page], None]] = {
+    "nemo-eval": explanation_report,
+    "distill-eval": explanation_report,
+    "counterfactuals": counterfactual_report,
+    "lbee": lbee_report,
+}
+INTERVAL_NOTE = "mean [bootstrap 95 % interval over the errors / items] where a number is a mean over them"
+
+
+def run_facts(folder: RunFolder) -> list[tuple[str, str]]:
+    """The run's command, when, source commit and stand-ins, from its provenance."""
+    record = folder.provenance or {}
+    facts = [("run folder", str(folder.path)), ("command", record.get("command", "unknown (no provenance.json)"))]
+    if record.get("created"):
+        facts.append(("started", record["created"]))
+    git = record.get("git") or {}
+    if git.get("commit"):
+        facts.append(("commit", git["commit"][:12] + (" (uncommitted changes)" if git.get("dirty") else "")))
+    for stand_in in record.get("stand_ins") or []:
+        facts.append(("stand-in", stand_in))
+    return facts
+
+
+def build_page(run_dir: str | Path) -> tuple[Page, RunFolder]:
+    """The page of ``run_dir`` (its images already copied into the report folder)."""
+    folder = RunFolder(Path(run_dir))
+    if not folder.path.is_dir():
+        raise UserInputError(f"run folder {str(folder.path)!r} does not exist; expected the out_dir of a run")
+    if (folder.out / PAGE).is_file():  # the page is drawn anew: nothing of an earlier page is kept
+        shutil.rmtree(folder.out)
+    elif folder.out.exists():
+        raise UserInputError(f"{str(folder.out)!r} exists and holds no report page; move it away to write the report")
+    command = folder.command
+    page = Page(f"nemo-train {command or 'run'}: {folder.path.name}", run_facts(folder))
+    SECTIONS.get(command or "", files_report)(folder, page)
+    return page, folder
+
+
+def write_report(run_dir: str | Path) -> Path:
+    """Write ``<run_dir>/report/index.html`` (images and plots beside it) and return its path."""
+    page, folder = build_page(run_dir)
+    folder.out.mkdir(parents=True, exist_ok=True)
+    return write_bytes_atomic(folder.out / PAGE, page.render().encode("utf-8"))
+
+
+def step_folders(folder: RunFolder) -> list[Path]:
+    """The run folders under ``folder`` (each holds a ``provenance.json``), in the order they were started."""
+    found = []
+    for record in folder.path.rglob("provenance.json"):
+        parts = record.relative_to(folder.path).parts[:-1]
+        if parts and REPORT_DIR not in parts and "wandb" not in parts:
+            found.append(RunFolder(record.parent))
+    return [f.path for f in sorted(found, key=lambda f: ((f.provenance or {}).get("created") or "", str(f.path)))]
+
+
+def steps_report(folder: RunFolder, page: Page) -> None:
+    """A folder of several runs (the demo's): its recap (``recap.json``) and a link to each run's page, each page
+    written anew; a run that stopped early is marked partial here too."""
+    recap = folder.json("recap.json")
+    if isinstance(recap, list) and recap:
+        rows = [[r.get("step"), r.get("method"), r.get("metric"), with_interval(r.get("value"), r.get("ci_low"),
+                 r.get("ci_high"))] for r in recap if isinstance(r, dict)]  # fmt: skip
+        page.sections.append(Section("Recap", table(["step", "method", "metric", "value"], rows), INTERVAL_NOTE))
+    else:
+        page.partial = "no recap.json: the runs below are those stored so far"
+    rows = []
+    for run_dir in step_folders(folder):
+        step, _ = build_page(run_dir)
+        written = write_bytes_atomic(run_dir / REPORT_DIR / PAGE, step.render().encode("utf-8"))
+        link = Path(os.path.relpath(written, folder.out)).as_posix()
+        name = run_dir.relative_to(folder.path).as_posix()
+        status = f"partial: {step.partial}" if step.partial else "complete"
+        rows.append([Markup(f'<a href="{esc(link)}">{esc(name)}</a>'), dict(step.facts).get("command"), status])
+    page.sections.append(Section("Runs", table(["run", "command", "results"], rows, "index"), f"{len(rows)} runs"))
+
+
+SECTIONS["demo"] = steps_report
