@@ -151,3 +151,18 @@ def test_panel_scores_an_empty_explanation_zero_without_asking():
     assert empty.scores == {"llm:scripted": 0.0, KeywordJudge().name: 0.0} and empty.mean == 0.0
     assert named.scores == {"llm:scripted": 1.0, KeywordJudge().name: 1.0}
     assert panel.judge([JudgeItem("")])[0].mean == 0.0 and len(backend.calls) == 1
+
+
+def test_llm_judges_read_the_rubric_and_the_whole_explanation():
+    from nemo_train.nemo.criteria import RUBRIC
+
+    backend = ScriptedBackend([json.dumps({"reasoning": "r", "score": 0})] * 2)
+    judge = LLMJudge(backend, "cmnist")
+    text = "The red colour caused it. Edit: angle -> 0"
+    judge.judge([JudgeItem(text, "3", "8")])
+    judge.judge([JudgeItem(text, "3", "8", attributes={"color": "red", "angle": "0"}, cause="color")])
+    for call in backend.calls:
+        prompt = call["messages"][-1]["content"][-1]["text"]
+        assert RUBRIC in prompt and text in prompt  # the Edit line is shown and graded, not ignored
+        assert "three or more factors" in prompt and "not the colour but the rotation" in prompt
+        assert "changes a different factor than the one its text blames" in prompt
