@@ -95,3 +95,25 @@ def test_typical_values_come_from_the_sheet_and_per_class_from_a_planted_bias():
     cause = {"attribute": "color", "values": {3: ["blue", "red"]}}
     assert restore_value(TOY, "color", sample, cause) == 2  # the true class's training colour, not the sheet's
     assert restore_value(TOY, "color", ErrorSample("s", solid(2), 3, 8, {"color": 2}), cause) == 0
+
+
+def test_the_table_reports_each_methods_consistency_share():
+    from nemo_train.nemo.report import print_report, summarize
+
+    def record(i: int, consistent: bool | None) -> dict:
+        return {
+            "method": "m",
+            "target": "t",
+            "sample_id": f"s{i}",
+            "judges": {},
+            "llm_match": 1.0,
+            "cei": 1.0,
+            "consistent": consistent,
+            "explanation": "x",
+        }
+
+    cells = summarize([record(0, True), record(1, False), record(2, True), record(3, True)])
+    assert cells[0].consistent == pytest.approx(0.75)
+    assert "consistent" in print_report(cells, "toy")
+    unchecked = summarize([record(0, None)])  # no fact sheet: nothing to check, no column
+    assert "consistent" not in print_report(unchecked, "toy")
