@@ -17,8 +17,9 @@ from nemo_train.cli import PIPELINE_COMMANDS, _load
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: Commands without a classifier to analyse (the demo trains its own in `fit` steps; `explain` reads image pairs).
-NO_CLASSIFIER = {"demo", "explain", "export", "prepare"}
+#: Commands without a classifier to analyse (the demo trains its own in `fit` steps; `explain` reads image pairs;
+#: `report` reads a run folder).
+NO_CLASSIFIER = {"demo", "explain", "export", "prepare", "report"}
 #: Commands that write nothing (a data-folder check): no out_dir.
 READ_ONLY = {"prepare"}
 

@@ -40,8 +40,9 @@ MINIMAL = {
     "zoo": [],
 }
 SECRET = "sk-" + "live0123456789abcdefXYZ"  # a made-up key, spelled in two parts so no scanner takes it for one
-#: Commands that only read (a data-folder check): no output folder, so no run floor.
-READ_ONLY = {"prepare"}
+#: Commands that only read (a data-folder check; a run folder's report page, written into the run's own folder):
+#: no run of their own, so no run floor (a report takes no lock and leaves the run's provenance as it was).
+READ_ONLY = {"prepare", "report"}
 WRITERS = sorted(set(PIPELINE_COMMANDS) - READ_ONLY)
 #: Commands whose only run argument is the output folder (no models of their own to seed or place, nothing to log).
 OUT_DIR_ONLY = {"demo", "export", "judge"}
