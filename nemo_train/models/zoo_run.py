@@ -31,6 +31,7 @@ from nemo_train.models.classifier import ClassifierModule
 from nemo_train.models.trainer import quiet_lightning, quiet_trainer
 from nemo_train.models.zoo import Execution, StackedClassifiers, member_module
 from nemo_train.provenance import provenance_record
+from nemo_train.quiet import interactive
 from nemo_train.runs import Device, OutDir, Seed, run_command
 from nemo_train.store import write_bytes_atomic, write_json_atomic
 
@@ -162,7 +163,8 @@ def zoo(
         len(members), backbone=backbone, lr=lr, weight_decay=weight_decay, member_seed=seed, execution=execution
     )
     with quiet_lightning():
-        trainer = quiet_trainer(max_epochs, "gpu" if device == "cuda" else "cpu")
+        accelerator = "gpu" if device == "cuda" else "cpu"
+        trainer = quiet_trainer(max_epochs, accelerator, enable_progress_bar=interactive())  # a bar on a terminal
         trainer.fit(stacked, datamodule=datamodule)
     rows, records = [], []
     for k, member in enumerate(members):
