@@ -280,10 +280,49 @@ def counterfactuals(
     classifier = _checkpoint_path(classifier)
     classifier_module = load_classifier(classifier)  # before any data is built: a missing file fails at once
     L.seed_everything(seed, verbose=False)
+    datamodule = _prepared_data(datamodule, seed)
+    autoencoder = _checked_autoencoder(autoencoder, datamodule, classifier_module, classifier)
+    # The autoencoder's initial weights and training order follow the seed (the config parser builds the
+    # autoencoder before any seed is set).
+    L.seed_everything(seed, verbose=False)
+    autoencoder.reset_parameters()
+    out = Path(out_dir)
+    parce_dir = Path(estimator.dir) if estimator.dir else out / "parce"
+    run_info = {
+        "classifier": str(classifier),
+        "estimator_dir": str(parce_dir),
+        "seed": seed,
+        "datamodule": {
+            "class_path": f"{type(datamodule).__module__}.{type(datamodule).__name__}",
+            "init_args": dict(datamodule.hparams),
+        },
+        "cause_directions": {k: v for k, v in directions.items() if v is not None},
+        "channels_last": channels_last,
+    }
+    parce = _estimator(classifier_module, datamodule, autoencoder, estimator, train, accelerator, out, run_info)
+    parce = parce.to(torch_device).eval()
+    if channels_last:
+        parce = parce.to(memory_format=torch.channels_last)
+    parce.threshold = estimator.threshold
+    run = run_counterfactuals(parce, datamodule, out, methods, causes, evaluation, seed, run_info)
+    run.files["estimator"] = parce_dir
+    run.files["classifier"] = Path(classifier)
+    print_run(run)
+    return run
+
+
+def _prepared_data(datamodule: L.LightningDataModule | None, seed: int) -> L.LightningDataModule:
+    """The classifier's training data, set up for fit and test (default: embedded CMNIST, Model-A bias)."""
     if datamodule is None:
         datamodule = CMNISTDataModule(bias="model_a", train_size=3000, test_styles=1, batch_size=64, seed=seed)
     datamodule.setup("fit")
     datamodule.setup("test")
+    return datamodule
+
+
+def _checked_autoencoder(autoencoder, datamodule, classifier_module, classifier: str) -> CompetencyAutoencoder:
+    """The autoencoder to train (default: one sized for the data's images); one-line errors when the
+    autoencoder or the classifier does not fit the data."""
     image_size = int(datamodule.train_set[0]["image"].shape[-1])
     autoencoder = autoencoder or CompetencyAutoencoder(image_size=image_size)
     if autoencoder.hparams.image_size != image_size:
@@ -295,24 +334,16 @@ def counterfactuals(
             f"classifier {classifier!r} has {classifier_module.hparams.num_classes} classes but the datamodule has "
             f"{datamodule.num_classes}; pass the classifier trained on this data"
         )
-    out = Path(out_dir)
-    # The autoencoder's initial weights and training order follow the seed (the config parser builds the
-    # autoencoder before any seed is set).
-    L.seed_everything(seed, verbose=False)
-    autoencoder.reset_parameters()
-    parce_dir = Path(estimator.dir) if estimator.dir else out / "parce"
-    run_info = {
-        "classifier": str(classifier),
-        "estimator_dir": str(parce_dir),
-        "seed": seed,
-        "datamodule": {
-            "class_path": f"{type(datamodule).__module__}.{type(datamodule).__name__}",
-            "init_args": dict(datamodule.hparams),
-        },
-        "cause_directions": {k: v for k, v in directions.items() if v is not None},
-    }
-    estimator_settings = {
-        "classifier": source_identity(classifier),
+    return autoencoder
+
+
+def _estimator(classifier_module, datamodule, autoencoder, estimator: EstimatorArgs, train: TrainArgs,
+               accelerator: str, out: Path, run_info: dict) -> PaRCE:  # fmt: skip
+    """PaRCE over the classifier: the saved estimator when it was calibrated with these settings, else trained
+    and calibrated now and recorded with its settings beside it."""
+    parce_dir = Path(run_info["estimator_dir"])
+    settings = {
+        "classifier": source_identity(run_info["classifier"]),
         "datamodule": run_info["datamodule"],
         "autoencoder": dict(autoencoder.hparams),
         "autoencoder_checkpoint": source_identity(estimator.autoencoder_checkpoint)
@@ -321,9 +352,9 @@ def counterfactuals(
         "autoencoder_epochs": train.autoencoder_epochs,
         "threshold": estimator.threshold,
         "loss_scale": estimator.loss_scale,
-        "seed": seed,
+        "seed": run_info["seed"],
     }
-    calibrate = not saved_estimator_matches(parce_dir, out, estimator_settings)
+    calibrate = not saved_estimator_matches(parce_dir, out, settings)
     parce = prepare_estimator(
         classifier_module,
         datamodule,
@@ -336,14 +367,5 @@ def counterfactuals(
         estimator.loss_scale,
     )
     if calibrate:  # written just now: record what it was calibrated with, beside it
-        record_artefact(parce_dir / "parce.json", estimator_settings)
-    parce = parce.to(torch_device).eval()
-    if channels_last:
-        parce = parce.to(memory_format=torch.channels_last)
-    run_info["channels_last"] = channels_last
-    parce.threshold = estimator.threshold
-    run = run_counterfactuals(parce, datamodule, out, methods, causes, evaluation, seed, run_info)
-    run.files["estimator"] = parce_dir
-    run.files["classifier"] = Path(classifier)
-    print_run(run)
-    return run
+        record_artefact(parce_dir / "parce.json", settings)
+    return parce
