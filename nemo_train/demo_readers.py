@@ -159,7 +159,8 @@ def read_nemo(ctx: DemoContext, result: Any) -> list[Row]:
             if _finite(getattr(c, metric))
         ]
     if result.known_cause_win_rate is not None:
-        rows.append(("KnownCause", "beats_distractor_cei", result.known_cause_win_rate))
+        ci = _interval(getattr(result, "known_cause_win_rate_ci", None))
+        rows.append(("KnownCause", "beats_distractor_cei", result.known_cause_win_rate, *ci))
     return rows
 
 

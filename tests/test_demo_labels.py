@@ -40,8 +40,11 @@ def test_nemo_rows_name_the_judge_and_the_global_stand_in():
 
 def test_nemo_rows_carry_each_cell_interval():
     cell = CellScore("SciTX", "a", 0.5, 10.0, 3, per_judge={"llm:gpt-5-mini": 0.5}, intervals={"cei": (2.0, 18.0)})
-    rows = read_nemo(CTX, NemoEvalSummary("cmnist", [cell]))
+    rows = read_nemo(
+        CTX, NemoEvalSummary("cmnist", [cell], known_cause_win_rate=0.9, known_cause_win_rate_ci=(0.8, 1.0))
+    )
     assert ("SciTX", "cei", 10.0, 2.0, 18.0) in rows and ("SciTX", "llm_match", 0.5, None, None) in rows
+    assert ("KnownCause", "beats_distractor_cei", 0.9, 0.8, 1.0) in rows
 
 
 def test_student_and_distill_eval_rows_name_the_judge():

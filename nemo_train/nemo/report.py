@@ -90,6 +90,8 @@ class NemoEvalSummary:
     recomputed_because: dict[str, int] = field(default_factory=dict)
     global_explanations: dict[str, str] = field(default_factory=dict)
     known_cause_win_rate: float | None = None
+    #: its bootstrap 95 % interval over the errors (``None`` with the rate)
+    known_cause_win_rate_ci: tuple[float, float] | None = None
     results: str = ""
     #: per target, errors per established cause (benchmarks whose errors have their own cause)
     cause_counts: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -103,7 +105,8 @@ class NemoEvalSummary:
 
     def to_json(self) -> dict:
         """What ``summary.json`` holds: the run's counts and every cell, each mean with its interval beside it."""
-        out = {k: v for k, v in asdict(self).items() if k != "cells"}
+        out = {k: v for k, v in asdict(self).items() if k not in ("cells", "known_cause_win_rate_ci")}
+        out.update(interval_fields("known_cause_win_rate", self.known_cause_win_rate_ci))
         return {**out, "cells": [c.to_json() for c in self.cells]}
 
 
@@ -225,18 +228,23 @@ def print_report(cells: list[CellScore], benchmark: str, cei_note: str | None = 
     return print_table(columns, rows, title=f"NEMO evaluation on {benchmark}", caption=caption)
 
 
-def known_cause_win_rate(records: Iterable[dict], target: str | None = None) -> tuple[float, int]:
-    """Share of errors where the known-cause explanation has a higher CEI than the distractor's."""
+def known_cause_wins(records: Iterable[dict], target: str | None = None) -> list[float]:
+    """Per error with both reference explainers (in (target, sample) order): 1.0 where the known-cause
+    explanation has a higher CEI than the distractor's, else 0.0."""
     by_sample: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
     for r in records:
         if (target is None or r["target"] == target) and not r.get("failed"):
             method = "Distractor" if r["method"].startswith("Distractor(") else r["method"]
             by_sample[(r["target"], r["sample_id"])][method] = r["cei"]
-    pairs = [v for v in by_sample.values() if "KnownCause" in v and "Distractor" in v]
-    if not pairs:
-        return math.nan, 0
-    wins = sum(v["KnownCause"] > v["Distractor"] for v in pairs)
-    return wins / len(pairs), len(pairs)
+    pairs = [by_sample[key] for key in sorted(by_sample)]
+    return [float(v["KnownCause"] > v["Distractor"]) for v in pairs if "KnownCause" in v and "Distractor" in v]
+
+
+def known_cause_win_rate(records: Iterable[dict], target: str | None = None) -> tuple[float, int]:
+    """Share of errors where the known-cause explanation has a higher CEI than the distractor's, and how many
+    errors have both (``nan``, 0 when none has)."""
+    wins = known_cause_wins(records, target)
+    return (sum(wins) / len(wins), len(wins)) if wins else (math.nan, 0)
 
 
 def log_wandb(

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from nemo_train.backends.base import ChatBackend
 from nemo_train.errors import UserInputError
+from nemo_train.metrics.bootstrap import mean_interval
 from nemo_train.models.specs import ClassifierSpec, as_classifier, unique_names
 from nemo_train.nemo.benchmark import FACT_SHEETS
 from nemo_train.nemo.components import (
@@ -49,6 +50,7 @@ from nemo_train.nemo.report import (
     NemoEvalSummary,
     failures_per_method,
     known_cause_win_rate,
+    known_cause_wins,
     log_wandb,
     print_report,
     summarize,
@@ -177,6 +179,7 @@ def nemo_eval(
     cells = summarize(records, OFFLINE_STAND_INS if explainer is None else None)
     print_report(cells, benchmark.name, editor.offline_note(explainer))
     rate, pairs = known_cause_win_rate(records)
+    wins = known_cause_wins(records)
     summary = NemoEvalSummary(
         benchmark=benchmark.name,
         cells=cells,
@@ -187,6 +190,7 @@ def nemo_eval(
         recomputed_because=dict(changed),
         global_explanations=global_texts,
         known_cause_win_rate=rate if pairs else None,
+        known_cause_win_rate_ci=mean_interval(wins),
         cause_counts=cause_counts,
         results=str(store.path),
     )
@@ -250,7 +254,9 @@ def _print_counts(summary: NemoEvalSummary, explainer: ChatBackend | None, secon
         failed = ", ".join(f"{m}: {n}" for m, n in summary.failed_per_method.items())
         print(f"failed samples per method (a rerun retries them): {failed}")
     if summary.known_cause_win_rate is not None:
-        print(f"known cause beats the distractor on CEI for {summary.known_cause_win_rate:.0%} of errors")
+        low, high = summary.known_cause_win_rate_ci or (summary.known_cause_win_rate,) * 2
+        share = f"{summary.known_cause_win_rate:.0%} [{low:.0%}, {high:.0%}]"
+        print(f"known cause beats the distractor on CEI for {share} of errors (bootstrap 95 % interval)")
     if explainer is not None:
         stats = explainer.stats
         line = f"explainer calls: {stats.requests} sent, {stats.cache_hits} from cache"

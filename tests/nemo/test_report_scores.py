@@ -88,3 +88,24 @@ def test_a_cell_of_equal_scores_has_a_point_interval():
     records = [record(s, 50.0, 1.0, {"j": 1.0}) for s in "abc"]
     (cell,) = summarize(records)
     assert cell.intervals == {"llm_match": (1.0, 1.0), "cei": (50.0, 50.0)}
+
+
+def test_known_cause_wins_per_error_and_their_interval_in_the_summary_json():
+    from nemo_train.metrics.bootstrap import mean_interval
+    from nemo_train.nemo.report import NemoEvalSummary, known_cause_win_rate, known_cause_wins
+
+    def pair(sample, known, distractor, **extra):
+        return [
+            {**record(sample, known, 1.0, {}), "method": "KnownCause", **extra},
+            {**record(sample, distractor, 0.0, {}), "method": "Distractor(rotation)", **extra},
+        ]
+
+    records = pair("c", 50.0, 10.0) + pair("a", 5.0, 20.0) + pair("b", 30.0, 30.0) + pair("d", 40.0, 0.0)
+    records += [{**record("e", 90.0, 1.0, {}), "method": "KnownCause"}]  # no distractor: not a pair
+    wins = known_cause_wins(records)
+    assert wins == [0.0, 0.0, 1.0, 1.0]  # a, b (a tie is no win), c, d
+    assert known_cause_win_rate(records) == (0.5, 4)
+    summary = NemoEvalSummary("toy", [], known_cause_win_rate=0.5, known_cause_win_rate_ci=mean_interval(wins))
+    stored = summary.to_json()
+    assert (stored["known_cause_win_rate_ci_low"], stored["known_cause_win_rate_ci_high"]) == mean_interval(wins)
+    assert "known_cause_win_rate_ci" not in stored
