@@ -26,6 +26,7 @@ from nemo_train.demo_readers import read_classifier, read_numbers
 from nemo_train.demo_steps import STEPS, DemoContext, FitResult, Headline, Step
 from nemo_train.errors import UserInputError
 from nemo_train.lightning_cli import NemoLightningCLI
+from nemo_train.reports import write_report
 from nemo_train.runs import OutDir, run_command
 from nemo_train.store import write_json_atomic
 
@@ -191,4 +192,6 @@ def demo(
     rows = [h.row() for h in ctx.headlines]
     write_json_atomic(ctx.out_dir / "recap.json", rows)
     print_recap(rows, {h.step: h.where for h in ctx.headlines})
+    page = write_report(ctx.out_dir, steps=ctx.outputs)  # one page linking every step's page
+    print(f"demo: report page of every step: {page}")
     return ctx

@@ -55,6 +55,10 @@ def test_the_demo_uses_a_changed_preset(tmp_path, capsys):
     )
     assert not [line for line in printed.splitlines() if line.startswith("wandb:")]
     assert len(printed.splitlines()) <= 20
+    index = out / "report" / "index.html"  # one page linking every step's page, its path printed last
+    assert printed.splitlines()[-1] == f"demo: report page of every step: {index}"
+    assert 'href="../cmnist_model_a/report/index.html"' in index.read_text()
+    assert (out / "cmnist_model_a" / "report" / "index.html").is_file()
 
 
 def test_a_step_without_its_preset_is_skipped_with_one_line(tmp_path, capsys):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from nemo_train.errors import UserInputError
@@ -45,8 +45,9 @@ def run_facts(folder: RunFolder) -> list[tuple[str, str]]:
     return facts
 
 
-def build_page(run_dir: str | Path) -> tuple[Page, RunFolder]:
-    """The page of ``run_dir`` (its images already copied into the report folder)."""
+def build_page(run_dir: str | Path, steps: Mapping[str, str | Path] | None = None) -> tuple[Page, RunFolder]:
+    """The page of ``run_dir`` (its images already copied into the report folder); with ``steps`` (name -> run
+    folder) the page of a folder of several runs, linking each one's page (:func:`steps_report`)."""
     folder = RunFolder(Path(run_dir))
     if not folder.path.is_dir():
         raise UserInputError(f"run folder {str(folder.path)!r} does not exist; expected the out_dir of a run")
@@ -56,30 +57,37 @@ def build_page(run_dir: str | Path) -> tuple[Page, RunFolder]:
         raise UserInputError(f"{str(folder.out)!r} exists and holds no report page; move it away to write the report")
     command = folder.command
     page = Page(f"nemo-train {command or 'run'}: {folder.path.name}", run_facts(folder))
-    SECTIONS.get(command or "", files_report)(folder, page)
+    if steps is not None:
+        steps_report(folder, page, steps)
+    else:
+        SECTIONS.get(command or "", files_report)(folder, page)
     return page, folder
 
 
-def write_report(run_dir: str | Path) -> Path:
-    """Write ``<run_dir>/report/index.html`` (images and plots beside it) and return its path."""
-    page, folder = build_page(run_dir)
+def write_report(run_dir: str | Path, steps: Mapping[str, str | Path] | None = None) -> Path:
+    """Write ``<run_dir>/report/index.html`` (images and plots beside it) and return its path; ``steps`` (name ->
+    run folder, e.g. the demo's) makes it the index of those runs' pages, each written too."""
+    page, folder = build_page(run_dir, steps)
     folder.out.mkdir(parents=True, exist_ok=True)
     return write_bytes_atomic(folder.out / PAGE, page.render().encode("utf-8"))
 
 
-def step_folders(folder: RunFolder) -> list[Path]:
-    """The run folders under ``folder`` (each holds a ``provenance.json``), in the order they were started."""
+def step_folders(folder: RunFolder) -> dict[str, Path]:
+    """The run folders under ``folder`` (each holds a ``provenance.json``), in the order they were started, named
+    by their path under ``folder``."""
     found = []
     for record in folder.path.rglob("provenance.json"):
         parts = record.relative_to(folder.path).parts[:-1]
         if parts and REPORT_DIR not in parts and "wandb" not in parts:
             found.append(RunFolder(record.parent))
-    return [f.path for f in sorted(found, key=lambda f: ((f.provenance or {}).get("created") or "", str(f.path)))]
+    found.sort(key=lambda f: ((f.provenance or {}).get("created") or "", str(f.path)))
+    return {f.path.relative_to(folder.path).as_posix(): f.path for f in found}
 
 
-def steps_report(folder: RunFolder, page: Page) -> None:
-    """A folder of several runs (the demo's): its recap (``recap.json``) and a link to each run's page, each page
-    written anew; a run that stopped early is marked partial here too."""
+def steps_report(folder: RunFolder, page: Page, steps: Mapping[str, str | Path] | None = None) -> None:
+    """A folder of several runs (the demo's): its recap (``recap.json``) and a link to each run's page (``steps``:
+    name -> folder; default: the run folders found under it), each page written anew; a run that stopped early is
+    marked partial here too, a step without a folder said so."""
     recap = folder.json("recap.json")
     if isinstance(recap, list) and recap:
         rows = [[r.get("step"), r.get("method"), r.get("metric"), with_interval(r.get("value"), r.get("ci_low"),
@@ -88,11 +96,14 @@ def steps_report(folder: RunFolder, page: Page) -> None:
     else:
         page.partial = "no recap.json: the runs below are those stored so far"
     rows = []
-    for run_dir in step_folders(folder):
+    for name, run_dir in (step_folders(folder) if steps is None else steps).items():
+        run_dir = Path(run_dir)
+        if not run_dir.is_dir():
+            rows.append([name, None, "no folder: the step did not run"])
+            continue
         step, _ = build_page(run_dir)
         written = write_bytes_atomic(run_dir / REPORT_DIR / PAGE, step.render().encode("utf-8"))
         link = Path(os.path.relpath(written, folder.out)).as_posix()
-        name = run_dir.relative_to(folder.path).as_posix()
         status = f"partial: {step.partial}" if step.partial else "complete"
         rows.append([Markup(f'<a href="{esc(link)}">{esc(name)}</a>'), dict(step.facts).get("command"), status])
     page.sections.append(Section("Runs", table(["run", "command", "results"], rows, "index"), f"{len(rows)} runs"))
