@@ -57,3 +57,14 @@ def test_capability_packages_may_not_import_each_other(tmp_path):
     result = lint_imports(tree)
     assert result.returncode != 0
     assert "nemo_train.competency -> nemo_train.nemo" in result.stdout
+
+
+def test_no_module_is_over_400_lines():
+    """A module that grows past a screenful of screens is split into named modules (one job per file)."""
+    long = {
+        str(path.relative_to(ROOT)): count
+        for package in ("nemo_train", "datamodules")
+        for path in (ROOT / package).rglob("*.py")
+        if (count := len(path.read_text().splitlines())) > 400
+    }
+    assert not long, f"modules over 400 lines: {long}"

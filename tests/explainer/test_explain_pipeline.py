@@ -13,7 +13,7 @@ from nemo_train.explainer import ExplainerModule
 
 @pytest.fixture
 def explain_command(monkeypatch):
-    assert PIPELINE_COMMANDS["explain"].target == "nemo_train.explainer.generation:explain"
+    assert PIPELINE_COMMANDS["explain"].target == "nemo_train.explainer.explain_command:explain"
 
 
 @pytest.fixture(scope="module")

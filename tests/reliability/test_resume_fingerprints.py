@@ -197,7 +197,8 @@ def adapter_factory(six_cause_pairs):
 
 
 def test_explain_resumes_by_key_and_settings_not_by_line_count(adapter_factory, six_cause_pairs, tmp_path):
-    from nemo_train.explainer.generation import GenerationArgs, explain
+    from nemo_train.explainer.explain_command import explain
+    from nemo_train.explainer.generation import GenerationArgs
 
     pairs = six_cause_pairs["val"]
     n = len(pairs.read_text().splitlines())
