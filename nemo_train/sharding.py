@@ -68,6 +68,21 @@ class DeviceArgs:
         return self.devices * self.num_nodes > 1
 
 
+#: What a cluster launcher sets for every process of a several-machine run (torchrun, SLURM, or by hand).
+NODE_LAUNCHER_VARIABLES = (("MASTER_ADDR", "NODE_RANK"), ("SLURM_NTASKS", "SLURM_PROCID"), ("WORLD_SIZE", "RANK"))
+
+
+def check_node_launcher(num_nodes: int) -> None:
+    """A one-line error when ``num_nodes`` > 1 and no launcher set where this process stands: it would wait for the
+    other machines forever, printing nothing (a mistyped option once became ``--num_nodes 16`` that way)."""
+    if num_nodes > 1 and not any(all(v in os.environ for v in pair) for pair in NODE_LAUNCHER_VARIABLES):
+        wanted = " or ".join("+".join(pair) for pair in NODE_LAUNCHER_VARIABLES)
+        raise UserInputError(
+            f"num_nodes={num_nodes} needs a launcher that starts every machine's processes (torchrun or SLURM); "
+            f"none is set here ({wanted} missing), so the run would wait for the other machines forever"
+        )
+
+
 class Ranks:
     """The processes of one run, started by Lightning Fabric (a one-process run starts nothing).
 
@@ -80,6 +95,8 @@ class Ranks:
         self.fabric = None
         if self.args.distributed:
             from lightning.fabric import Fabric
+
+            check_node_launcher(self.args.num_nodes)
 
             for name in ("lightning.fabric", "lightning.pytorch"):  # quiet: no "Initializing distributed" lines
                 logging.getLogger(name).setLevel(logging.WARNING)

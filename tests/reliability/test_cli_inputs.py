@@ -166,3 +166,16 @@ def test_an_empty_list_is_refused_not_replaced_by_the_defaults(tmp_path, capsys,
     line = one_line_error(capsys, [*argv, "--out_dir", str(tmp_path / "run")])
     assert f"{option}=[] names nothing" in line
     assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
+def test_several_nodes_without_a_launcher_is_one_line_not_a_silent_wait(tmp_path, capsys, monkeypatch):
+    """``--num_nodes 2`` with nothing to start the other machine used to wait forever, printing nothing."""
+    from nemo_train.sharding import NODE_LAUNCHER_VARIABLES
+
+    for pair in NODE_LAUNCHER_VARIABLES:
+        for name in pair:
+            monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(ROOT)
+    argv = ["nemo-eval", "--config", "configs/nemo/cmnist.yaml", "--num_nodes", "2", "--out_dir", str(tmp_path / "r")]
+    line = one_line_error(capsys, argv)
+    assert "num_nodes=2 needs a launcher" in line and "MASTER_ADDR+NODE_RANK" in line
