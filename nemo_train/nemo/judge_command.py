@@ -190,55 +190,20 @@ def judge(
     Returns:
         ``{"scores": path, "agreement": path or None, "judges": {...}, "pairs": {...}}``.
     """
-    if benchmark is not None and benchmark not in FACT_SHEETS:
-        raise UserInputError(f"unknown benchmark {benchmark!r}; expected one of {sorted(FACT_SHEETS)}")
-    if items is None:
-        rows = [r for r in read_items(SHIPPED_LABELS, None) if benchmark in (None, r["benchmark"])]
-    elif benchmark is None:
-        raise UserInputError("pass --benchmark (shifts, cmnist or clevr) for the items' fact sheet")
-    else:
-        rows = read_items(items, benchmark)
+    rows = _rows(benchmark, items)
     configured = list(judges) if judges else [GroundedJudge()]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for j in configured:
         if isinstance(j, LLMJudge):
             j.backend.attach_cache(out / "llm_cache")
-    verdicts: list[Any] = [None] * len(rows)
-    for name in dict.fromkeys(r["benchmark"] for r in rows):
-        facts, panel = FACT_SHEETS[name], _panel(configured, name)
-        indices = [i for i, r in enumerate(rows) if r["benchmark"] == name]
-        asked = [
-            JudgeItem(rows[i]["text"], str(rows[i]["true_class"]), str(rows[i]["predicted_class"]),
-                      _attributes(rows[i], facts), rows[i]["cause"])
-            for i in indices
-        ]  # fmt: skip
-        for i, verdict in zip(indices, panel.judge(asked)):
-            verdicts[i] = verdict
-    names = [j.name for j in configured]
-    lines = []
-    for index, (row, verdict) in enumerate(zip(rows, verdicts)):
-        lines.append(
-            {"index": index, "benchmark": row["benchmark"], "group": row.get("group"), "split": row.get("split"),
-             "label": row.get("label"),
-             "score": verdict.mean, "judges": verdict.scores, "reasons": verdict.reasons,
-             "grounding": verdict.grounding, "groundings": verdict.groundings}
-        )  # fmt: skip
+    lines = _grade(rows, configured)
     scores_path = out / "scores.jsonl"
     scores_path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
-    result: dict[str, Any] = {"scores": str(scores_path), "agreement": None, "judges": {}, "pairs": {}}
+    names = [j.name for j in configured]
+    result: dict[str, Any] = {"scores": str(scores_path), "agreement": None, "pairs": {}}
     labelled = [line for line in lines if line["label"] is not None]
-    for name in names:
-        graded = [line for line in labelled if line["judges"][name] is not None]
-        splits = sorted({x["split"] for x in graded if x["split"]})
-        groups = {"all": graded} | {f"split:{k}": [x for x in graded if x["split"] == k] for k in splits}
-        groups |= {
-            g: [x for x in graded if x["group"] == g] for g in sorted({x["group"] for x in graded if x["group"]})
-        }
-        result["judges"][name] = {
-            g: agreement([x["label"] for x in part], [x["judges"][name] for x in part], n_resamples)
-            for g, part in groups.items()
-        } | {"failed": sum(line["judges"][name] is None for line in lines)}
+    result["judges"] = {name: _agreement_with_labels(name, labelled, lines, n_resamples) for name in names}
     for k, a in enumerate(names):
         for b in names[k + 1 :]:
             both = [x for x in lines if x["judges"][a] is not None and x["judges"][b] is not None]
@@ -252,6 +217,52 @@ def judge(
         _print_pairs(result["pairs"])
     print(f"scores of {len(rows)} items: {scores_path}")
     return result
+
+
+def _rows(benchmark: str | None, items: str | None) -> list[dict[str, Any]]:
+    """The items to grade: a JSONL file on one benchmark's sheet, or the shipped set (one benchmark's part)."""
+    if benchmark is not None and benchmark not in FACT_SHEETS:
+        raise UserInputError(f"unknown benchmark {benchmark!r}; expected one of {sorted(FACT_SHEETS)}")
+    if items is None:
+        return [r for r in read_items(SHIPPED_LABELS, None) if benchmark in (None, r["benchmark"])]
+    if benchmark is None:
+        raise UserInputError("pass --benchmark (shifts, cmnist or clevr) for the items' fact sheet")
+    return read_items(items, benchmark)
+
+
+def _grade(rows: list[dict[str, Any]], configured: list[Judge]) -> list[dict[str, Any]]:
+    """One line per item, in input order: the panel's mean, each judge's score and reason, the grounding."""
+    verdicts: list[Any] = [None] * len(rows)
+    for name in dict.fromkeys(r["benchmark"] for r in rows):
+        facts, panel = FACT_SHEETS[name], _panel(configured, name)
+        indices = [i for i, r in enumerate(rows) if r["benchmark"] == name]
+        asked = [
+            JudgeItem(rows[i]["text"], str(rows[i]["true_class"]), str(rows[i]["predicted_class"]),
+                      _attributes(rows[i], facts), rows[i]["cause"])
+            for i in indices
+        ]  # fmt: skip
+        for i, verdict in zip(indices, panel.judge(asked)):
+            verdicts[i] = verdict
+    return [
+        {"index": index, "benchmark": row["benchmark"], "group": row.get("group"), "split": row.get("split"),
+         "label": row.get("label"),
+         "score": verdict.mean, "judges": verdict.scores, "reasons": verdict.reasons,
+         "grounding": verdict.grounding, "groundings": verdict.groundings}
+        for index, (row, verdict) in enumerate(zip(rows, verdicts))
+    ]  # fmt: skip
+
+
+def _agreement_with_labels(name: str, labelled: list[dict], lines: list[dict], n_resamples: int) -> dict[str, Any]:
+    """One judge's agreement with the labels: overall, per split and per group; and how often it failed."""
+    graded = [line for line in labelled if line["judges"][name] is not None]
+    splits = sorted({x["split"] for x in graded if x["split"]})
+    groups = {"all": graded} | {f"split:{k}": [x for x in graded if x["split"] == k] for k in splits}
+    groups |= {g: [x for x in graded if x["group"] == g] for g in sorted({x["group"] for x in graded if x["group"]})}
+    found = {
+        g: agreement([x["label"] for x in part], [x["judges"][name] for x in part], n_resamples)
+        for g, part in groups.items()
+    }
+    return found | {"failed": sum(line["judges"][name] is None for line in lines)}
 
 
 def _cell(stats_: dict[str, Any], name: str) -> str:
