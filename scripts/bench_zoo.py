@@ -28,10 +28,10 @@ from nemo_train.models.zoo import StackedClassifiers, member_module
 from nemo_train.models.zoo_run import accuracy
 
 
-def separate(args: argparse.Namespace, members: list) -> tuple[float, float, list[float]]:
-    """N fits one after another: (render seconds, train seconds, test accuracy per member)."""
+def separate(args: argparse.Namespace, members: list) -> tuple[float, float, list[float], list[float]]:
+    """N fits one after another: (render seconds, train seconds, validation and test accuracy per member)."""
     render = train = 0.0
-    accuracies = []
+    accuracies, validation = [], []
     for k, member in enumerate(members):
         start = time.perf_counter()
         dm = ShiftsDataModule(gaps=dict(member.gaps.gaps), **data_args(args))
@@ -40,14 +40,15 @@ def separate(args: argparse.Namespace, members: list) -> tuple[float, float, lis
         L.seed_everything(args.seed + k, verbose=False)
         module = ClassifierModule(lr=args.lr)
         start = time.perf_counter()
-        fit_quietly(module, dm, max_epochs=args.max_epochs)
+        trainer = fit_quietly(module, dm, max_epochs=args.max_epochs)
         train += time.perf_counter() - start
+        validation.append(float(trainer.callback_metrics["val/acc"]))
         accuracies.append(accuracy(module.eval(), dm.test_set.images, dm.test_set.labels))
-    return render, train, accuracies
+    return render, train, validation, accuracies
 
 
-def together(args: argparse.Namespace, members: list, execution: str) -> tuple[float, float, list[float]]:
-    """One stacked fit of all members: (render seconds, train seconds, test accuracy per member)."""
+def together(args: argparse.Namespace, members: list, execution: str) -> tuple[float, float, list[float], list[float]]:
+    """One stacked fit of all members: (render seconds, train seconds, validation and test accuracy per member)."""
     start = time.perf_counter()
     dm = ShiftsZooDataModule([m.gaps.gaps for m in members], **data_args(args))
     dm.setup("fit")
@@ -61,7 +62,7 @@ def together(args: argparse.Namespace, members: list, execution: str) -> tuple[f
         accuracy(member_module(stacked, k, stacked.best_states[k]), m.test_set.images, m.test_set.labels)
         for k, m in enumerate(dm.members)
     ]
-    return render, train, accuracies
+    return render, train, list(stacked.best_acc), accuracies
 
 
 def data_args(args: argparse.Namespace) -> dict:
@@ -92,17 +93,20 @@ def main() -> None:
     members = draw_zoo(args.zoo_seed, train=args.members, heldout=0)
     rows = []
     for way in args.ways:
-        render, train, accuracies = separate(args, members) if way == "separate" else together(args, members, way)
+        run = separate(args, members) if way == "separate" else together(args, members, way)
+        render, train, validation, accuracies = run
         label = f"{args.members} separate fits" if way == "separate" else f"zoo, stacked ({way})"
+        val = sum(validation) / len(validation)
         each = " ".join(f"{a:.3f}" for a in accuracies)
-        rows.append((label, render, train, render + train, sum(accuracies) / len(accuracies), each))
-        print(f"{label}: render {render:.1f} s, train {train:.1f} s, test acc {each}", flush=True)
+        rows.append((label, render, train, render + train, val, sum(accuracies) / len(accuracies), each))
+        print(f"{label}: render {render:.1f} s, train {train:.1f} s, val acc {val:.3f}, test acc {each}", flush=True)
     print_table(
-        ["way", "render s", "train s", "total s", "mean test acc", "test acc per member"],
+        ["way", "render s", "train s", "total s", "mean val acc", "mean test acc", "test acc per member"],
         rows,
         title=f"{args.members} shifts classifiers, {args.train_size} training images each, {args.max_epochs} epoch(s), "
         f"{torch.get_num_threads()} CPU threads",
-        caption=f"test: {args.test_size} images of the {args.test_shift}-factor shift split per member",
+        caption=f"val: the training distribution; test: {args.test_size} images of the {args.test_shift}-factor shift "
+        "split per member",
         digits=2,
     )
 
