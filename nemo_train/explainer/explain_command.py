@@ -88,13 +88,14 @@ def explain(
         "prompting": asdict(prompting),
         "counterfactual_shown": use_cf,
         "generation": {k: v for k, v in asdict(generation).items() if k != "batch_size"},
+        "seed": seed,
     }
     keys = [record_key(i, r, use_cf) for i, r in enumerate(records)]
     todo = [i for i, key in enumerate(keys) if store.lookup(key, settings) is None]
     pending = set(todo)
     batches = generation_batches(todo, len(records), generation.batch_size, sampled=generation.temperature > 0)
     for batch in progress_bar(batches, desc="explaining", disable=not todo):
-        texts = _generate_batch(module, [records[i] for i in batch], batch[0], use_cf, prompting, generation)
+        texts = _generate_batch(module, [records[i] for i in batch], seed + batch[0], use_cf, prompting, generation)
         for i, samples in zip(batch, texts):
             if i in pending:  # others are done; generated again only so that their batch is an uninterrupted run's
                 store.append(_row(keys[i], records[i], samples), settings)
@@ -117,8 +118,9 @@ def _checked_records(pairs, images, counterfactuals, prompting: PromptArgs) -> l
     return records
 
 
-def _generate_batch(module, chunk: list, first: int, use_cf: bool, prompting: PromptArgs, g: GenerationArgs):
-    """The sampled explanations of one batch of inputs (``first``: the batch's first position, its seed)."""
+def _generate_batch(module, chunk: list, seed: int, use_cf: bool, prompting: PromptArgs, g: GenerationArgs):
+    """The sampled explanations of one batch of inputs; ``seed``: the run's seed plus the batch's first position,
+    the same whichever inputs were done already."""
     trained = module.prompting or {}
     try:
         return generate_explanations(
@@ -134,7 +136,7 @@ def _generate_batch(module, chunk: list, first: int, use_cf: bool, prompting: Pr
             if use_cf and any(r.counterfactual for r in chunk)
             else None,
             system_prompt=prompting.system_prompt,
-            seed=g.seed + first,  # the batch's first position: the same seed whichever inputs were done
+            seed=seed,
         )
     except UserInputError as err:
         where = f"{chunk[0].origin}..{chunk[-1].origin}" if chunk[0].origin else "images"

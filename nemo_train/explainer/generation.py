@@ -175,7 +175,9 @@ class GenerationArgs:
         top_p: nucleus sampling mass.
         max_new_tokens: length limit of an explanation.
         batch_size: images per ``generate`` call.
-        seed: sampling seed (repeatable runs; a resumed run samples what an uninterrupted run samples).
+
+    Sampling draws from the command's ``seed`` (repeatable runs; a resumed run samples what an uninterrupted run
+    samples).
     """
 
     num_samples: int = 1
@@ -183,7 +185,6 @@ class GenerationArgs:
     top_p: float = 1.0
     max_new_tokens: int = 48
     batch_size: int = 8
-    seed: int = 0
 
 
 def check_generation(g: GenerationArgs) -> None:

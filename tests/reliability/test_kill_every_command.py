@@ -361,7 +361,7 @@ def sampled_explain_argv(inputs: tuple[Path, Path], out: Path) -> list[str]:
     pairs, adapter = inputs
     return command(
         "explain", "--model", str(adapter), "--pairs", str(pairs), "--out_dir", str(out), "--device", "cpu",
-        "--generation.temperature", "1.0", "--generation.seed", "3", "--generation.max_new_tokens", "24",
+        "--generation.temperature", "1.0", "--seed", "3", "--generation.max_new_tokens", "24",
         "--generation.batch_size", "2",
     )  # fmt: skip
 
