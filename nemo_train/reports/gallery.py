@@ -58,6 +58,8 @@ def edit_text(instruction: Any) -> str:
     """An edit as text: ``factor \u2192 value`` pairs for a mapping, else its JSON."""
     if instruction is None:
         return "\u2013"
+    if isinstance(instruction, dict) and set(instruction) == {"attribute", "value"}:
+        return f"{instruction['attribute']} \u2192 {instruction['value']}"
     if isinstance(instruction, dict):
         return ", ".join(f"{k} \u2192 {v}" for k, v in instruction.items())
     return instruction if isinstance(instruction, str) else json.dumps(instruction)
