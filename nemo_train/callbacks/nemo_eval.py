@@ -22,6 +22,7 @@ from nemo_train.nemo.judges import GroundedJudge, JudgeItem, JudgePanel
 from nemo_train.nemo.labels import match_key, match_label
 from nemo_train.nemo.shift_benchmark import build_shift_benchmark
 from nemo_train.nemo.structured import DISTILL_PROMPT, StructuredEditDeriver
+from nemo_train.nemo.text_edits import TextEditDeriver, reader_for
 from nemo_train.vocabulary import BIAS_PROMPT
 
 ExplainFn = Callable[[L.LightningModule, Sequence[ErrorSample], Sequence[str]], list[str]]
@@ -49,8 +50,10 @@ class ErrorSet:
     """Held-out errors of a classifier on a generated benchmark's test grid (disjoint from any mining split).
 
     ``name`` keys the logged metrics (``nemo/<name>/cei``); the first set of the callback is logged as
-    ``nemo/cei``. ``structured``: derive edits from the explanation's ``Edit: ...`` part (a distilled
-    explainer); otherwise with the keyword deriver (a rule-based parser, not a model).
+    ``nemo/cei``. Every generated benchmark has a fact sheet, so edits are derived from the explanation's sentence
+    (:class:`~nemo_train.nemo.text_edits.TextEditDeriver`, a parser, not a model; an ``Edit: ...`` part that agrees
+    with the sentence gives the value); ``structured`` chooses, without a sheet, between the ``Edit:`` part (a
+    distilled explainer) and the keyword deriver.
     """
 
     classifier: str
@@ -79,11 +82,13 @@ class ErrorSet:
                 datamodule_kwargs=self.data_kwargs or None,
             )
         editable = bench.cause["editable"]
-        deriver = (
-            StructuredEditDeriver(bench.vocabulary, editable)
-            if self.structured
-            else KeywordAttributeDeriver(bench.vocabulary, editable)
-        )
+        reader = reader_for(bench)
+        if reader is not None:  # one reading: the sentence's blamed factor, an agreeing Edit: line gives the value
+            deriver = TextEditDeriver(reader)
+        elif self.structured:
+            deriver = StructuredEditDeriver(bench.vocabulary, editable)
+        else:
+            deriver = KeywordAttributeDeriver(bench.vocabulary, editable)
         scorer = CounterfactualScorer(target, deriver, ExactAttributeEditor(bench.renderer))
         judge = GroundedJudge().for_benchmark(self.dataset, FACT_SHEETS.get(self.dataset))
         return bench, scorer, JudgePanel([judge])
