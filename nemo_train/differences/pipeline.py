@@ -43,12 +43,12 @@ class SamplingArgs:
 
     Args:
         samples_per_condition: n images per condition.
-        seed: seed of the images and of every random choice of the run.
         images_per_batch: images rendered and classified at once.
+
+    The images and every random choice of the run draw from the command's ``seed``.
     """
 
     samples_per_condition: int = 20
-    seed: int = 0
     images_per_batch: int = 4096
 
 
@@ -99,7 +99,6 @@ def check_ranges(sampling: SamplingArgs, protocol: ProtocolArgs, optimization: O
     """A one-line error naming the first option out of range."""
     bounds = [
         ("sampling.samples_per_condition", sampling.samples_per_condition, 1, MAX_SAMPLES),
-        ("sampling.seed", sampling.seed, 0, 2**32 - 1),
         ("sampling.images_per_batch", sampling.images_per_batch, 1, MAX_BATCH),
         ("protocol.observed_conditions", protocol.observed_conditions, 1, MAX_CONDITIONS),
         ("protocol.test_conditions", protocol.test_conditions, 1, MAX_CONDITIONS),
@@ -187,6 +186,7 @@ def run_differences(
     heatmap_grid: bool = True,
     wandb: bool = False,
     quiet: bool = False,
+    seed: int = 0,
 ) -> DifferencesResult | None:
     """Run the explainers and score them; write ``results.json`` and figures under ``out_dir``.
 
@@ -204,7 +204,7 @@ def run_differences(
     for model in (model_a, model_b):
         model.prepare(out_dir, dev)
     diff_model = DiffModel(
-        model_a, model_b, generator, sampling.samples_per_condition, sampling.seed, sampling.images_per_batch,
+        model_a, model_b, generator, sampling.samples_per_condition, seed, sampling.images_per_batch,
         cache_file=out_dir / "diff_model_cache.json", ranks=current_ranks(),
     )  # fmt: skip
     if not diff_model.ranks.is_main:
@@ -212,7 +212,7 @@ def run_differences(
         return None
     try:
         return _explain(
-            diff_model, (evaluator, summarizer, explorer), methods, sampling, protocol, optimization, human, out_dir,
+            diff_model, (evaluator, summarizer, explorer), methods, seed, protocol, optimization, human, out_dir,
             heatmap_grid, wandb, quiet,
         )  # fmt: skip
     finally:
@@ -223,7 +223,7 @@ def _explain(
     diff_model: DiffModel,
     parts: tuple[Evaluator, Summarizer, Explorer],
     methods: list[str],
-    sampling: SamplingArgs,
+    seed: int,
     protocol: ProtocolArgs,
     optimization: OptimizationArgs,
     human: str | None,
@@ -241,7 +241,7 @@ def _explain(
     space, task = generator.space, generator.task_description
     for part in parts:
         part.bind(space, task)
-    test, observed = _test_and_observed(generator, protocol, explorer, sampling.seed)
+    test, observed = _test_and_observed(generator, protocol, explorer, seed)
     test_diffs = diff_model(test)
 
     def scored(method: str, text: str, seen: int) -> MethodScore:
@@ -252,7 +252,7 @@ def _explain(
             test_diffs,
             drop_ratio=protocol.drop_ratio,
             repeats=protocol.density_repeats,
-            seed=sampling.seed,
+            seed=seed,
         )
         intervals = score_intervals(test_diffs, s.answers, s.dropped)  # over the test conditions
         return MethodScore(method, s.completeness, s.density, s.token_length, seen, text, **intervals)
@@ -264,12 +264,12 @@ def _explain(
     if "raw_differences" in methods:
         rows.append(scored("raw_differences", raw_text, len(observed)))
     if "summarization" in methods:
-        rows.append(scored("summarization", summarization(summarizer, observations, sampling.seed), len(observed)))
+        rows.append(scored("summarization", summarization(summarizer, observations, seed), len(observed)))
     result = DifferencesResult(rows, evaluator.label, summarizer.label, explorer.label, len(test))
     if "optimization" in methods:
         opt = Optimization(
             diff_model, summarizer, explorer, evaluator, optimization, held_out=test, drop_ratio=protocol.drop_ratio,
-            seed=sampling.seed,
+            seed=seed,
         )  # fmt: skip
         found = opt.run(observed[: optimization.initial_conditions])
         rows.append(scored("optimization", found.best.text, len(found.observations)))
@@ -353,7 +353,7 @@ def differences(
         heatmap_grid: measure every condition of a finite grid for the heat map (else the test set).
 
     Writes ``results.json``, the figures and the Diff_Model cache under ``out_dir``; with ``wandb`` the tables and
-    figures are logged too (``sampling.seed`` draws the conditions).
+    figures are logged too (``seed`` draws the images and the conditions).
 
     With ``devices`` > 1 (or several nodes) the processes split every Diff_Model sweep (test and observed
     conditions, explored conditions, the heat-map grid) condition by condition; process 0 runs the explainers and
@@ -363,5 +363,5 @@ def differences(
     explainers = Explainers(evaluator, summarizer, explorer)
     return run_differences(
         generator, model_a, model_b, Path(out_dir), explainers, methods, sampling, protocol, optimization, human,
-        device, heatmap_grid, wandb,
+        device, heatmap_grid, wandb, seed=seed,
     )  # fmt: skip

@@ -38,7 +38,6 @@ def model_pair(tmp_path_factory, lightning_checkpoint):
         ("optimization.iterations", "-2"),
         ("sampling.samples_per_condition", "0"),
         ("sampling.samples_per_condition", "100000000"),
-        ("sampling.seed", "-1"),
         ("sampling.images_per_batch", "0"),
         ("protocol.drop_ratio", "1.5"),
     ],
