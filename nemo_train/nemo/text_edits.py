@@ -3,12 +3,13 @@
 The NEMO paper derives the counterfactual intervention *from the explanation*. On generated data the offline
 route reads the explanation's sentence (the part before ``Edit:``) with the grounded judge's parser
 (:class:`~nemo_train.nemo.grounding.ClaimParser`), takes the factor it blames (the first mentioned when it blames
-several) and sets that factor back to its training-typical value (:func:`restore_value`). An ``Edit:`` line
-(``... Edit: color -> white``) is a hint: when it edits a factor the sentence blames, its value is used; when it
-edits another factor the explanation contradicts itself and is *inconsistent*. The judge grades the same
-sentence, so the factor the judge reads as blamed and the factor the counterfactual changes are one.
+two) and sets that factor back to its training-typical value (:func:`restore_value`); a sentence that blames three
+or more factors, or every factor of the sheet, describes no error (the grading rubric) and gets no edit. An
+``Edit:`` line (``... Edit: color -> white``) is a hint: when it edits a factor the sentence blames, its value is
+used; when it edits another factor the explanation contradicts itself and is *inconsistent*. The judge grades the
+same sentence, so the factor the judge reads as blamed and the factor the counterfactual changes are one.
 
-:func:`read_explanation` gives every record its ``blamed`` factors, the ``edit`` applied and ``consistent``;
+:meth:`ExplanationReader.read` gives every record its ``blamed`` factors, the ``edit`` applied and ``consistent``;
 :func:`headline` states what an inconsistent record scores (CEI 0 and LLM Match 0: an explanation that blames one
 factor in its sentence and edits another describes no single cause). :class:`TextEditDeriver` is the offline
 deriver (a parser, not a model).
@@ -110,12 +111,14 @@ class ExplanationReader:
         names = self.facts.value_names(sample.attrs or {})
         true = class_names[sample.label] if class_names else ""
         pred = class_names[sample.prediction] if class_names else ""
-        blamed = self.parser.read(sentence, names, true, pred).blamed
+        reading = self.parser.read(sentence, names, true, pred)
+        blamed = reading.blamed
         stated, hint = self.stated_edit(body) if body else (None, ())
         if not blamed:
             blamed = hint  # the judge reads a sentence that blames nothing by its edit
-        if applied == "derive":
-            applied = self._derive(sample, blamed, stated)
+        if applied == "derive":  # a sentence that names too many factors describes no error: nothing to edit
+            vague = getattr(reading, "describes_nothing", False)
+            applied = None if vague else self._derive(sample, blamed, stated)
         agrees = not hint or any(f in blamed for f in hint)
         if isinstance(applied, Mapping) and blamed:
             agrees = agrees and applied.get("attribute") in blamed

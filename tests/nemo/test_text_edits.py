@@ -24,6 +24,7 @@ TOY = DatasetFacts(
     factors=(
         Factor("color", ("red", "green", "blue"), "colour", ("color", "colour"), typical="red"),
         Factor("angle", tuple(range(-30, 31, 5)), "rotation", ("rotated", "rotation", "tilted"), typical=0),
+        Factor("style", ("solid", "dotted"), "style", ("stroke", "strokes"), typical="solid"),
     ),
 )
 #: a green "reddish" image read as greenish, tilted 10 degrees: its colour is the cause (the toy classifier
@@ -77,6 +78,9 @@ def test_every_record_names_what_was_blamed_and_the_edit_applied():
     record = _score("The error may come from the colour or the rotation of the digit. Edit: angle -> -5")
     assert record["blamed"] == ["color", "angle"] and record["consistent"] is True
     assert record["edit"] == {"attribute": "angle", "value": -5}  # an agreeing hint gives the value
+    vague = _score("The error may come from the colour, the rotation or the style of the digit. Edit: color -> red")
+    assert vague["blamed"] == ["color", "angle", "style"] and vague["edit"] is None  # describes no error
+    assert vague["cei"] == 0.0 and vague["llm_match"] == 0.0
     nothing = _score("The classifier got it wrong.")
     assert nothing["blamed"] == [] and nothing["edit"] is None and nothing["cei"] == 0.0
 
