@@ -116,7 +116,17 @@ def test_a_small_real_run_page_loads_every_image_and_its_filters_work(model_a_ch
     shot = tmp_path / "report.png"
     chromium("--window-size=1280,2200", f"--screenshot={shot}", page.as_uri(), profile=tmp_path / "profile")
     assert shot.stat().st_size > 10_000
-    print(f"screenshot: {shot}")
+    # the index of runs (as the demo writes it) shows the run's first errors with their edits and verdicts
+    (tmp_path / "demo").mkdir()
+    index = write_report(tmp_path / "demo", steps={"nemo_eval": out})
+    first = sorted(errors)[:3]
+    edited = sum(bool(r.get("edited_image_file")) for r in records if r["sample_id"] in first)
+    found = check_page(index, [], tmp_path / "profile")
+    assert found["broken"] == [] and found["images"] == len(first) + edited > 3
+    chromium(
+        "--window-size=1100,900", f"--screenshot={tmp_path / 'index.png'}", index.as_uri(), profile=tmp_path / "profile"
+    )
+    print(f"screenshots: {shot}, {tmp_path / 'index.png'}")
 
 
 def test_the_cause_filter_shows_only_the_errors_of_that_cause(tmp_path):

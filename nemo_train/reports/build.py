@@ -17,6 +17,7 @@ from pathlib import Path
 from nemo_train.errors import UserInputError
 from nemo_train.reports.explanations import explanation_report
 from nemo_train.reports.folder import PAGE, REPORT_DIR, RunFolder
+from nemo_train.reports.gallery import preview
 from nemo_train.reports.html import Markup, Page, Section, esc, table, with_interval
 from nemo_train.reports.stored_runs import counterfactual_report, files_report, lbee_report
 from nemo_train.store import write_bytes_atomic
@@ -28,6 +29,8 @@ SECTIONS: dict[str, Callable[[RunFolder, Page], None]] = {
     "counterfactuals": counterfactual_report,
     "lbee": lbee_report,
 }
+#: Commands whose first errors the index of several runs shows.
+PREVIEWED = ("nemo-eval", "distill-eval")
 INTERVAL_NOTE = "mean [bootstrap 95 % interval over the errors / items] where a number is a mean over them"
 
 
@@ -95,18 +98,22 @@ def steps_report(folder: RunFolder, page: Page, steps: Mapping[str, str | Path] 
         page.sections.append(Section("Recap", table(["step", "method", "metric", "value"], rows), INTERVAL_NOTE))
     else:
         page.partial = "no recap.json: the runs below are those stored so far"
-    rows = []
+    rows, previews = [], []
     for name, run_dir in (step_folders(folder) if steps is None else steps).items():
         run_dir = Path(run_dir)
         if not run_dir.is_dir():
             rows.append([name, None, "no folder: the step did not run"])
             continue
-        step, _ = build_page(run_dir)
+        step, step_folder = build_page(run_dir)
         written = write_bytes_atomic(run_dir / REPORT_DIR / PAGE, step.render().encode("utf-8"))
         link = Path(os.path.relpath(written, folder.out)).as_posix()
+        if step_folder.command in PREVIEWED:  # a glimpse of its errors, edits and verdicts on the index itself
+            strip = preview(step_folder, Path(os.path.relpath(step_folder.out, folder.out)).as_posix())
+            previews.append(Section(f"{name}: its first errors", strip, "each method's edited image and verdict"))
         status = f"partial: {step.partial}" if step.partial else "complete"
         rows.append([Markup(f'<a href="{esc(link)}">{esc(name)}</a>'), dict(step.facts).get("command"), status])
     page.sections.append(Section("Runs", table(["run", "command", "results"], rows, "index"), f"{len(rows)} runs"))
+    page.sections += previews
 
 
 SECTIONS["demo"] = steps_report

@@ -8,8 +8,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from nemo_train.reports.folder import RunFolder
-from nemo_train.reports.html import Markup, esc, image, number, select
+from nemo_train.reports.folder import RunFolder, read_records
+from nemo_train.reports.html import Markup, esc, image, number, select, table
 
 #: At most this many errors get a card (the page stays light; the count says how many there were).
 MAX_ERRORS = 200
@@ -158,3 +158,35 @@ def gallery(folder: RunFolder, records: Sequence[dict[str, Any]], labels: dict[s
     if len(shown) < len(errors):
         note += f"; the first {len(shown)} errors are shown"
     return Markup(filters + f'<div id="gallery">{cards}</div>'), note
+
+
+def preview(folder: RunFolder, prefix: str, errors: int = 3, methods: int = 4) -> Markup:
+    """A strip of the first ``errors`` errors of a written page (image, classes, each method's edited image and
+    verdict) for an index page; image paths are prefixed by ``prefix``, the way from the index to ``folder``'s
+    report. Empty without stored records."""
+    records, _ = read_records(folder.path / "results.jsonl")
+    by_error: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in records:
+        by_error.setdefault((str(r["target"]), str(r["sample_id"])), []).append(r)
+    names = list(dict.fromkeys(r["method"] for r in records))[:methods]
+
+    def shown(relative: str | None, alt: str) -> Markup:
+        if relative and (folder.out / relative).is_file():
+            return image(f"{prefix}/{relative}", alt, "digit")
+        return Markup('<span class="missing">not stored</span>')
+
+    rows = []
+    for key in sorted(by_error)[:errors]:
+        rows_of = {r["method"]: r for r in by_error[key]}
+        first = by_error[key][0]
+        cells = [shown(first.get("image_file"), "error image"), f"true {class_text(first, 'label')}, predicted "
+                 f"{class_text(first, 'prediction')}; cause: {cause_of(first)}"]  # fmt: skip
+        for name in names:
+            r = rows_of.get(name)
+            cells.append(
+                Markup(f"{shown(r.get('edited_image_file'), name + ': edited')}<br>{esc(verdict(r))}")
+                if r is not None
+                else esc(None)
+            )
+        rows.append(cells)
+    return table(["error", "classes", *names], rows, "preview") if rows else Markup("")

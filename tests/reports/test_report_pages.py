@@ -142,6 +142,8 @@ def test_index_links_every_step_page_and_marks_a_partial_one(tmp_path):
     page = Parsed(index.read_text())
     assert page.links == ["../nemo_eval/report/index.html", "../nested/killed/report/index.html"]
     assert all((index.parent / link).is_file() for link in page.links)
+    # each explanation run's first errors on the index itself: 3 error images and 6 edited ones per run
+    assert len(page.images) == 18 and all((index.parent / src).is_file() for src in page.images)
     assert any(c.startswith("partial: the run stopped before writing summary.json") for c in page.cells)
     assert "no folder: the step did not run" in page.cells and "23.300" in index.read_text()
     # the same folder given to the command: the runs found under it, in the order they started
