@@ -78,7 +78,7 @@ class RunFolder:
     def image(self, relative: str | None) -> str | None:
         """Copy the run folder's image ``relative`` next to the page (same relative path) and return the path the
         page uses; ``None`` when there is no such file (the page then shows none rather than a broken image)."""
-        if not relative:
+        if not relative or Path(relative).is_absolute() or ".." in Path(relative).parts:  # only files of the run
             return None
         source = self.path / relative
         if source.resolve().is_relative_to(self.out.resolve()) or not source.is_file():

@@ -167,3 +167,14 @@ def test_a_missing_folder_or_a_foreign_report_folder_is_one_line(tmp_path, capsy
     (tmp_path / "run" / "report").mkdir(parents=True)
     with pytest.raises(UserInputError, match="holds no report page"):
         build_page(tmp_path / "run")
+
+
+def test_only_the_run_folders_own_files_are_copied_next_to_the_page(tmp_path):
+    run = tmp_path / "run"
+    records = nemo_eval_folder(run)
+    (tmp_path / "outside.png").write_bytes((run / records[0]["image_file"]).read_bytes())
+    records[0]["image_file"] = "../outside.png"
+    records[1]["image_file"] = str(tmp_path / "outside.png")
+    (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    _, page = page_of(run)
+    assert not any("outside" in src for src in page.images) and not (run / "outside.png").exists()
