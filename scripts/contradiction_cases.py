@@ -15,12 +15,13 @@ import argparse
 from statistics import mean
 
 from nemo_train.models.specs import as_classifier
-from nemo_train.nemo.components import BenchmarkArgs, ExactEdit
+from nemo_train.nemo.components import ExactEdit
 from nemo_train.nemo.evaluation import score_explanation
 from nemo_train.nemo.judges import GroundedJudge, JudgePanel
 from nemo_train.nemo.methods.base import Explanation
 from nemo_train.nemo.methods.reference import per_error_cause
 from nemo_train.nemo.methods.trivial import blame_sentence, off_typical
+from nemo_train.nemo.shift_benchmark import build_shift_benchmark
 from nemo_train.nemo.structured import format_edit
 from nemo_train.nemo.text_edits import reader_for, restore_value
 
@@ -33,10 +34,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     target = as_classifier(args.ckpt).build(None, None)
-    options = BenchmarkArgs(
-        name="shifts", gaps=args.gaps, n=args.n, seed=args.seed, data_kwargs={"test_shift": "multi"}
+    bench = build_shift_benchmark(
+        target, args.gaps, n=args.n, seed=args.seed, datamodule_kwargs={"test_shift": "multi"}
     )
-    bench = options.build(target, None)
     scorer = ExactEdit().build_scorer(bench, target, None, args.seed, True)
     panel = JudgePanel([GroundedJudge().for_benchmark("shifts", bench.facts)])
     reader = reader_for(bench)
