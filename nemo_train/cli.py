@@ -41,7 +41,9 @@ PIPELINE_COMMANDS: dict[str, Command] = {
     "counterfactuals": Command(
         "nemo_train.competency.pipeline:counterfactuals", "PaRCE competency + counterfactuals of six causes"
     ),
-    "explain": Command("nemo_train.explainer.explain_command:explain", "explain image pairs with a fine-tuned explainer"),
+    "explain": Command(
+        "nemo_train.explainer.explain_command:explain", "explain image pairs with a fine-tuned explainer"
+    ),
     "export": Command(
         "nemo_train.explainer.export:export", "write a fine-tuned explainer as a merged model folder to load or serve"
     ),

@@ -18,8 +18,8 @@ from nemo_train.cli import PIPELINE_COMMANDS, _load
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Commands without a classifier to analyse (the demo trains its own in `fit` steps; `explain` reads image pairs;
-#: `report` reads a run folder).
-NO_CLASSIFIER = {"demo", "explain", "export", "prepare", "report"}
+#: `report` reads a run folder; `judge` grades explanations as text; `zoo` trains classifiers, as `fit` does).
+NO_CLASSIFIER = {"demo", "explain", "export", "judge", "prepare", "report", "zoo"}
 #: Commands that write nothing (a data-folder check): no out_dir.
 READ_ONLY = {"prepare"}
 

@@ -94,7 +94,7 @@ def check_page(page: Path, settings: list[dict[str, str]], profile: Path) -> dic
 def test_a_small_real_run_page_loads_every_image_and_its_filters_work(model_a_checkpoint, tmp_path):
     out = tmp_path / "nemo_eval"
     methods = [KnownCauseMethod(), DistractorMethod()]
-    nemo_eval(BenchmarkArgs(n=4, seed=0, test_styles=1), [model_a_checkpoint], methods, out_dir=str(out))
+    nemo_eval(BenchmarkArgs(n=4, test_styles=1), [model_a_checkpoint], methods, out_dir=str(out))
     page = write_report(out)
     records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     errors = {r["sample_id"] for r in records}

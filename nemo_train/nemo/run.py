@@ -138,7 +138,7 @@ def nemo_eval(
     _note_offline_parts(explainer, judges, editor)
     mapping, class_names = benchmark.classes()
     shared = {
-        "benchmark": benchmark.settings(),
+        "benchmark": {**benchmark.settings(), "seed": seed},  # which errors are drawn
         "explainer": explainer.fingerprint() if explainer is not None else None,
         "judges": [j.fingerprint() for j in panel_judges],
         "editor": editor.settings(),
@@ -146,13 +146,13 @@ def nemo_eval(
     started, progress, global_texts, cause_counts = time.perf_counter(), Progress(), {}, {}
     for spec, name in zip(specs, names):
         target = spec.build(class_names, mapping).to(device)
-        bench = benchmark.build(target, mapping)
+        bench = benchmark.build(target, mapping, seed)
         if bench.cause_counts is not None:
             cause_counts[name] = dict(bench.cause_counts)
             print_causes(bench.cause_counts, name)
-        scorer = editor.build_scorer(bench, target, explainer, benchmark.seed, run.batched)
+        scorer = editor.build_scorer(bench, target, explainer, seed, run.batched)
         base = {"target": spec.identity(), **shared}
-        built = _build_methods(method_specs, bench, target, explainer, scorer, base, benchmark)
+        built = _build_methods(method_specs, bench, target, explainer, scorer, base, benchmark, seed)
         job = TargetJob(name, bench, scorer, panel, built, strict_json=True)  # a malformed reply fails its sample
         show_bar = sys.stderr.isatty() and ranks.is_main
         run_target(job, store, progress, wandb, show_bar, run.error_batch, shard=ranks.shard)
@@ -208,9 +208,9 @@ def _attach_caches(explainer: ChatBackend | None, judges: list[Judge], cache_dir
             backend.attach_cache(cache_dir)
 
 
-def _build_methods(specs, bench, target, explainer, scorer, base, args=None) -> list[tuple]:
+def _build_methods(specs, bench, target, explainer, scorer, base, args=None, seed: int = 0) -> list[tuple]:
     """(method, settings of its records) for every configured method; method names must be distinct."""
-    ctx = BuildContext(bench, target, explainer, scorer, args)
+    ctx = BuildContext(bench, target, explainer, scorer, args, seed)
     built = [(method, flatten({**base, "method": spec.settings()})) for spec in specs for method in spec.build(ctx)]
     names = [m.name for m, _ in built]
     repeated = sorted({n for n in names if names.count(n) > 1})

@@ -132,7 +132,7 @@ def test_nemo_eval_on_clevr_adds_the_constant_row(tmp_path, lightning_checkpoint
 
     torch.manual_seed(0)
     ckpt = lightning_checkpoint(ClassifierModule(backbone="bias_cnn", num_classes=3), tmp_path / "clevr" / "best.ckpt")
-    args = BenchmarkArgs(name="clevr", n=4, seed=0, test_styles=1, data_kwargs={"image_size": 32})
+    args = BenchmarkArgs(name="clevr", n=4, test_styles=1, data_kwargs={"image_size": 32})
     result = nemo_eval(args, [ckpt], [KnownCauseMethod(), DistractorMethod()], out_dir=str(tmp_path / "out"))
     cells = {c.method: c for c in result.cells}
     assert set(cells) == {"KnownCause", "Distractor(size)", "Constant"}

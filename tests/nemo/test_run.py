@@ -43,7 +43,7 @@ def checkpoint(model_a_checkpoint):
 
 
 def small(n: int = 8) -> BenchmarkArgs:
-    return BenchmarkArgs(n=n, seed=0, test_styles=1)
+    return BenchmarkArgs(n=n, test_styles=1)
 
 
 def test_embedded_default_separates_true_cause_from_distractor(checkpoint, tmp_path, capsys):

@@ -29,8 +29,10 @@ class BuildContext:
     target: Any
     backend: ChatBackend | None
     scorer: CounterfactualScorer
-    #: how the benchmark was drawn (``BenchmarkArgs``: gaps, seed, data options), for a row that draws a split
+    #: how the benchmark was drawn (``BenchmarkArgs``: gaps, data options), for a row that draws a split
     benchmark_args: Any = None
+    #: the command's seed (a row that draws something derives its draws from it)
+    seed: int = 0
 
 
 class MethodSpec(ABC):

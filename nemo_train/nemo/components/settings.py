@@ -28,7 +28,7 @@ class BenchmarkArgs:
             ``objectnet`` / ``imagenet_d``.
         gaps: ``shifts`` only: the gap preset of the classifier's training data (``gaps_a``, ``gaps_b``); its
             training-like images are the reference database.
-        n: errors sampled per target; seed: their sampling seed.
+        n: errors sampled per target (drawn with the command's ``seed``).
         test_styles: generated data only: exemplars / views per cell of the test attribute grid.
         data_kwargs: generated data only: extra datamodule arguments (e.g. ``{image_size: 32}`` for CLEVR).
         data_root: image folder of a real benchmark (``<root>/<class>/<image>``).
@@ -40,7 +40,6 @@ class BenchmarkArgs:
 
     name: BenchmarkName = "cmnist"
     n: PositiveInt = 100
-    seed: int = 0
     test_styles: PositiveInt = 2
     gaps: str = "gaps_a"
     data_kwargs: dict[str, Any] | None = None
@@ -67,18 +66,16 @@ class BenchmarkArgs:
         mapping = ClassMapping.for_benchmark(self.name, self.data_root, self.mapping_file)
         return mapping, mapping.class_names
 
-    def build(self, target, mapping: ClassMapping | None) -> NemoBenchmark:
-        """The target's errors on this benchmark (classifies the whole test set once)."""
+    def build(self, target, mapping: ClassMapping | None, seed: int = 0) -> NemoBenchmark:
+        """The target's errors on this benchmark (classifies the whole test set once), drawn with ``seed``."""
         if self.name == "shifts":
-            return build_shift_benchmark(
-                target, self.gaps, n=self.n, seed=self.seed, datamodule_kwargs=self.data_kwargs
-            )
+            return build_shift_benchmark(target, self.gaps, n=self.n, seed=seed, datamodule_kwargs=self.data_kwargs)
         if self.synthetic:
             return build_synthetic_benchmark(
                 self.name,
                 target=target,
                 n=self.n,
-                seed=self.seed,
+                seed=seed,
                 test_styles=self.test_styles,
                 datamodule_kwargs=self.data_kwargs,
             )
@@ -89,7 +86,7 @@ class BenchmarkArgs:
             target,
             self.name,
             n=self.n,
-            seed=self.seed,
+            seed=seed,
             class_folders=folders,
             extra_reference=self.reference_root,
             imagenet_ids=mapping.ids if mapping is not None else None,

@@ -76,20 +76,13 @@ class ClassPriorMethod(MethodSpec):
     def build(self, ctx: BuildContext) -> list[Method]:
         args = ctx.benchmark_args
         gaps = getattr(args, "gaps", "gaps_a")
-        seed, data_kwargs = getattr(args, "seed", 0), getattr(args, "data_kwargs", None)
+        seed, data_kwargs = ctx.seed, getattr(args, "data_kwargs", None)
         prior, fallback = mined_prior(ctx.benchmark, ctx.target, gaps, seed, data_kwargs, self.mining_size)
         return [trivial.ClassPriorExplainer(prior, fallback)]
 
 
 class OddOneOutMethod(MethodSpec):
-    """Trivial row: one of the image's off-typical factors, drawn with ``seed`` (no classifier).
-
-    Args:
-        seed: the draw's seed.
-    """
-
-    def __init__(self, seed: int = 0) -> None:
-        self.seed = seed
+    """Trivial row: one of the image's off-typical factors, drawn with the command's seed (no classifier)."""
 
     def build(self, ctx: BuildContext) -> list[Method]:
-        return [trivial.OddOneOutExplainer(self.seed)]
+        return [trivial.OddOneOutExplainer(ctx.seed)]
