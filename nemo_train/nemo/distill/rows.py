@@ -126,6 +126,8 @@ class DistillContext:
     structured: CounterfactualScorer
     #: derives an edit from a free sentence by keywords (a rule-based parser, not a model); generated data only
     keyword: CounterfactualScorer | None
+    #: the command's seed (a row that draws something derives its draws from it)
+    seed: int = 0
 
 
 class DistillMethod(ABC):

@@ -217,7 +217,7 @@ def distill_eval(
             cause_counts = dict(bench.cause_counts)
             print_causes(bench.cause_counts, target_name)
         structured, keyword = edit_scorers(bench, target, editor, seed)
-        ctx = DistillContext(bench, target, backend, structured=structured, keyword=keyword)
+        ctx = DistillContext(bench, target, backend, structured=structured, keyword=keyword, seed=seed)
         shared = {
             "target": spec.identity(),
             "student": backend.fingerprint(),

@@ -53,19 +53,12 @@ class ClassPrior(_TrivialRow):
         self.data_kwargs, self.mining_size = data_kwargs, mining_size
 
     def build(self, ctx: DistillContext) -> tuple[Method, CounterfactualScorer]:
-        prior, fallback = mined_prior(ctx.benchmark, ctx.target, "gaps_a", 0, self.data_kwargs, self.mining_size)
+        prior, fallback = mined_prior(ctx.benchmark, ctx.target, "gaps_a", ctx.seed, self.data_kwargs, self.mining_size)
         return trivial.ClassPriorExplainer(prior, fallback), self.scorer(ctx)
 
 
 class OddOneOut(_TrivialRow):
-    """One of the image's off-typical factors, drawn with ``seed`` (no classifier).
-
-    Args:
-        seed: the draw's seed.
-    """
-
-    def __init__(self, seed: int = 0) -> None:
-        self.seed = seed
+    """One of the image's off-typical factors, drawn with the command's seed (no classifier)."""
 
     def build(self, ctx: DistillContext) -> tuple[Method, CounterfactualScorer]:
-        return trivial.OddOneOutExplainer(self.seed), self.scorer(ctx)
+        return trivial.OddOneOutExplainer(ctx.seed), self.scorer(ctx)
