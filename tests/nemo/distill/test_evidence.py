@@ -19,13 +19,21 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 from datamodules.explanations import ExplanationRecord, read_records, write_records  # noqa: E402
 from datamodules.fact_sheets import SHEETS  # noqa: E402
 from datamodules.shifts import FACTS, ShiftsDataModule  # noqa: E402
+from nemo_train.backends.scripted import ScriptedBackend  # noqa: E402
 from nemo_train.errors import UserInputError  # noqa: E402
 from nemo_train.models.vlm import EXPLAINER_META  # noqa: E402
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark, ReferenceSet  # noqa: E402
 from nemo_train.nemo.distill.evidence import ClassifierEvidence  # noqa: E402
 from nemo_train.nemo.distill.lineage import distilled_classifiers  # noqa: E402
 from nemo_train.nemo.distill.pairs import LabelledErrors, pairs_from_labels  # noqa: E402
-from nemo_train.nemo.distill.rows import EvidenceQuestions, ExhaustiveTeacher  # noqa: E402
+from nemo_train.nemo.distill.rows import (  # noqa: E402
+    DistillContext,
+    EvidenceHypothesizer,
+    EvidenceQuestions,
+    ExhaustiveTeacher,
+    StudentGreedy,
+    StudentSciTX,
+)
 from nemo_train.nemo.distill.student_eval import distill_eval  # noqa: E402
 
 TRUE, MISREAD = 3, 8
@@ -208,3 +216,34 @@ def test_distill_eval_title_names_no_classifier_the_student_never_saw(model_a_ch
     )
     distill_eval(student=str(_adapter(tmp_path / "known", pairs)), out_dir=str(tmp_path / "e2"), **kwargs)
     assert "(distilled on pool_b)" in capsys.readouterr().out
+
+
+def test_rows_of_the_error_view_keep_their_settings_and_the_evidence_view_is_one_option():
+    """Stored results of the error-view rows resume (their settings are unchanged); the evidence view changes them."""
+    assert StudentGreedy().settings() == {"class": "StudentGreedy"}
+    assert StudentSciTX().settings() == {"class": "StudentSciTX", "k": 8, "m": 4, "temperature": 0.7}
+    assert StudentGreedy("evidence").settings() == {"class": "StudentGreedy", "view": "evidence"}
+    assert StudentSciTX(view="evidence").settings()["view"] == "evidence"
+
+
+def test_student_rows_ask_the_evidence_view_with_the_classifier_under_evaluation(shifts):
+    """The greedy row and SciTX's hypothesis source send the error, the montage and the question the pairs train on."""
+    errors = [_error(shifts, "e1", color=RED, background=STRIPES), _error(shifts, "e2", background=STRIPES)]
+    bench = _bench(shifts, errors)
+    answer = '{"cause_of_error": "x. Edit: color -> white"}'
+    backend = ScriptedBackend(lambda messages: answer)
+    ctx = DistillContext(bench, BackgroundBlind(), backend, structured=None, keyword=None)
+    method, _ = StudentGreedy("evidence").build(ctx)
+    cause = "x. Edit: color -> white"  # the cause_of_error the methods read from the JSON
+    assert [e.text for e in method.explain_batch(errors, bench)] == [cause, cause]
+    for call, error in zip(backend.calls, errors):
+        expected = ClassifierEvidence().gather(error, bench, BackgroundBlind())
+        images = [p["image"] for p in call["messages"][0]["content"] if p["type"] == "image"]
+        text = [p["text"] for p in call["messages"][0]["content"] if p["type"] == "text"]
+        assert text == [expected.question(error, bench.class_names)]
+        assert torch.equal(images[0], error.image) and torch.equal(images[1], expected.montage)
+    backend.calls.clear()
+    questions = EvidenceQuestions(BackgroundBlind(), bench)
+    found = EvidenceHypothesizer(backend, questions).hypothesize_batch(errors, [[], []], bench.class_names, 3)
+    assert found == [[cause]] * 2  # three samples each, the same answer kept once
+    assert [c["n"] for c in backend.calls] == [3, 3] and all(c["temperature"] > 0 for c in backend.calls)
