@@ -93,3 +93,22 @@ def test_a_planted_bias_gives_its_cause_to_every_class():
     bench = NemoBenchmark("cmnist", NAMES, "cmnist", [], reference, None, CMNIST.vocabulary, {}, CMNIST)
     prior, fallback = mined_prior(bench, None, "gaps_a", 0, None, 10)
     assert set(prior.values()) == {"color"} and len(prior) == 10 and fallback == "color"
+
+
+def test_the_distill_rows_build_the_same_explainers_with_the_text_scorer():
+    import pytest
+
+    from nemo_train.errors import UserInputError
+    from nemo_train.nemo.distill import trivial_rows
+    from nemo_train.nemo.distill.rows import DistillContext
+
+    sample = _sample(0, 3, 8, "color", color=2)
+    bench, scorer = _bench([sample], {"style": 5, "color": 2}), object()
+    ctx = DistillContext(bench, None, None, structured=scorer, keyword=scorer)
+    method, used = trivial_rows.Everything().build(ctx)
+    assert isinstance(method, EverythingExplainer) and used is scorer
+    method, _ = trivial_rows.ClassFreeConstant().build(ctx)
+    assert isinstance(method, ClassFreeExplainer) and method.cause == "style"
+    assert isinstance(trivial_rows.OddOneOut().build(ctx)[0], OddOneOutExplainer)
+    with pytest.raises(UserInputError):  # folder data: no fact sheet, no text scorer
+        trivial_rows.Everything().build(DistillContext(bench, None, None, structured=scorer, keyword=None))
