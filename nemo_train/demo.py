@@ -74,7 +74,10 @@ def run_fit(ctx: DemoContext, preset: Path, overrides: list[str], test: bool) ->
     cli.trainer.fit(cli.model, cli.datamodule)
     metrics = {k: float(v) for k, v in cli.trainer.callback_metrics.items()}
     if test:
-        (tested,) = cli.trainer.test(cli.model, cli.datamodule, ckpt_path="best", verbose=False)
+        # the preset's best checkpoint by path: "best" would make Lightning warn about the second ModelCheckpoint
+        # (LastCheckpoint, which writes last.ckpt)
+        best = cli.trainer.checkpoint_callback.best_model_path or None
+        (tested,) = cli.trainer.test(cli.model, cli.datamodule, ckpt_path=best, verbose=False)
         metrics.update(tested)
     if wandb.run is not None:
         wandb.finish()
