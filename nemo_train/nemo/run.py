@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from nemo_train.backends.base import ChatBackend
 from nemo_train.errors import UserInputError
@@ -121,84 +123,121 @@ def nemo_eval(
         processes other than the first).
     """
     editor = editor or ExactEdit()
-    if not targets:
-        raise UserInputError("no target classifier given; pass --targets [path/to/best.ckpt] or classifier specs")
-    specs = [as_classifier(t) for t in targets]
-    for spec in specs:  # before anything is written to out_dir
-        spec.check()
-    names = unique_names(specs)
-    method_specs = list(methods) if methods else default_methods()
+    specs, names = _checked_targets(targets)  # before anything is written to out_dir
     panel_judges = list(judges) if judges else [GroundedJudge()]
     out, ranks = Path(out_dir), current_ranks()
     store = ShardedResultStore(out / "results.jsonl", ranks.rank, ranks.world_size)
     ranks.barrier()  # every process has read the finished work before any writes
     _attach_caches(explainer, panel_judges, out / "llm_cache")
     facts = FACT_SHEETS.get(benchmark.name)
-    panel = JudgePanel([j.for_benchmark(benchmark.name, facts) for j in panel_judges])
     _note_offline_parts(explainer, judges, editor)
     mapping, class_names = benchmark.classes()
-    shared = {
-        "benchmark": {**benchmark.settings(), "seed": seed},  # which errors are drawn
-        "explainer": explainer.fingerprint() if explainer is not None else None,
-        "judges": [j.fingerprint() for j in panel_judges],
-        "editor": editor.settings(),
-    }
-    started, progress, global_texts, cause_counts = time.perf_counter(), Progress(), {}, {}
+    parts = _Parts(
+        benchmark, mapping, seed, editor, explainer, run, list(methods) if methods else default_methods(),
+        JudgePanel([j.for_benchmark(benchmark.name, facts) for j in panel_judges]),
+        {
+            "benchmark": {**benchmark.settings(), "seed": seed},  # which errors are drawn
+            "explainer": explainer.fingerprint() if explainer is not None else None,
+            "judges": [j.fingerprint() for j in panel_judges],
+            "editor": editor.settings(),
+        },
+        wandb,
+    )  # fmt: skip
+    started, progress = time.perf_counter(), Progress()
     for spec, name in zip(specs, names):
-        target = spec.build(class_names, mapping).to(device)
-        bench = benchmark.build(target, mapping, seed)
-        if bench.cause_counts is not None:
-            cause_counts[name] = dict(bench.cause_counts)
-            print_causes(bench.cause_counts, name)
-        scorer = editor.build_scorer(bench, target, explainer, seed, run.batched)
-        base = {"target": spec.identity(), **shared}
-        built = _build_methods(method_specs, bench, target, explainer, scorer, base, benchmark, seed)
-        job = TargetJob(name, bench, scorer, panel, built, strict_json=True)  # a malformed reply fails its sample
-        show_bar = sys.stderr.isatty() and ranks.is_main
-        run_target(job, store, progress, wandb, show_bar, run.error_batch, shard=ranks.shard)
-        if ranks.world_size > 1:  # the Constant and Global rows read every process's records
-            ranks.barrier()
-            store = store.reopen()
-        constant = most_frequent_explanation(store, name, "KnownCause", [s.sample_id for s in bench.errors])
-        if constant is not None and bench.facts is not None:  # what one sentence for every error scores
-            constant_settings = flatten({**base, "method": {"class": "Constant"}})
-            run_constant(job, store, progress, constant, constant_settings, wandb, shard=ranks.shard)
-        if run.global_explanation:
-            text = run_global(job, store, progress, explainer, flatten(base), shard=ranks.shard, agree=ranks.on_main)
-            if text is not None:
-                global_texts[name] = text
-                print(f"global explanation ({name}): {text}")
+        store = _evaluate_target(parts, spec, name, spec.build(class_names, mapping).to(device), store, progress)
     ranks.barrier()
     progress.computed, progress.failed = ranks.total(progress.computed), ranks.total(progress.failed)
     if not ranks.is_main:
         return None
+    summary, records = _summarize(parts, store, progress)
+    write_json_atomic(out / "summary.json", summary.to_json())  # the table's means and their intervals
+    _print_counts(summary, explainer, time.perf_counter() - started)
+    if wandb:
+        log_wandb(records, summary.cells, benchmark.name, progress.images, out)
+    return summary
+
+
+def _checked_targets(targets) -> tuple[list[ClassifierSpec], list[str]]:
+    if not targets:
+        raise UserInputError("no target classifier given; pass --targets [path/to/best.ckpt] or classifier specs")
+    specs = [as_classifier(t) for t in targets]
+    for spec in specs:
+        spec.check()
+    return specs, unique_names(specs)
+
+
+@dataclass
+class _Parts:
+    """What every target of a run is evaluated with; ``global_texts`` and ``cause_counts`` fill per target."""
+
+    benchmark: BenchmarkArgs
+    mapping: Any
+    seed: int
+    editor: EditorSpec
+    explainer: ChatBackend | None
+    run: EvalOptions
+    methods: list[MethodSpec]
+    panel: JudgePanel
+    shared: dict[str, Any]
+    wandb: bool
+    global_texts: dict[str, str] = field(default_factory=dict)
+    cause_counts: dict[str, dict] = field(default_factory=dict)
+
+
+def _evaluate_target(parts: _Parts, spec: ClassifierSpec, name: str, target, store, progress: Progress):
+    """Every method's records on one target's errors, then its Constant (and Global) rows; returns the store
+    (reopened when several processes wrote)."""
+    ranks, run = current_ranks(), parts.run
+    bench = parts.benchmark.build(target, parts.mapping, parts.seed)
+    if bench.cause_counts is not None:
+        parts.cause_counts[name] = dict(bench.cause_counts)
+        print_causes(bench.cause_counts, name)
+    scorer = parts.editor.build_scorer(bench, target, parts.explainer, parts.seed, run.batched)
+    base = {"target": spec.identity(), **parts.shared}
+    built = _build_methods(parts.methods, bench, target, parts.explainer, scorer, base, parts.benchmark, parts.seed)
+    job = TargetJob(name, bench, scorer, parts.panel, built, strict_json=True)  # a malformed reply fails its sample
+    show_bar = sys.stderr.isatty() and ranks.is_main
+    run_target(job, store, progress, parts.wandb, show_bar, run.error_batch, shard=ranks.shard)
+    if ranks.world_size > 1:  # the Constant and Global rows read every process's records
+        ranks.barrier()
+        store = store.reopen()
+    constant = most_frequent_explanation(store, name, "KnownCause", [s.sample_id for s in bench.errors])
+    if constant is not None and bench.facts is not None:  # what one sentence for every error scores
+        constant_settings = flatten({**base, "method": {"class": "Constant"}})
+        run_constant(job, store, progress, constant, constant_settings, parts.wandb, shard=ranks.shard)
+    if run.global_explanation:
+        text = run_global(job, store, progress, parts.explainer, flatten(base), shard=ranks.shard, agree=ranks.on_main)
+        if text is not None:
+            parts.global_texts[name] = text
+            print(f"global explanation ({name}): {text}")
+    return store
+
+
+def _summarize(parts: _Parts, store, progress: Progress) -> tuple[NemoEvalSummary, list[dict]]:
+    """Merge the processes' records, print the table; the run's summary and its records."""
     changed = store.changed
     merge_shards(store.path)
     store = ResultStore(store.path)
     records = [store.get(key) for key in dict.fromkeys(progress.keys)]
-    cells = summarize(records, OFFLINE_STAND_INS if explainer is None else None)
-    print_report(cells, benchmark.name, editor.offline_note(explainer))
+    cells = summarize(records, OFFLINE_STAND_INS if parts.explainer is None else None)
+    print_report(cells, parts.benchmark.name, parts.editor.offline_note(parts.explainer))
     rate, pairs = known_cause_win_rate(records)
-    wins = known_cause_wins(records)
     summary = NemoEvalSummary(
-        benchmark=benchmark.name,
+        benchmark=parts.benchmark.name,
         cells=cells,
         computed=progress.computed,
         resumed=progress.resumed,
         failed=progress.failed,
         failed_per_method=failures_per_method(cells),
         recomputed_because=dict(changed),
-        global_explanations=global_texts,
+        global_explanations=parts.global_texts,
         known_cause_win_rate=rate if pairs else None,
-        known_cause_win_rate_ci=mean_interval(wins),
-        cause_counts=cause_counts,
+        known_cause_win_rate_ci=mean_interval(known_cause_wins(records)),
+        cause_counts=parts.cause_counts,
         results=str(store.path),
     )
-    write_json_atomic(out / "summary.json", summary.to_json())  # the table's means and their intervals
-    _print_counts(summary, explainer, time.perf_counter() - started)
-    if wandb:
-        log_wandb(records, cells, benchmark.name, progress.images, out)
-    return summary
+    return summary, records
 
 
 def _attach_caches(explainer: ChatBackend | None, judges: list[Judge], cache_dir: Path) -> None:
