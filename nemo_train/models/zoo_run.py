@@ -1,6 +1,6 @@
 """``nemo-train zoo``: train a zoo of biased shifts classifiers in one process and write each as a ``fit`` run.
 
-The gap assignments are drawn from ``zoo_seed`` (:func:`datamodules.shifts_zoo.draw_zoo`): a training zoo and a
+The gap assignments are drawn from the command's ``seed`` (:func:`datamodules.shifts_zoo.draw_zoo`): a training zoo and a
 held-out zoo whose assignments never occur in training. All members train together
 (:class:`~nemo_train.models.zoo.StackedClassifiers`). Each member is then written as the folder an ordinary
 ``nemo-train fit`` of it would leave, ``<out_dir>/<split>/<name>/``:
@@ -110,7 +110,6 @@ def write_member(
 @run_command("zoo")
 def zoo(
     out_dir: OutDir = "checkpoints/zoo_shifts",
-    zoo_seed: int = 0,
     train_members: int = 8,
     heldout_members: int = 8,
     prefix: str = "shifts_zoo",
@@ -125,18 +124,17 @@ def zoo(
     typical_share: float = 0.2,
     test_shift: TestShift = "multi",
     batch_size: int = 64,
-    data_seed: int = 0,
     wandb: bool = False,
     seed: Seed = 0,
     device: Device = "auto",
 ) -> dict[str, Any]:
     """Train a zoo of shifts classifiers with drawn gap assignments together, and write each as a ``fit`` run.
 
-    Member ``k`` starts from the weights a separate ``fit`` with ``seed_everything: seed + k`` starts from (the
-    seed its ``config.yaml`` names).
+    One seed draws the whole zoo: the gap assignments (the same seed draws the same zoo), the rendered data, and
+    member ``k``'s starting weights, those of a separate ``fit`` with ``seed_everything: seed + k`` (the seed its
+    ``config.yaml`` names).
 
     Args:
-        zoo_seed: seed of the gap assignments (the same seed draws the same zoo).
         train_members, heldout_members: classifiers in the training zoo and in the held-out zoo (whose
             assignments never occur in the training zoo).
         prefix: member names are ``<prefix>_train_00``, ..., ``<prefix>_heldout_00``, ...
@@ -144,11 +142,11 @@ def zoo(
             ``vmap`` (one batched call per layer: for a GPU).
         max_epochs: passes over each member's training images.
         backbone, lr, weight_decay: each member's ``ClassifierModule`` settings.
-        data_dir, train_size, test_size, typical_share, test_shift, batch_size, data_seed: each member's
+        data_dir, train_size, test_size, typical_share, test_shift, batch_size: each member's
             ``ShiftsDataModule`` settings (only the gaps differ between members).
     """
     started = time.perf_counter()
-    members = draw_zoo(zoo_seed, train_members, heldout_members, prefix=prefix)
+    members = draw_zoo(seed, train_members, heldout_members, prefix=prefix)
     datamodule = ShiftsZooDataModule(
         [m.gaps.gaps for m in members],
         data_dir=data_dir,
@@ -157,7 +155,7 @@ def zoo(
         typical_share=typical_share,
         test_shift=test_shift,
         batch_size=batch_size,
-        seed=data_seed,
+        seed=seed,
     )
     stacked = StackedClassifiers(
         len(members), backbone=backbone, lr=lr, weight_decay=weight_decay, member_seed=seed, execution=execution
@@ -176,7 +174,7 @@ def zoo(
             "name": member.name,
             "split": member.split,
             "index": k,
-            "zoo_seed": zoo_seed,
+            "seed": seed,
             "members": len(members),
         }
         path = write_member(
@@ -191,7 +189,7 @@ def zoo(
         shown = ", ".join(f"{f} {''.join(map(str, d))}" for f, d in gaps.items())
         rows.append((member.name, member.split, shown, stacked.best_acc[k], test_acc))
     summary = {
-        "zoo_seed": zoo_seed,
+        "seed": seed,
         "execution": execution,
         "test_shift": test_shift,
         "seconds": time.perf_counter() - started,
@@ -201,7 +199,7 @@ def zoo(
     print_table(
         ["member", "zoo", "gaps (factor: digits)", "val acc", "test acc"],
         rows,
-        title=f"Zoo of {len(members)} shifts classifiers (seed {zoo_seed}), trained together ({execution})",
+        title=f"Zoo of {len(members)} shifts classifiers (seed {seed}), trained together ({execution})",
         caption=f"test: the {test_shift}-factor shift split; checkpoints under {out_dir}/<zoo>/<member>/",
         digits=3,
     )

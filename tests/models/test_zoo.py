@@ -63,12 +63,11 @@ def test_vmap_and_loop_compute_the_same_outputs_and_updates(data):
 def test_a_trained_zoo_writes_fit_checkpoints_with_their_gap_specs(tmp_path, capsys):
     summary = zoo(
         out_dir=str(tmp_path / "zoo"),
-        zoo_seed=3,
+        seed=3,
         train_members=2,
         heldout_members=1,
         prefix="tiny",
         max_epochs=1,
-        data_seed=1,
         device="cpu",
         **TINY,
     )
