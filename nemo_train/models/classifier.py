@@ -159,9 +159,15 @@ class ClassifierModule(L.LightningModule):
         return {"probs": probs, "pred": probs.argmax(-1), "label": batch.get("label")}
 
     def configure_optimizers(self):
-        optimizer = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
-        steps = self.trainer.estimated_stepping_batches if self._trainer is not None else 1000
-        scheduler = torch.optim.lr_scheduler.OneCycleLR(
-            optimizer, max_lr=self.hparams.lr, total_steps=max(int(steps), 1), pct_start=0.15
-        )
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return adamw_one_cycle(self)
+
+
+def adamw_one_cycle(module: L.LightningModule) -> dict:
+    """AdamW (``hparams.lr``, ``hparams.weight_decay``) with a one-cycle schedule over the fit's steps."""
+    hp = module.hparams
+    optimizer = torch.optim.AdamW(module.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
+    steps = module.trainer.estimated_stepping_batches if module._trainer is not None else 1000
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, max_lr=hp.lr, total_steps=max(int(steps), 1), pct_start=0.15
+    )
+    return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

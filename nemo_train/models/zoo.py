@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch.func import functional_call, stack_module_state, vmap
 
 from nemo_train.errors import UserInputError
-from nemo_train.models.classifier import ClassifierModule
+from nemo_train.models.classifier import ClassifierModule, adamw_one_cycle
 
 __all__ = ["Execution", "StackedClassifiers", "member_module"]
 
@@ -180,12 +180,7 @@ class StackedClassifiers(L.LightningModule):
 
     def configure_optimizers(self):
         """AdamW with a one-cycle schedule, as ``ClassifierModule`` (element-wise: each member its own)."""
-        optimizer = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
-        steps = self.trainer.estimated_stepping_batches if self._trainer is not None else 1000
-        scheduler = torch.optim.lr_scheduler.OneCycleLR(
-            optimizer, max_lr=self.hparams.lr, total_steps=max(int(steps), 1), pct_start=0.15
-        )
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return adamw_one_cycle(self)
 
 
 def member_module(zoo: StackedClassifiers, k: int, state: dict[str, torch.Tensor] | None = None) -> ClassifierModule:
