@@ -25,6 +25,7 @@ any other target is one whose errors it never saw: the generalisation report. Re
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -159,21 +160,8 @@ def distill_eval(
     each row's pending errors into ``results.rank-<r>.jsonl``, and process 0 merges them and prints the table
     (the others return ``None``).
     """
-    if not Path(student).exists():
-        raise UserInputError(f"student adapter folder {student!r} does not exist; run the distilled explainer's fit")
-    if not targets:
-        raise UserInputError("targets is empty; give at least one classifier checkpoint to explain the errors of")
     folder = dataset == "folder"
-    rows = list(methods) if methods else (student_distill_methods() if folder else default_distill_methods())
-    if any(row.uses_student for row in rows):  # a missing or damaged adapter file: one line before any work
-        check_adapter_folder(student, "student")
-    specs = [as_classifier(t) for t in targets]
-    for spec in specs:
-        spec.check()
-    if biases is not None and len(biases) != len(targets):
-        raise UserInputError(f"{len(biases)} biases for {len(targets)} targets; give one per target")
-    if folder:
-        check_folder_settings(evaluation_root, criterion, judges, editor, rows)
+    rows, specs = _checked_inputs(student, targets, biases, folder, methods, evaluation_root, criterion, judges, editor)
     out, ranks = Path(out_dir), current_ranks()
     store = ShardedResultStore(out / "results.jsonl", ranks.rank, ranks.world_size)
     ranks.barrier()  # every process has read the finished rows before any writes
@@ -184,35 +172,12 @@ def distill_eval(
     facts = FACT_SHEETS.get(dataset)
     panel = JudgePanel([j.for_benchmark(criterion or dataset, facts) for j in judges or [GroundedJudge()]])
     mapping = ClassMapping.for_folder(evaluation_root, mapping_file) if folder else None
+    draw = _HeldOut(dataset, n, seed, test_styles, data_kwargs, evaluation_root, criterion, mapping, mapping_file)
     student_digest = path_digest(student)
     started, progress, constant, cause_counts = time.perf_counter(), Progress(), None, None
     for i, (spec, target_name) in enumerate(zip(specs, unique_names(specs))):
         target = spec.build(None if mapping is None else mapping.class_names, mapping).to(device)
-        bias = biases[i] if biases else None
-        if folder:
-            bench = build_folder_benchmark(
-                "folder", evaluation_root, target, criterion, n=n, seed=seed, class_folders=mapping.folders
-            )
-            errors = {
-                "folder": str(Path(evaluation_root).resolve()),
-                "mapping_file": mapping_file,
-                "n": n,
-                "seed": seed,
-            }
-        elif dataset == "shifts":
-            bench = build_shift_benchmark(target, bias or "gaps_a", n=n, seed=seed, datamodule_kwargs=data_kwargs)
-            errors = {"dataset": dataset, "gaps": bias or "gaps_a", "n": n, "seed": seed}
-        else:
-            bench = build_synthetic_benchmark(
-                dataset,
-                target=target,
-                n=n,
-                seed=seed,
-                bias=bias,
-                test_styles=test_styles,
-                datamodule_kwargs=data_kwargs,
-            )
-            errors = {"dataset": dataset, "bias": bias, "n": n, "seed": seed, "test_styles": test_styles}
+        bench, errors = draw.errors(target, biases[i] if biases else None)
         if i == 0 and bench.cause_counts is not None:
             cause_counts = dict(bench.cause_counts)
             print_causes(bench.cause_counts, target_name)
@@ -233,31 +198,92 @@ def distill_eval(
                 target_name, bench, scorer, panel, [(method, flatten({**shared, "method": row.settings()}))]
             )
             run_target(job, store, progress, show_bar=ranks.is_main, batch_size=error_batch, shard=ranks.shard)
-        if ranks.world_size > 1:  # the Constant row reads every process's rows
-            ranks.barrier()
-            store = store.reopen()
-        if constant is None and not folder:  # the first target's most frequent teacher (or known-cause) answer
-            sample_ids = [s.sample_id for s in bench.errors]
-            for source in (ExhaustiveSearchExplainer.name, KnownCauseExplainer.name):
-                constant = constant or most_frequent_explanation(store, target_name, source, sample_ids)
-        if constant is not None:
-            constant_settings = flatten({**shared, "method": {"class": "Constant"}})
-            run_constant(
-                TargetJob(target_name, bench, structured, panel, []),
-                store,
-                progress,
-                constant,
-                constant_settings,
-                shard=ranks.shard,
-            )
+        store, constant = _constant_row(store, progress, TargetJob(target_name, bench, structured, panel, []), shared,
+                                        constant, folder)  # fmt: skip
     ranks.barrier()
     if not ranks.is_main:
         return None
+    seen = distilled_on or ", ".join(distilled_classifiers(student) or [])
+    title = f"Distilled explainer on held-out {dataset} errors" + (f" (distilled on {seen})" if seen else "")
+    return _finish(store, progress, panel, title, started, constant, cause_counts, out)
+
+
+def _checked_inputs(student, targets, biases, folder: bool, methods, evaluation_root, criterion, judges, editor):
+    """The rows and the classifier specs; one-line errors before anything is loaded or written."""
+    if not Path(student).exists():
+        raise UserInputError(f"student adapter folder {student!r} does not exist; run the distilled explainer's fit")
+    if not targets:
+        raise UserInputError("targets is empty; give at least one classifier checkpoint to explain the errors of")
+    rows = list(methods) if methods else (student_distill_methods() if folder else default_distill_methods())
+    if any(row.uses_student for row in rows):  # a missing or damaged adapter file: one line before any work
+        check_adapter_folder(student, "student")
+    specs = [as_classifier(t) for t in targets]
+    for spec in specs:
+        spec.check()
+    if biases is not None and len(biases) != len(targets):
+        raise UserInputError(f"{len(biases)} biases for {len(targets)} targets; give one per target")
+    if folder:
+        check_folder_settings(evaluation_root, criterion, judges, editor, rows)
+    return rows, specs
+
+
+@dataclass
+class _HeldOut:
+    """How the held-out errors of each target are drawn (generated data, the shifts digits or an image folder)."""
+
+    dataset: str
+    n: int
+    seed: int
+    test_styles: int
+    data_kwargs: dict | None
+    evaluation_root: str | None
+    criterion: str | None
+    mapping: ClassMapping | None
+    mapping_file: str | None
+
+    def errors(self, target, bias: str | None) -> tuple[NemoBenchmark, dict]:
+        """The target's held-out errors and what identifies them in the records' settings."""
+        n, seed = self.n, self.seed
+        if self.dataset == "folder":
+            bench = build_folder_benchmark(
+                "folder", self.evaluation_root, target, self.criterion, n=n, seed=seed,
+                class_folders=self.mapping.folders,
+            )  # fmt: skip
+            root = str(Path(self.evaluation_root).resolve())
+            return bench, {"folder": root, "mapping_file": self.mapping_file, "n": n, "seed": seed}
+        if self.dataset == "shifts":
+            gaps = bias or "gaps_a"
+            bench = build_shift_benchmark(target, gaps, n=n, seed=seed, datamodule_kwargs=self.data_kwargs)
+            return bench, {"dataset": self.dataset, "gaps": gaps, "n": n, "seed": seed}
+        bench = build_synthetic_benchmark(
+            self.dataset, target=target, n=n, seed=seed, bias=bias, test_styles=self.test_styles,
+            datamodule_kwargs=self.data_kwargs,
+        )  # fmt: skip
+        return bench, {"dataset": self.dataset, "bias": bias, "n": n, "seed": seed, "test_styles": self.test_styles}
+
+
+def _constant_row(store, progress: Progress, job: TargetJob, shared: dict, constant: str | None, folder: bool):
+    """The Constant row on this target: the first target's most frequent teacher (or known-cause) answer for every
+    error; returns the store (reopened when several processes wrote) and the constant answer."""
+    ranks = current_ranks()
+    if ranks.world_size > 1:  # the Constant row reads every process's rows
+        ranks.barrier()
+        store = store.reopen()
+    if constant is None and not folder:
+        sample_ids = [s.sample_id for s in job.benchmark.errors]
+        for source in (ExhaustiveSearchExplainer.name, KnownCauseExplainer.name):
+            constant = constant or most_frequent_explanation(store, job.name, source, sample_ids)
+    if constant is not None:
+        constant_settings = flatten({**shared, "method": {"class": "Constant"}})
+        run_constant(job, store, progress, constant, constant_settings, shard=ranks.shard)
+    return store, constant
+
+
+def _finish(store, progress: Progress, panel: JudgePanel, title: str, started: float, constant, cause_counts, out):
+    """Merge the processes' rows, print the table and write ``summary.json``; returns the summary."""
     merge_shards(store.path)
     store = ResultStore(store.path)
     summary = mean_scores(store.get(key) for key in dict.fromkeys(progress.keys))
-    seen = distilled_on or ", ".join(distilled_classifiers(student) or [])
-    title = f"Distilled explainer on held-out {dataset} errors" + (f" (distilled on {seen})" if seen else "")
     print_summary(summary, title, panel.names)
     print(f"{len(progress.keys)} rows in {time.perf_counter() - started:.1f} s; results in {store.path}")
     result = {
