@@ -19,18 +19,13 @@ rerun with the same ``out_dir`` skips labelled errors, and language-model replie
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import torch
 from jsonargparse.typing import PositiveInt
 
-from nemo_train.backends.base import BackendError, ChatBackend
+from nemo_train.backends.base import ChatBackend
 from nemo_train.backends.cache import ResponseCache
 from nemo_train.console import print_table
 from nemo_train.errors import UserInputError
@@ -42,152 +37,22 @@ from nemo_train.nemo.components.editors import DiffusersEdit
 from nemo_train.nemo.distill.evidence import check_evidence_benchmark
 from nemo_train.nemo.distill.mining import mine_folder_errors, mine_synthetic_errors
 from nemo_train.nemo.distill.pairs import LabelledErrors, ReferenceClass, pairs_from_labels
-from nemo_train.nemo.distill.teachers import ExhaustiveAttributeTeacher, SciTXTeacher, TeacherLabel, View
-from nemo_train.nemo.evaluation import record_key
-from nemo_train.nemo.interventions import (
-    CounterfactualScorer,
-    ExactAttributeEditor,
-    LLMAttributeDeriver,
+from nemo_train.nemo.distill.teacher_parts import (  # noqa: F401  (build_target, PoolClassifier: this module's API)
+    PoolClassifier,
+    _label_errors,
+    build_target,
+    check_teacher_ranges,
+    label_settings,
+    mining_identity,
+    stored_labels,
+    teacher_scorer,
+    teacher_stand_ins,
 )
+from nemo_train.nemo.distill.teachers import ExhaustiveAttributeTeacher, SciTXTeacher, View
 from nemo_train.nemo.methods.scitx import MLLMCaptioner, MLLMHypothesizer, SciTX
 from nemo_train.nemo.shift_benchmark import build_shift_benchmark
-from nemo_train.quiet import progress_bar
 from nemo_train.runs import Device, OutDir, Seed, run_command
 from nemo_train.sharding import ShardedResultStore, Strategy, current_ranks, merge_shards
-from nemo_train.store import fingerprint
-
-
-def build_target(classifier: str | ClassifierSpec, mapping: ClassMapping | None = None):
-    """The classifier model (a timm model mapped onto the folder's classes, or a checkpoint's classifier)."""
-    spec = as_classifier(classifier)
-    spec.check()
-    return spec.build(None if mapping is None else mapping.class_names, mapping)
-
-
-def teacher_scorer(
-    bench, target, backend: ChatBackend, editor: DiffusersEdit | None, seed: int
-) -> CounterfactualScorer:
-    """The MLLM teacher's counterfactual test: exact re-render of the attribute it names on generated data,
-    or the editing instruction it writes applied by a diffusers editor."""
-    if bench.renderer is not None:
-        deriver = LLMAttributeDeriver(backend, bench.vocabulary, editable=bench.cause["editable"])
-        return CounterfactualScorer(target, deriver, ExactAttributeEditor(bench.renderer))
-    if editor is None:
-        raise UserInputError("an MLLM teacher on folder data needs editor: a DiffusersEdit with a model id or folder")
-    return editor.build_scorer(bench, target, backend, seed, batched=True)
-
-
-def _label_chunk(teacher, chunk, bench, failed: list[str]) -> list[tuple[Any, TeacherLabel | None]]:
-    """``(error, label)`` for the errors of ``chunk`` the teacher labelled; when the batched request fails for
-    good each error is retried alone (replies that came back are cached), and the reason of every error
-    that still fails is added to ``failed``."""
-    try:
-        return list(zip(chunk, teacher.label_batch(chunk, bench)))
-    except BackendError as err:
-        if len(chunk) == 1:
-            failed.append(str(err))
-            return []
-        return [pair for sample in chunk for pair in _label_chunk(teacher, [sample], bench, failed)]
-
-
-@dataclass
-class PoolClassifier:
-    """One more classifier of a pool (generated data): the teacher labels its mined errors too.
-
-    Args:
-        classifier: its checkpoint (its experiment folder names it, as for ``classifier``).
-        bias: the bias of its training data: a preset (``model_a``, ``gaps_b``), ``{digit: [colour, ...]}`` (CMNIST)
-            or ``{factor: [digits]}`` (shifts gaps); the mined errors are its bias-conflicting ones.
-    """
-
-    classifier: str
-    bias: str | dict[int, list[str]] | dict[str, list[int]] | None = None
-
-
-def mining_identity(dataset, n, seed, styles, bias, data_kwargs, mining_root) -> dict[str, Any]:
-    """What decides the mined errors and their reference set (a label is recomputed when any of it changes)."""
-    folder = str(Path(mining_root).resolve()) if mining_root else None
-    found = {"dataset": dataset, "n": n, "seed": seed, "styles": styles, "bias": bias, "data_kwargs": data_kwargs}
-    return json.loads(json.dumps({**found, "folder": folder}, default=str))  # as it reads back from the store
-
-
-#: upper bounds of distill-teacher's sizes (the mining grid holds ``styles`` images per attribute cell; the
-#: shifts data ``10 * n`` images)
-MAX_STYLES, MAX_ERRORS = 50, 100_000
-
-
-def check_teacher_ranges(n: int, seed: int, styles: int, m: int, k: int, val_fraction: float) -> None:
-    """A one-line error for an option out of range, before anything is built or written."""
-    for name, value, low, high in (("n", n, 1, MAX_ERRORS), ("styles", styles, 1, MAX_STYLES), ("m", m, 1, 1000),
-                                   ("k", k, 1, 1000), ("seed", seed, 0, 2**32 - 1)):  # fmt: skip
-        if not low <= value <= high:
-            raise UserInputError(f"{name}={value} is out of range; expected {low} to {high:,}")
-    if not 0.0 <= val_fraction < 1.0:
-        raise UserInputError(f"val_fraction={val_fraction} is out of range; expected a share from 0 to below 1")
-
-
-def image_digest(image: torch.Tensor) -> str:
-    """SHA-256 of an error image's values (its identity in a label's settings)."""
-    return hashlib.sha256(image.detach().cpu().contiguous().numpy().tobytes()).hexdigest()
-
-
-def label_settings(bench, settings: dict) -> dict[str, dict]:
-    """The settings of each error's label: a label is paired with the very image it was computed on, so the
-    image's digest is part of them."""
-    return {s.sample_id: {**settings, "image_sha256": image_digest(s.image)} for s in bench.errors}
-
-
-def _label_errors(
-    teacher,
-    bench,
-    store: ShardedResultStore,
-    name: str,
-    own: dict[str, dict],
-    min_cei: float,
-    error_batch: int,
-    shard: Callable[[list], list] = list,
-) -> tuple[int, list[str]]:
-    """Label this process's share (``shard``) of the errors of ``bench`` not in ``store`` yet, ``error_batch``
-    at a time, appending each label; returns ``(errors labelled now, reasons of the errors that failed)``."""
-    failed: list[str] = []
-    pending = [
-        s for s in bench.errors if store.lookup(record_key(name, teacher.name, s.sample_id), own[s.sample_id]) is None
-    ]
-    mine = shard(pending)
-    total = len(bench.errors)
-    bar = progress_bar(total=total, initial=total - len(mine), desc=f"teacher {name}", unit="error")
-    computed = 0
-    for start in range(0, len(mine), error_batch):
-        chunk = mine[start : start + error_batch]
-        for sample, label in _label_chunk(teacher, chunk, bench, failed):
-            record = {"key": record_key(name, teacher.name, sample.sample_id), "kept": False, "cei": 0.0}
-            record["sample_id"] = sample.sample_id
-            if label is not None:
-                record.update(label.to_json(), kept=label.cei >= min_cei)
-            else:  # no readable hypothesis or edit (e.g. replies that are not JSON): a failure, retried on rerun
-                record.update(failed=True, reason="the teacher gave no readable hypothesis with an edit")
-                failed.append(record["reason"])
-            store.append(record, own[sample.sample_id])
-            computed += 1
-        bar.update(len(chunk))
-    bar.close()
-    return computed, failed
-
-
-def stored_labels(store: ShardedResultStore, bench, name: str, teacher_name: str, own: dict[str, dict]) -> list[dict]:
-    """The labels of every error of ``bench`` computed with its current settings, in the errors' order."""
-    return [
-        r
-        for r in (store.get(record_key(name, teacher_name, s.sample_id)) for s in bench.errors)
-        if r and not r.get("failed") and r.get("fingerprint") == fingerprint(own[r["sample_id"]])
-    ]
-
-
-def teacher_stand_ins(arguments: dict[str, Any]) -> list[str]:
-    """The non-model parts a ``distill-teacher`` run uses (for its provenance)."""
-    if arguments.get("hypotheses") is None:
-        return ["teacher: exhaustive attribute search over the generator's factors (not a language model)"]
-    return []
 
 
 @run_command("distill-teacher", teacher_stand_ins)
@@ -267,20 +132,7 @@ def distill_teacher(
     check_teacher_ranges(n, seed, styles, m, k, val_fraction)
     views = list(views or ["error", "gradcam", "change"])
     out = Path(out_dir)
-    if dataset == "folder":
-        if mining_root is None or evaluation_root is None:
-            raise UserInputError("dataset 'folder' needs mining_root and evaluation_root (disjoint image folders)")
-        if not Path(mining_root).is_dir():
-            raise UserInputError(f"mining folder {mining_root!r} does not exist")
-        if hypotheses is None:
-            raise UserInputError("folder data needs an MLLM backend as the teacher's hypothesis source (hypotheses)")
-    if pool and dataset == "folder":
-        raise UserInputError("a classifier pool needs generated data (dataset cmnist or clevr)")
-    members = [(as_classifier(classifier), bias)] + [(as_classifier(p.classifier), p.bias) for p in pool or []]
-    for spec, _ in members:
-        spec.check()
-    if len({spec.label for spec, _ in members}) < len(members):
-        raise UserInputError(f"pool classifiers need distinct names; got {[spec.label for spec, _ in members]}")
+    members = _checked_members(classifier, bias, pool, dataset, mining_root, evaluation_root, hypotheses)
     if hypotheses is not None and hypotheses.cache is None:
         hypotheses.cache = ResponseCache(out / "llm_cache")
     ranks = current_ranks()
@@ -289,29 +141,11 @@ def distill_teacher(
     started, computed, failed, groups, rows = time.perf_counter(), 0, [], [], []
     cei_groups: list[list[float]] = []  # the CEI of every labelled error, per classifier
     for spec, member_bias in members:
-        if dataset == "folder":
-            mapping = ClassMapping.for_folder(mining_root, mapping_file)
-            target = build_target(spec, mapping).to(device)
-            bench = mine_folder_errors(
-                "folder", mining_root, evaluation_root, target, "folder", n=n, seed=seed, class_folders=mapping.folders
-            )
-        elif dataset == "shifts":
-            target = build_target(spec).to(device)
-            gaps = member_bias if member_bias is not None else "gaps_a"  # a preset or {factor: [digits]}
-            bench = build_shift_benchmark(
-                target, gaps, n=n, seed=seed, split="mining", size=10 * n, datamodule_kwargs=data_kwargs
-            )
-        else:
-            target = build_target(spec).to(device)
-            bench = mine_synthetic_errors(dataset, target, n, seed, styles, member_bias, datamodule_kwargs=data_kwargs)
+        target, bench = _mined(spec, member_bias, dataset, n, seed, styles, data_kwargs, device,
+                               mining_root, evaluation_root, mapping_file)  # fmt: skip
         if "evidence" in views:  # refused before any labelling
             check_evidence_benchmark(bench)
-        if hypotheses is None:
-            teacher = ExhaustiveAttributeTeacher(target)
-        else:
-            scorer = teacher_scorer(bench, target, hypotheses, editor, seed)
-            scitx = SciTX(target, MLLMHypothesizer(hypotheses), scorer, k=k, m=m, captioner=MLLMCaptioner(hypotheses))
-            teacher = SciTXTeacher(scitx)
+        teacher = _teacher(target, bench, hypotheses, editor, seed, k, m)
         settings = {
             "teacher": teacher.name,
             "min_cei": min_cei,
@@ -331,17 +165,83 @@ def distill_teacher(
         labels = stored_labels(store, bench, spec.label, teacher.name, own)
         kept = [r for r in labels if r["kept"]]
         groups.append(LabelledErrors(spec.label, kept, bench, target))
-        mean, mean_kept = score_mean([r["cei"] for r in labels]), score_mean([r["cei"] for r in kept])
         cei_groups.append([r["cei"] for r in labels])
-        shown = format_with_interval(mean, *(mean_interval(cei_groups[-1]) or (None, None)), digits=1)
-        rows.append([spec.label, teacher.name, len(labels), len(kept), mean, mean_kept, shown])
+        rows.append(_table_row(spec.label, teacher.name, labels, kept))
     ranks.barrier()
     computed, reasons = ranks.total(computed), ranks.gather(failed)
     if not ranks.is_main:
         return None
     merge_shards(store.path)
     failed = [reason for found in reasons for reason in found]
-    labelled = sum(row[2] for row in rows)
+    _check_kept(groups, failed, min_cei)
+    paths = pairs_from_labels(groups, out / "pairs", views, val_fraction, seed, reference_class)
+    _print_labels(rows, min_cei, computed, time.perf_counter() - started, paths, failed)
+    mean = score_mean([row[4] for row in rows if row[2]], weights=[row[2] for row in rows if row[2]])
+    return {
+        "labels": sum(row[2] for row in rows),
+        "kept": sum(len(group.labels) for group in groups),
+        "mean_cei": mean,
+        **interval_fields("mean_cei", grouped_mean_interval(cei_groups)),  # classifiers resampled, errors kept whole
+        **{k: str(v) for k, v in paths.items()},
+    }
+
+
+def _checked_members(classifier, bias, pool, dataset, mining_root, evaluation_root, hypotheses) -> list[tuple]:
+    """``(spec, bias)`` of the classifier and of each pool member; one-line errors before any work."""
+    if dataset == "folder":
+        if mining_root is None or evaluation_root is None:
+            raise UserInputError("dataset 'folder' needs mining_root and evaluation_root (disjoint image folders)")
+        if not Path(mining_root).is_dir():
+            raise UserInputError(f"mining folder {mining_root!r} does not exist")
+        if hypotheses is None:
+            raise UserInputError("folder data needs an MLLM backend as the teacher's hypothesis source (hypotheses)")
+    if pool and dataset == "folder":
+        raise UserInputError("a classifier pool needs generated data (dataset cmnist or clevr)")
+    members = [(as_classifier(classifier), bias)] + [(as_classifier(p.classifier), p.bias) for p in pool or []]
+    for spec, _ in members:
+        spec.check()
+    if len({spec.label for spec, _ in members}) < len(members):
+        raise UserInputError(f"pool classifiers need distinct names; got {[spec.label for spec, _ in members]}")
+    return members
+
+
+def _mined(spec, member_bias, dataset, n, seed, styles, data_kwargs, device, mining_root, evaluation_root,
+           mapping_file):  # fmt: skip
+    """The classifier (on ``device``) and its mined errors, on a split disjoint from every evaluation error."""
+    if dataset == "folder":
+        mapping = ClassMapping.for_folder(mining_root, mapping_file)
+        target = build_target(spec, mapping).to(device)
+        return target, mine_folder_errors(
+            "folder", mining_root, evaluation_root, target, "folder", n=n, seed=seed, class_folders=mapping.folders
+        )
+    target = build_target(spec).to(device)
+    if dataset == "shifts":
+        gaps = member_bias if member_bias is not None else "gaps_a"  # a preset or {factor: [digits]}
+        return target, build_shift_benchmark(
+            target, gaps, n=n, seed=seed, split="mining", size=10 * n, datamodule_kwargs=data_kwargs
+        )
+    return target, mine_synthetic_errors(dataset, target, n, seed, styles, member_bias, datamodule_kwargs=data_kwargs)
+
+
+def _teacher(target, bench, hypotheses: ChatBackend | None, editor, seed: int, k: int, m: int):
+    """The exhaustive attribute search (no hypotheses backend), or SciTX with the backend as hypothesizer."""
+    if hypotheses is None:
+        return ExhaustiveAttributeTeacher(target)
+    scorer = teacher_scorer(bench, target, hypotheses, editor, seed)
+    return SciTXTeacher(
+        SciTX(target, MLLMHypothesizer(hypotheses), scorer, k=k, m=m, captioner=MLLMCaptioner(hypotheses))
+    )
+
+
+def _table_row(name: str, teacher: str, labels: list[dict], kept: list[dict]) -> list:
+    """``[classifier, teacher, errors, kept, mean CEI, mean CEI kept, mean CEI with its interval]``."""
+    ceis = [r["cei"] for r in labels]
+    mean, mean_kept = score_mean(ceis), score_mean([r["cei"] for r in kept])
+    shown = format_with_interval(mean, *(mean_interval(ceis) or (None, None)), digits=1)
+    return [name, teacher, len(labels), len(kept), mean, mean_kept, shown]
+
+
+def _check_kept(groups: list[LabelledErrors], failed: list[str], min_cei: float) -> None:
     if failed and not any(group.labels for group in groups):
         raise UserInputError(
             f"the teacher's backend failed for {len(failed)} error(s) and no label was kept: {failed[0]}; "
@@ -349,7 +249,9 @@ def distill_teacher(
         )
     if not any(group.labels for group in groups):
         raise UserInputError(f"no teacher label reaches min_cei={min_cei}; lower it or mine more errors")
-    paths = pairs_from_labels(groups, out / "pairs", views, val_fraction, seed, reference_class)
+
+
+def _print_labels(rows: list[list], min_cei: float, computed: int, seconds: float, paths: dict, failed: list) -> None:
     print_table(
         ["classifier", "teacher", "errors", f"kept (CEI >= {min_cei:g})", "mean CEI", "mean CEI kept"],
         [[*row[:4], row[6], row[5]] for row in rows],
@@ -357,16 +259,6 @@ def distill_teacher(
         caption="mean CEI [bootstrap 95 % interval over the errors]",
         digits=1,
     )
-    print(f"{computed} errors labelled in {time.perf_counter() - started:.1f} s; pairs: {paths['train']}")
+    print(f"{computed} errors labelled in {seconds:.1f} s; pairs: {paths['train']}")
     if failed:
         print(f"{len(failed)} error(s) left unlabelled ({failed[0]}); rerun to retry them")
-    mean = score_mean([row[4] for row in rows if row[2]], weights=[row[2] for row in rows if row[2]])
-    kept_total = sum(len(group.labels) for group in groups)
-    pooled = grouped_mean_interval(cei_groups)  # classifiers resampled, then their errors kept whole
-    return {
-        "labels": labelled,
-        "kept": kept_total,
-        "mean_cei": mean,
-        **interval_fields("mean_cei", pooled),
-        **{k: str(v) for k, v in paths.items()},
-    }
