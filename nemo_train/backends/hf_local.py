@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 from contextlib import nullcontext
 from pathlib import Path
@@ -16,7 +15,7 @@ from nemo_train.backends.base import ChatBackend, Sampling, with_defaults
 from nemo_train.backends.cache import cache_key
 from nemo_train.backends.messages import Message, to_local_messages, to_openai_messages
 from nemo_train.errors import UserInputError
-from nemo_train.models.vlm import EXPLAINER_META, is_explainer_folder, resolve_model_path
+from nemo_train.models.vlm import is_explainer_folder, read_explainer_meta, resolve_model_path
 
 
 def conversation_seed(messages: list[Message], seed: int | None) -> int | None:
@@ -96,7 +95,7 @@ class HFLocalBackend(ChatBackend):
             name, adapter = self.model_name_or_path, self.adapter
             explainer_folder = next((p for p in (adapter, name) if p is not None and is_explainer_folder(p)), None)
             if explainer_folder is not None:  # the adapter folder names its base model and holds the processor
-                name = json.loads((Path(explainer_folder) / EXPLAINER_META).read_text())["model_name_or_path"]
+                name = read_explainer_meta(explainer_folder)["model_name_or_path"]
                 adapter = explainer_folder
             path = resolve_model_path(name)
             self._processor = AutoProcessor.from_pretrained(adapter if explainer_folder else path)

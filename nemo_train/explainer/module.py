@@ -23,7 +23,13 @@ from nemo_train.explainer.quantization import (
     keep_training_layout,
     skip_patterns,
 )
-from nemo_train.models.vlm import EXPLAINER_META, TINY_MODEL, load_processor, resolve_model_path
+from nemo_train.models.vlm import (
+    EXPLAINER_META,
+    TINY_MODEL,
+    load_processor,
+    read_explainer_meta,
+    resolve_model_path,
+)
 
 #: LoRA targets: attention and MLP projections of the language model only (the default).
 LANGUAGE_TARGETS = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
@@ -328,12 +334,7 @@ class ExplainerModule(L.LightningModule):
     def from_adapter(cls, path: str | Path, load_in_4bit: bool | None = None, merge: bool = False) -> ExplainerModule:
         """Rebuild an explainer from :meth:`save_adapter` output, in eval mode; ``merge`` folds LoRA into the base."""
         path = Path(path)
-        meta_file = path / EXPLAINER_META
-        if not meta_file.is_file():
-            raise UserInputError(
-                f"{str(path)!r} is not a saved explainer adapter (no {EXPLAINER_META}); expected a folder written by save_adapter"
-            )
-        meta = json.loads(meta_file.read_text())
+        meta = read_explainer_meta(path)
         module = cls(
             model_name_or_path=meta["model_name_or_path"],
             adapter=str(path),

@@ -233,6 +233,24 @@ def is_explainer_folder(path: str | Path) -> bool:
     return (Path(path) / EXPLAINER_META).is_file()
 
 
+def read_explainer_meta(path: str | Path) -> dict[str, Any]:
+    """The metadata a saved explainer adapter keeps in :data:`EXPLAINER_META` (its base model, quantization,
+    prompting, training data); the one place it is read. A missing or unreadable file is a one-line error."""
+    meta_file = Path(path) / EXPLAINER_META
+    if not meta_file.is_file():
+        raise UserInputError(
+            f"{str(path)!r} is not a saved explainer adapter (no {EXPLAINER_META}); expected a folder written by "
+            "save_adapter"
+        )
+    try:
+        meta = json.loads(meta_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UserInputError(f"{str(meta_file)!r} is not readable JSON ({type(err).__name__})") from None
+    if not isinstance(meta, dict):
+        raise UserInputError(f"{str(meta_file)!r} holds a {type(meta).__name__}; expected an object")
+    return meta
+
+
 def load_processor(model_name_or_path: str) -> Any:
     """The model's processor (``AutoProcessor``); the embedded tiny model is built on first use."""
     path = resolve_model_path(model_name_or_path)

@@ -7,24 +7,22 @@ say what the student saw: the evaluation's targets do not (the first target need
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from datamodules.explanations import read_records
 from nemo_train.errors import UserInputError
-from nemo_train.models.vlm import EXPLAINER_META
+from nemo_train.models.vlm import read_explainer_meta
 
 
 def distilled_classifiers(adapter: str | Path) -> list[str] | None:
     """The classifiers named by the provenance of the training pairs the adapter was fitted on, in the order they
     first occur; ``None`` when that is not known (no metadata, no pair file recorded or readable, or pairs that
     name no classifier, such as caption pairs)."""
-    meta_file = Path(adapter) / EXPLAINER_META
     try:
-        meta = json.loads(meta_file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        meta = read_explainer_meta(adapter)
+    except UserInputError:
         return None
-    train = (meta.get("training_data") or {}).get("train_jsonl") if isinstance(meta, dict) else None
+    train = (meta.get("training_data") or {}).get("train_jsonl")
     if not train or not Path(train).is_file():
         return None
     try:
