@@ -233,8 +233,6 @@ def _entry_body_lines(function) -> int:
     return node.end_lineno - first.lineno + 1
 
 
-
-
 def test_every_command_entry_function_reads_in_one_screen():
     """A command's function reads as its steps (resolve inputs, open the run, build parts, loop, write, report),
     each step a named function: at most 60 lines of body."""
