@@ -12,6 +12,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from nemo_train.console import format_cell
+
 
 class Markup(str):
     """A string that is HTML already (not escaped again)."""
@@ -32,11 +34,7 @@ def number(value: Any, digits: int = 3) -> str:
     """A number as a table shows it: floats with ``digits`` decimals, ``None`` and NaN as an en dash."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "\u2013"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
+    return format_cell(value, digits)  # the console tables' cell, but an en dash for a missing value
 
 
 def with_interval(mean: Any, low: Any, high: Any, digits: int = 3) -> Markup:
