@@ -1,4 +1,7 @@
-"""Test helper: kill a multi-process command mid-run, as a crash or a preempted job would."""
+"""Test helper: kill a multi-process command mid-run, as a crash or a preempted job would.
+
+A command killed mid-run is first made to stop for good at a known point (:func:`holding`), so that the kill
+always lands mid-run: a fast machine cannot finish the run between two polls."""
 
 from __future__ import annotations
 
@@ -11,10 +14,21 @@ from pathlib import Path
 
 from nemo_train.sharding import shard_paths
 
+HOLD = Path(__file__).resolve().parent / "hold"
+
+
+def holding(env: dict, after: str, count: int = 1) -> dict:
+    """``env`` for a command that stops for good once it has written a file named ``after`` (a glob) ``count``
+    times (``tests/hold/sitecustomize.py``); it waits there until the test kills it."""
+    path = os.pathsep.join(p for p in (str(HOLD), env.get("PYTHONPATH", "")) if p)
+    return {**env, "PYTHONPATH": path, "NEMO_TEST_HOLD_AFTER": after, "NEMO_TEST_HOLD_COUNT": str(count)}
+
 
 def kill_mid_run(command: list[str], env: dict, cwd: Path, results: Path, min_lines: int) -> set[str]:
-    """Start ``command`` (a 2-process run), wait until both processes' result shards of ``results`` hold
-    ``min_lines`` records together, SIGKILL one process and then the whole job; the keys the shards kept."""
+    """Start ``command`` (a 2-process run) so that each process stops after appending ``min_lines`` records to
+    its shard of ``results``, wait until both shards hold ``min_lines`` records together, SIGKILL one process
+    and then the whole job; the keys the shards kept."""
+    env = holding(env, f"{results.stem}.rank-*{results.suffix}", min_lines)
     proc = subprocess.Popen(
         command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )

@@ -15,6 +15,7 @@ import pytest
 import torch
 import wandb
 import yaml
+from distributed_runs import holding
 
 from nemo_train.cli import main, summarize_parser_error
 
@@ -124,7 +125,7 @@ def test_killed_run_resumes_from_last(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "nemo_train.cli", "fit", "--config", str(config)],
         cwd=ROOT,
-        env={**os.environ, "WANDB_MODE": "disabled"},
+        env=holding({**os.environ, "WANDB_MODE": "disabled"}, "last.ckpt"),  # it stops after its first epoch
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from distributed_runs import holding
 from training_seed import TRAINING_SEED
 
 from tests.models.tiny_clip import TINY_CLIP
@@ -104,7 +105,7 @@ def test_a_killed_two_process_run_reruns_on_one_process(tiny_classifier, tmp_pat
     path.write_text(yaml.safe_dump(config(tiny_classifier, out)))
     args = [NEMO_TRAIN, "lbee", "--config", str(path)]
     proc = subprocess.Popen(
-        [*args, "--devices", "2"], env=ENV, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [*args, "--devices", "2"], env=holding(ENV, "zero_shot.json"), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True,
     )  # fmt: skip
     deadline = time.time() + 300

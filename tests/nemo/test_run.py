@@ -15,6 +15,7 @@ import pytest
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 
+from distributed_runs import holding  # noqa: E402
 from jsonargparse import ArgumentError, ArgumentParser  # noqa: E402
 
 from nemo_train.cli import main, run_pipeline, summarize_parser_error  # noqa: E402
@@ -104,6 +105,7 @@ def test_kill_minus_nine_then_resume(checkpoint, tmp_path):
         f" out_dir={str(killed_dir)!r})"
     )
     env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"}
+    env = holding(env, "results.jsonl", 6)  # it stops after its sixth record, until killed
     proc = subprocess.Popen(
         [sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from distributed_runs import run_to_end
+from distributed_runs import holding, run_to_end
 from training_seed import TRAINING_SEED
 
 pytestmark = [pytest.mark.fault, pytest.mark.slow]
@@ -43,12 +43,18 @@ def command(name: str, *args: str) -> list[str]:
     return [sys.executable, "-m", "nemo_train.cli", name, *args]
 
 
-def kill_when(argv: list[str], env: dict[str, str], cwd: Path, mid_run: Callable[[], bool]) -> None:
-    """Start ``argv`` in a new process group, poll ``mid_run`` every 10 ms, and SIGKILL the group as soon as it
+def kill_when(argv: list[str], env: dict[str, str], cwd: Path, mid_run: Callable[[], bool], hold_after: str) -> None:
+    """Start ``argv`` in a new process group, made to stop for good once it has written ``hold_after`` (a file
+    name; :func:`distributed_runs.holding`), poll ``mid_run`` every 10 ms, and SIGKILL the group as soon as it
     holds. Fails when the command ended before the kill (the test would prove nothing)."""
     with (cwd / "killed.stderr").open("wb") as stderr:
         proc = subprocess.Popen(
-            argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True
+            argv,
+            env=holding(env, hold_after),
+            cwd=cwd,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            start_new_session=True,
         )
         deadline = time.monotonic() + DEADLINE_S
         try:
@@ -74,7 +80,7 @@ def kill_then_reuse(argv: list[str], cwd: Path, recorded: str, weights: str, ref
     before its results; rerun it to its end: the artefact's ``weights`` file is reused as it was (not made
     again) and equals the uninterrupted ``reference`` run's."""
     out = cwd / "run"
-    kill_when(argv, environment(), cwd, (out / recorded).is_file)
+    kill_when(argv, environment(), cwd, (out / recorded).is_file, Path(recorded).name)
     assert not (out / "results.json").exists()
     before = unchanged(out / weights)
     run_to_end(argv, environment(), cwd)
@@ -146,7 +152,7 @@ def test_distill_eval_killed_mid_run_resumes_to_the_uninterrupted_rows(
     out, env = tmp_path / "run", environment(tiny_cache)
     argv = distill_eval_argv(student, model_a_checkpoint, out)
     results = out / "results.jsonl"
-    kill_when(argv, env, tmp_path, lambda: line_count(results) >= 1)
+    kill_when(argv, env, tmp_path, lambda: line_count(results) >= 1, results.name)
     before = records(results)
     assert 1 <= len(before) < len(reference)
 
@@ -203,7 +209,9 @@ def test_differences_killed_mid_run_measures_the_rest_and_scores_as_uninterrupte
     out = tmp_path / "run"
     argv, cache = differences_argv(model_pair, out), out / "diff_model_cache.json"
     # the first sweep (the test conditions) is saved; later sweeps and the scores are not written yet
-    kill_when(argv, environment(), tmp_path, lambda: cache.is_file() and not (out / "results.json").exists())
+    kill_when(
+        argv, environment(), tmp_path, lambda: cache.is_file() and not (out / "results.json").exists(), cache.name
+    )
     assert not (out / "results.json").exists()
     reference_cache = json.loads((differences_reference / "diff_model_cache.json").read_text())
     measured = json.loads(cache.read_text())
@@ -384,7 +392,7 @@ def test_explain_killed_mid_run_resumes_to_the_uninterrupted_explanations(
     assert line_count(explain_reference / "explanations.jsonl") == total == 18
     out, env = tmp_path / "run", environment(tiny_cache)
     argv, explanations = sampled_explain_argv(explain_inputs, out), out / "explanations.jsonl"
-    kill_when(argv, env, tmp_path, lambda: line_count(explanations) >= 1)
+    kill_when(argv, env, tmp_path, lambda: line_count(explanations) >= 1, explanations.name)
     assert 1 <= line_count(explanations) < total
 
     run_to_end(argv, env, tmp_path)
