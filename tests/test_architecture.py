@@ -68,3 +68,17 @@ def test_no_module_is_over_400_lines():
         if (count := len(path.read_text().splitlines())) > 400
     }
     assert not long, f"modules over 400 lines: {long}"
+
+
+def test_the_multimodal_model_has_one_loader():
+    """Training (``ExplainerModule``) and serving (``HFLocalBackend``) load the multimodal model and its adapter
+    through ``models.vlm.load_vlm`` / ``attach_adapter``: no other module calls ``from_pretrained`` on them."""
+    calls = ("AutoModelForImageTextToText.from_pretrained", "PeftModel.from_pretrained")
+    found = {
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "nemo_train").rglob("*.py")
+        if any(call in path.read_text() for call in calls)
+    }
+    assert found == {"nemo_train/models/vlm.py"}
+    users = ("nemo_train/explainer/module.py", "nemo_train/backends/hf_local.py")
+    assert all("load_vlm(" in (ROOT / user).read_text() for user in users)

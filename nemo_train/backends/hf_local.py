@@ -8,14 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForImageTextToText, AutoProcessor
 from typing_extensions import Unpack  # typing.Unpack needs Python 3.11
 
 from nemo_train.backends.base import ChatBackend, Sampling, with_defaults
 from nemo_train.backends.cache import cache_key
 from nemo_train.backends.messages import Message, to_local_messages, to_openai_messages
 from nemo_train.errors import UserInputError
-from nemo_train.models.vlm import is_explainer_folder, read_explainer_meta, resolve_model_path
+from nemo_train.models.vlm import attach_adapter, is_explainer_folder, load_processor, load_vlm, read_explainer_meta
 
 
 def conversation_seed(messages: list[Message], seed: int | None) -> int | None:
@@ -97,15 +96,10 @@ class HFLocalBackend(ChatBackend):
             if explainer_folder is not None:  # the adapter folder names its base model and holds the processor
                 name = read_explainer_meta(explainer_folder)["model_name_or_path"]
                 adapter = explainer_folder
-            path = resolve_model_path(name)
-            self._processor = AutoProcessor.from_pretrained(adapter if explainer_folder else path)
-            dtype = self.dtype if self.dtype == "auto" else getattr(torch, self.dtype)
-            model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype)
+            self._processor = load_processor(adapter if explainer_folder else name)
+            model = load_vlm(name, dtype=self.dtype if self.dtype == "auto" else getattr(torch, self.dtype))
             if adapter is not None:
-                # peft imports bitsandbytes, which prints a kernel banner on CPU machines: imported only for adapters
-                from peft import PeftModel
-
-                model = PeftModel.from_pretrained(model, adapter)
+                model = attach_adapter(model, adapter, trainable=False)
                 if self.merge_adapter:  # serving only: one weight matrix per layer instead of base + A @ B
                     model = model.merge_and_unload()
             self._model = model.to(self.device).eval()

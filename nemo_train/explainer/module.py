@@ -9,11 +9,11 @@ from typing import Any, Literal
 import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
-from peft import LoraConfig, PeftModel, get_peft_model, prepare_model_for_kbit_training
+from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
 from peft.utils import SAFETENSORS_WEIGHTS_NAME as SAFE_WEIGHTS_NAME
 from safetensors.torch import save_file
 from torch.optim.lr_scheduler import LambdaLR, LRScheduler
-from transformers import AutoModelForImageTextToText, BitsAndBytesConfig
+from transformers import BitsAndBytesConfig
 from transformers.integrations import HfDeepSpeedConfig
 
 from nemo_train.errors import UserInputError
@@ -26,9 +26,10 @@ from nemo_train.explainer.quantization import (
 from nemo_train.models.vlm import (
     EXPLAINER_META,
     TINY_MODEL,
+    attach_adapter,
     load_processor,
+    load_vlm,
     read_explainer_meta,
-    resolve_model_path,
 )
 
 #: LoRA targets: attention and MLP projections of the language model only (the default).
@@ -181,11 +182,7 @@ class ExplainerModule(L.LightningModule):
             kwargs["device_map"] = {"": str(device)}
         if zero_stage(self._trainer) == 3:
             self._hf_deepspeed_config = HfDeepSpeedConfig(self.trainer.strategy.config)
-        path = resolve_model_path(hp.model_name_or_path)
-        try:
-            return AutoModelForImageTextToText.from_pretrained(path, **kwargs)
-        except OSError as err:
-            raise UserInputError(f"cannot load model {hp.model_name_or_path!r}: {err}") from None
+        return load_vlm(hp.model_name_or_path, **kwargs)
 
     def configure_model(self) -> None:
         """Load the base model, prepare it for k-bit training / checkpointing, and add (or load) the adapter."""
@@ -205,11 +202,7 @@ class ExplainerModule(L.LightningModule):
             base.enable_input_require_grads()
         set_kv_cache(base, False)  # training never reuses keys; a cache would grow again in every recomputation
         if hp.adapter:
-            if not (Path(hp.adapter) / "adapter_config.json").is_file():
-                raise UserInputError(
-                    f"adapter={hp.adapter!r} holds no adapter_config.json; expected a folder written by save_adapter"
-                )
-            self.model = PeftModel.from_pretrained(base, hp.adapter, is_trainable=True)
+            self.model = attach_adapter(base, hp.adapter, trainable=True)
         else:
             try:
                 self.model = get_peft_model(base, self.lora_config())

@@ -251,6 +251,30 @@ def read_explainer_meta(path: str | Path) -> dict[str, Any]:
     return meta
 
 
+def load_vlm(model_name_or_path: str, **from_pretrained: Any) -> torch.nn.Module:
+    """The multimodal model, for training (``ExplainerModule``) and serving (``HFLocalBackend``) alike:
+    ``AutoModelForImageTextToText.from_pretrained`` with ``from_pretrained`` keyword arguments (``dtype``,
+    ``attn_implementation``, ``quantization_config``, ``device_map``); the embedded tiny model is built on first
+    use. A model that cannot be loaded is a one-line error."""
+    try:
+        return AutoModelForImageTextToText.from_pretrained(resolve_model_path(model_name_or_path), **from_pretrained)
+    except OSError as err:
+        raise UserInputError(f"cannot load model {model_name_or_path!r}: {err}") from None
+
+
+def attach_adapter(model: torch.nn.Module, adapter: str | Path, trainable: bool) -> Any:
+    """``model`` with the LoRA adapter saved in the folder ``adapter`` (peft's ``PeftModel.from_pretrained``);
+    ``trainable`` for training on, off for serving. A folder without ``adapter_config.json`` is a one-line error."""
+    if not (Path(adapter) / "adapter_config.json").is_file():
+        raise UserInputError(
+            f"adapter={str(adapter)!r} holds no adapter_config.json; expected a folder written by save_adapter"
+        )
+    # peft imports bitsandbytes, which prints a kernel banner on CPU machines: imported only for adapters
+    from peft import PeftModel
+
+    return PeftModel.from_pretrained(model, str(adapter), is_trainable=trainable)
+
+
 def load_processor(model_name_or_path: str) -> Any:
     """The model's processor (``AutoProcessor``); the embedded tiny model is built on first use."""
     path = resolve_model_path(model_name_or_path)
