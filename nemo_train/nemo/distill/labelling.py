@@ -49,6 +49,7 @@ from nemo_train.nemo.distill.teacher_parts import (  # noqa: F401  (build_target
     teacher_stand_ins,
 )
 from nemo_train.nemo.distill.teachers import ExhaustiveAttributeTeacher, SciTXTeacher, View
+from nemo_train.nemo.distill.zoo_members import ZooSide, zoo_members
 from nemo_train.nemo.methods.scitx import MLLMCaptioner, MLLMHypothesizer, SciTX
 from nemo_train.nemo.shift_benchmark import build_shift_benchmark
 from nemo_train.runs import Device, OutDir, Seed, run_command
@@ -57,7 +58,7 @@ from nemo_train.sharding import ShardedResultStore, Strategy, current_ranks, mer
 
 @run_command("distill-teacher", teacher_stand_ins)
 def distill_teacher(
-    classifier: str | ClassifierSpec,
+    classifier: str | ClassifierSpec | None = None,
     dataset: Literal["cmnist", "clevr", "shifts", "folder"] = "cmnist",
     out_dir: OutDir = "checkpoints/distill_cmnist/teacher",
     n: int = 300,
@@ -65,6 +66,8 @@ def distill_teacher(
     styles: int = 2,
     bias: str | dict[int, list[str]] | dict[str, list[int]] | None = None,
     pool: list[PoolClassifier] | None = None,
+    zoo: str | None = None,
+    zoo_split: ZooSide = "train",
     data_kwargs: dict[str, Any] | None = None,
     mining_root: str | None = None,
     evaluation_root: str | None = None,
@@ -91,7 +94,8 @@ def distill_teacher(
 
     Args:
         classifier: the target: a ``nemo-train fit`` checkpoint path or a classifier spec
-            (:mod:`nemo_train.models.specs`; ``TimmModel`` for hub or local weights on folder data).
+            (:mod:`nemo_train.models.specs`; ``TimmModel`` for hub or local weights on folder data); may be left
+            out when ``zoo`` names the classifiers.
         dataset: ``cmnist`` / ``clevr`` (generated; mined from a split disjoint from the evaluation grid),
             ``shifts`` (the shift distribution rendered from the training handwriting pool; each error keeps the
             cause the generator established; ``10 * n`` images are classified) or ``folder`` (``mining_root``,
@@ -106,6 +110,11 @@ def distill_teacher(
         pool: generated data: more classifiers (each with its bias) whose errors the same teacher labels into
             the same pairs, e.g. classifiers with different colour biases, so that a student has to read the
             expected colour from the reference image instead of learning one classifier's answer.
+        zoo, zoo_split: shifts: a ``nemo-train zoo`` folder and the side whose members the teacher labels (``train``:
+            the training zoo); each member is a ``FitCheckpoint`` with the gap spec its provenance records
+            (:mod:`nemo_train.nemo.distill.zoo_members`), and all of them go into one pooled pair set. Pairs pooled
+            over a zoo carry the labelled classifier's evidence in every prompt (``views: [evidence]``, the
+            default then; other views are refused), so that no answer can be learned from the digit alone.
         hypotheses: the teacher's hypothesis source, an MLLM backend (``class_path``); none: the exhaustive
             attribute search (generated data only).
         editor: with a backend on folder data, the diffusers instruction editor (``DiffusersEdit``: model id or
@@ -130,9 +139,10 @@ def distill_teacher(
     writes the pairs and prints the table (the others return ``None``).
     """
     check_teacher_ranges(n, seed, styles, m, k, val_fraction)
-    views = list(views or ["error", "gradcam", "change"])
+    views = checked_views(views, zoo, dataset)
     out = Path(out_dir)
-    members = _checked_members(classifier, bias, pool, dataset, mining_root, evaluation_root, hypotheses)
+    members = _checked_members(classifier, bias, pool, dataset, mining_root, evaluation_root, hypotheses, zoo,
+                               zoo_split)  # fmt: skip
     if hypotheses is not None and hypotheses.cache is None:
         hypotheses.cache = ResponseCache(out / "llm_cache")
     ranks = current_ranks()
@@ -186,8 +196,10 @@ def distill_teacher(
     }
 
 
-def _checked_members(classifier, bias, pool, dataset, mining_root, evaluation_root, hypotheses) -> list[tuple]:
-    """``(spec, bias)`` of the classifier and of each pool member; one-line errors before any work."""
+def _checked_members(classifier, bias, pool, dataset, mining_root, evaluation_root, hypotheses, zoo=None,
+                     zoo_split="train") -> list[tuple]:  # fmt: skip
+    """``(spec, bias)`` of the classifier, of each pool member and of each member of the zoo's side; one-line
+    errors before any work."""
     if dataset == "folder":
         if mining_root is None or evaluation_root is None:
             raise UserInputError("dataset 'folder' needs mining_root and evaluation_root (disjoint image folders)")
@@ -197,12 +209,31 @@ def _checked_members(classifier, bias, pool, dataset, mining_root, evaluation_ro
             raise UserInputError("folder data needs an MLLM backend as the teacher's hypothesis source (hypotheses)")
     if pool and dataset == "folder":
         raise UserInputError("a classifier pool needs generated data (dataset cmnist or clevr)")
-    members = [(as_classifier(classifier), bias)] + [(as_classifier(p.classifier), p.bias) for p in pool or []]
+    members = [(as_classifier(classifier), bias)] if classifier is not None else []
+    members += [(as_classifier(p.classifier), p.bias) for p in pool or []]
+    members += [(member.spec, member.gaps) for member in (zoo_members(zoo, zoo_split) if zoo else [])]
+    if not members:
+        raise UserInputError("no classifier to label: give classifier (a checkpoint or spec) or zoo")
     for spec, _ in members:
         spec.check()
     if len({spec.label for spec, _ in members}) < len(members):
         raise UserInputError(f"pool classifiers need distinct names; got {[spec.label for spec, _ in members]}")
     return members
+
+
+def checked_views(views: list[View] | None, zoo: str | None, dataset: str) -> list[View]:
+    """The views of the pairs: by default ``error``, ``gradcam`` and ``change``; over a zoo only ``evidence``."""
+    if zoo is None:
+        return list(views or ["error", "gradcam", "change"])
+    if dataset != "shifts":
+        raise UserInputError(f"a classifier zoo is a zoo of shifts classifiers; got dataset {dataset!r}")
+    views = list(views or ["evidence"])
+    if views != ["evidence"]:
+        raise UserInputError(
+            f"pairs pooled over a zoo carry the classifier's evidence in every prompt (views: [evidence]); got {views}: "
+            "without it an answer can be learned from the digit alone"
+        )
+    return views
 
 
 def _mined(spec, member_bias, dataset, n, seed, styles, data_kwargs, device, mining_root, evaluation_root,

@@ -20,7 +20,8 @@ from nemo_train.backends.messages import user_message
 from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
 from nemo_train.nemo.distill.evidence import ClassifierEvidence, check_evidence_benchmark
 from nemo_train.nemo.distill.teachers import ExhaustiveAttributeTeacher
-from nemo_train.nemo.interventions import CounterfactualScorer
+from nemo_train.nemo.distill.zoo_members import ZooClassifier
+from nemo_train.nemo.interventions import CounterfactualScorer, Trial
 from nemo_train.nemo.methods.base import Explanation, Method, ask_causes_batch
 from nemo_train.nemo.methods.cam_mllm import CamMLLM
 from nemo_train.nemo.methods.change_mllm import ChangeMLLM, ReferenceClass
@@ -38,8 +39,12 @@ class ExhaustiveSearchExplainer:
         self.teacher = ExhaustiveAttributeTeacher(target)
 
     def explain(self, sample: ErrorSample, benchmark: NemoBenchmark) -> Explanation:
-        label = self.teacher.label(sample, benchmark)
-        return Explanation(label.answer if label else "")
+        """The max-CEI edit's answer; ``trials`` are all the candidate edits it tested (its edits per error)."""
+        edits, probs = self.teacher.search(sample, benchmark)
+        label = self.teacher.label_from(sample, benchmark, edits, probs)
+        p_o = float(probs[0])
+        trials = [Trial(str(edit), edit, p_o, float(p)) for edit, p in zip(edits, probs[1:])]
+        return Explanation(label.answer, trials=trials)
 
 
 class OnePassExplainer:
@@ -128,6 +133,9 @@ class DistillContext:
     keyword: CounterfactualScorer | None
     #: the command's seed (a row that draws something derives its draws from it)
     seed: int = 0
+    #: the training zoo's members (``distill-eval`` over a held-out zoo): what a student distilled on the training
+    #: zoo saw, e.g. the source of the Class prior row's prior
+    training_zoo: list[ZooClassifier] | None = None
 
 
 class DistillMethod(ABC):

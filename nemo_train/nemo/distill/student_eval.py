@@ -49,6 +49,8 @@ from nemo_train.nemo.distill.rows import (
     student_distill_methods,
 )
 from nemo_train.nemo.distill.summary import mean_scores, print_summary
+from nemo_train.nemo.distill.zoo_members import ZooSide
+from nemo_train.nemo.distill.zoo_targets import pooled_report, zoo_targets
 from nemo_train.nemo.evaluation import (
     Progress,
     TargetJob,
@@ -99,8 +101,10 @@ def eval_stand_ins(arguments: dict) -> list[str]:
 @run_command("distill-eval", eval_stand_ins)
 def distill_eval(
     student: str,
-    targets: list[str | ClassifierSpec],
+    targets: list[str | ClassifierSpec] | None = None,
     biases: list[str] | None = None,
+    zoo: str | None = None,
+    zoo_split: ZooSide = "heldout",
     dataset: Literal["cmnist", "clevr", "shifts", "folder"] = "cmnist",
     methods: list[DistillMethod] | None = None,
     n: PositiveInt = 32,
@@ -133,6 +137,12 @@ def distill_eval(
         targets: classifier checkpoints, or classifier specs (``TimmModel`` with hub or local weights) for folder
             data; the ones the student was not distilled on are the generalisation report (biases it never saw).
         biases: the bias preset of each target (which errors are bias-conflicting; default: the dataset's).
+        zoo, zoo_split: shifts: a ``nemo-train zoo`` folder whose members of one side (``heldout``: the classifiers
+            whose gap assignments never occur in training) are the targets, after any ``targets``, each with the
+            gaps its provenance records. Every row is then also pooled over the zoo's classifiers, with bootstrap
+            intervals over the errors and over the classifiers (:mod:`nemo_train.nemo.distill.zoo_report`), the
+            Class prior row takes its prior from the training zoo's mining errors, and ``budget.png`` plots LLM
+            Match and CEI against edits per error (the ``StudentEdits`` rows and the teacher).
         dataset: ``cmnist`` / ``clevr`` (the held-out test grid) or ``folder`` (``evaluation_root``).
         methods: the rows (default: all): ``ExhaustiveTeacher``, ``StudentGreedy``, ``StudentSciTX``,
             ``StudentCamMLLM``, ``StudentChangeMLLM``, ``KnownCause`` from ``nemo_train.nemo.distill.rows``
@@ -161,7 +171,8 @@ def distill_eval(
     (the others return ``None``).
     """
     folder = dataset == "folder"
-    rows, specs = _checked_inputs(student, targets, biases, folder, methods, evaluation_root, criterion, judges, editor)
+    rows, specs, biases, training = _checked_inputs(student, targets, biases, folder, methods, evaluation_root,
+                                                    criterion, judges, editor, zoo, zoo_split)  # fmt: skip
     out, ranks = Path(out_dir), current_ranks()
     store = ShardedResultStore(out / "results.jsonl", ranks.rank, ranks.world_size)
     ranks.barrier()  # every process has read the finished rows before any writes
@@ -182,7 +193,7 @@ def distill_eval(
             cause_counts = dict(bench.cause_counts)
             print_causes(bench.cause_counts, target_name)
         structured, keyword = edit_scorers(bench, target, editor, seed)
-        ctx = DistillContext(bench, target, backend, structured=structured, keyword=keyword, seed=seed)
+        ctx = DistillContext(bench, target, backend, structured, keyword, seed, training.members)
         shared = {
             "target": spec.identity(),
             "student": backend.fingerprint(),
@@ -191,6 +202,7 @@ def distill_eval(
             "data_kwargs": data_kwargs or {},
             "judges": [j.fingerprint() for j in panel.judges],
             "editor": editor.settings() if folder else None,
+            **training.settings,
         }
         for row in rows:
             method, scorer = row.build(ctx)
@@ -205,15 +217,16 @@ def distill_eval(
         return None
     seen = distilled_on or ", ".join(distilled_classifiers(student) or [])
     title = f"Distilled explainer on held-out {dataset} errors" + (f" (distilled on {seen})" if seen else "")
-    return _finish(store, progress, panel, title, started, constant, cause_counts, out)
+    return _finish(store, progress, panel, title, started, constant, cause_counts, out, rows)
 
 
-def _checked_inputs(student, targets, biases, folder: bool, methods, evaluation_root, criterion, judges, editor):
-    """The rows and the classifier specs; one-line errors before anything is loaded or written."""
+def _checked_inputs(student, targets, biases, folder: bool, methods, evaluation_root, criterion, judges, editor,
+                    zoo=None, zoo_split="heldout"):  # fmt: skip
+    """The rows, the classifier specs, their biases and the training zoo; one-line errors before anything is
+    loaded or written."""
     if not Path(student).exists():
         raise UserInputError(f"student adapter folder {student!r} does not exist; run the distilled explainer's fit")
-    if not targets:
-        raise UserInputError("targets is empty; give at least one classifier checkpoint to explain the errors of")
+    targets, biases, training = zoo_targets(targets, biases, zoo, zoo_split, folder)
     rows = list(methods) if methods else (student_distill_methods() if folder else default_distill_methods())
     if any(row.uses_student for row in rows):  # a missing or damaged adapter file: one line before any work
         check_adapter_folder(student, "student")
@@ -224,7 +237,7 @@ def _checked_inputs(student, targets, biases, folder: bool, methods, evaluation_
         raise UserInputError(f"{len(biases)} biases for {len(targets)} targets; give one per target")
     if folder:
         check_folder_settings(evaluation_root, criterion, judges, editor, rows)
-    return rows, specs
+    return rows, specs, biases, training
 
 
 @dataclass
@@ -241,7 +254,7 @@ class _HeldOut:
     mapping: ClassMapping | None
     mapping_file: str | None
 
-    def errors(self, target, bias: str | None) -> tuple[NemoBenchmark, dict]:
+    def errors(self, target, bias: str | dict | None) -> tuple[NemoBenchmark, dict]:
         """The target's held-out errors and what identifies them in the records' settings."""
         n, seed = self.n, self.seed
         if self.dataset == "folder":
@@ -279,12 +292,16 @@ def _constant_row(store, progress: Progress, job: TargetJob, shared: dict, const
     return store, constant
 
 
-def _finish(store, progress: Progress, panel: JudgePanel, title: str, started: float, constant, cause_counts, out):
-    """Merge the processes' rows, print the table and write ``summary.json``; returns the summary."""
+def _finish(store, progress: Progress, panel: JudgePanel, title: str, started: float, constant, cause_counts, out,
+            rows=()):  # fmt: skip
+    """Merge the processes' rows, print the table (and, over several classifiers, the pooled table and the budget
+    plot) and write ``summary.json``; returns the summary."""
     merge_shards(store.path)
     store = ResultStore(store.path)
-    summary = mean_scores(store.get(key) for key in dict.fromkeys(progress.keys))
+    records = [store.get(key) for key in dict.fromkeys(progress.keys)]
+    summary = mean_scores(records)
     print_summary(summary, title, panel.names)
+    pooled = pooled_report(records, summary, rows, title, out)
     print(f"{len(progress.keys)} rows in {time.perf_counter() - started:.1f} s; results in {store.path}")
     result = {
         "summary": {f"{mm}|{t}": cell for (mm, t), cell in summary.items()},  # each mean with its interval
@@ -292,6 +309,7 @@ def _finish(store, progress: Progress, panel: JudgePanel, title: str, started: f
         "judges": panel.names,  # names the judges that are rules, not models (demo recap)
         "cause_counts": cause_counts,
         "results": str(store.path),
+        **pooled,
     }
     write_json_atomic(out / "summary.json", result)
     return result

@@ -101,12 +101,22 @@ class ExhaustiveAttributeTeacher:
         return out
 
     @torch.no_grad()
-    def label(self, sample: ErrorSample, benchmark: NemoBenchmark) -> TeacherLabel | None:
+    def search(self, sample: ErrorSample, benchmark: NemoBenchmark) -> tuple[list[dict], torch.Tensor]:
+        """Every candidate edit and ``P(true class)`` of the original (first) and of each edited image."""
         if benchmark.renderer is None or sample.attrs is None:
             raise UserInputError("the exhaustive teacher needs a generated benchmark (renderer and attributes)")
         edits = self.candidates(sample, benchmark)
         edited = ExactAttributeEditor(benchmark.renderer).edit(sample, edits).cpu()
         probs = self.target.predict_proba(torch.cat([sample.image[None], edited]))[:, sample.label].float().cpu()
+        return edits, probs
+
+    def label(self, sample: ErrorSample, benchmark: NemoBenchmark) -> TeacherLabel | None:
+        return self.label_from(sample, benchmark, *self.search(sample, benchmark))
+
+    def label_from(
+        self, sample: ErrorSample, benchmark: NemoBenchmark, edits: list[dict], probs: torch.Tensor
+    ) -> TeacherLabel:
+        """The label of a finished :meth:`search`: its max-CEI edit."""
         best = int(probs[1:].argmax())
         edit, p_o, p_e = edits[best], float(probs[0]), float(probs[1 + best])
         obj = (benchmark.cause or {}).get("object", "object")

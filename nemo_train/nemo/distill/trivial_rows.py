@@ -6,6 +6,7 @@ classifier about the error it explains, and each answer's edit is derived from i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from jsonargparse.typing import PositiveInt
@@ -13,9 +14,11 @@ from jsonargparse.typing import PositiveInt
 from nemo_train.errors import UserInputError
 from nemo_train.nemo.components.trivial_specs import mined_prior, most_frequent_cause
 from nemo_train.nemo.distill.rows import DistillContext, DistillMethod
+from nemo_train.nemo.distill.zoo_members import ZooClassifier
 from nemo_train.nemo.interventions import CounterfactualScorer
 from nemo_train.nemo.methods import trivial
 from nemo_train.nemo.methods.base import Method
+from nemo_train.nemo.shift_benchmark import build_shift_benchmark
 
 
 class _TrivialRow(DistillMethod):
@@ -42,19 +45,55 @@ class ClassFreeConstant(_TrivialRow):
 
 
 class ClassPrior(_TrivialRow):
-    """Per predicted class, the cause most frequent among the target's errors of that class on the mining split.
+    """Per predicted class, the cause most frequent among errors predicted as that class on a mining split.
+
+    On one classifier the prior comes from that classifier's own errors on its mining split. On a member of a
+    held-out zoo (``distill-eval`` with ``zoo``) it comes from the **training zoo**: the errors of every training
+    member on its own mining split, pooled (:func:`training_zoo_prior`); the held-out member's errors are never
+    used. That is the "digit -> factor" shortcut a student distilled on the training zoo could learn without
+    reading the classifier in front of it, so this row is the bar such a student has to clear.
 
     Args:
         data_kwargs: the shifts datamodule options of the mining split (as the run's ``data_kwargs``).
-        mining_size: images of the mining split classified.
+        mining_size: images of each mining split classified.
     """
 
     def __init__(self, data_kwargs: dict[str, Any] | None = None, mining_size: PositiveInt = 3000) -> None:
         self.data_kwargs, self.mining_size = data_kwargs, mining_size
+        self._zoo_priors: dict[tuple, tuple[dict[int, str], str | None]] = {}
 
     def build(self, ctx: DistillContext) -> tuple[Method, CounterfactualScorer]:
-        prior, fallback = mined_prior(ctx.benchmark, ctx.target, "gaps_a", ctx.seed, self.data_kwargs, self.mining_size)
+        if ctx.training_zoo:
+            key = (tuple(m.name for m in ctx.training_zoo), ctx.seed)
+            if key not in self._zoo_priors:  # one prior for every held-out member of the run
+                self._zoo_priors[key] = training_zoo_prior(ctx.training_zoo, ctx.seed, self.data_kwargs,
+                                                           self.mining_size)  # fmt: skip
+            prior, overall = self._zoo_priors[key]
+            fallback = overall or most_frequent_cause(ctx.benchmark)
+        else:
+            prior, fallback = mined_prior(
+                ctx.benchmark, ctx.target, "gaps_a", ctx.seed, self.data_kwargs, self.mining_size
+            )
         return trivial.ClassPriorExplainer(prior, fallback), self.scorer(ctx)
+
+    def settings(self) -> dict[str, Any]:
+        return {"class": type(self).__name__, "data_kwargs": self.data_kwargs, "mining_size": self.mining_size}
+
+
+def training_zoo_prior(
+    members: Sequence[ZooClassifier], seed: int, data_kwargs: dict[str, Any] | None, size: int
+) -> tuple[dict[int, str], str | None]:
+    """``(predicted class -> cause, overall most frequent cause)`` of the single-cause errors of every training
+    member on its mining split (the shift distribution rendered from the training handwriting with its own gaps),
+    pooled."""
+    found: list[tuple[int, str]] = []
+    for member in members:
+        target = member.spec.build()
+        mined = build_shift_benchmark(
+            target, member.gaps, n=size, seed=seed, split="mining", size=size, datamodule_kwargs=data_kwargs
+        )
+        found += [(s.prediction, s.cause) for s in mined.errors]
+    return trivial.class_prior(found)
 
 
 class OddOneOut(_TrivialRow):

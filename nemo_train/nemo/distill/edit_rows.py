@@ -1,0 +1,159 @@
+"""The student with a budget of experiments: ``edits`` counterfactual tests per error, a knob of ``distill-eval``.
+
+SciTX's experiment step: the explainer proposes hypotheses, the toolkit applies the edit each one implies and
+classifies the result, and the outcome decides the answer. :class:`StudentEdits` makes the number of such tests
+per error a row setting, so that a reader can see what each test buys:
+
+* ``edits: 0`` is the student's one greedy answer (no test; its edit is applied only to *score* it);
+* ``edits: e`` asks the greedy answer and ``samples`` sampled ones, keeps the *distinct* hypotheses (two answers
+  whose edits change the same factor are one hypothesis; greedy first, then in sampled order), tests the first
+  ``e`` of them and answers the one whose edit raised ``P(true class)`` most. When no tested edit reaches
+  ``accept_cei`` and an untested distinct hypothesis is left, the next one is answered instead (a refuted
+  hypothesis is a worse answer than one not yet refuted).
+
+Each record keeps the CEI of every tested edit (``candidate_cei``), so the row's mean edits per error is what it
+spent (fewer than ``e`` where the student proposed fewer distinct hypotheses). The exhaustive teacher's count is
+its candidate edits (:class:`~nemo_train.nemo.distill.rows.ExhaustiveSearchExplainer`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from jsonargparse.typing import NonNegativeInt, PositiveInt
+
+from nemo_train.backends.base import ChatBackend
+from nemo_train.backends.messages import user_message
+from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
+from nemo_train.nemo.distill.rows import DistillContext, DistillMethod, EvidenceQuestions, StudentView
+from nemo_train.nemo.interventions import CounterfactualScorer, Trial
+from nemo_train.nemo.methods.base import Explanation, Method, ask_causes_batch
+from nemo_train.nemo.structured import DISTILL_PROMPT
+
+
+class ErrorQuestions:
+    """The ``error`` view's conversations: the error image with the distillation question."""
+
+    def __init__(self, benchmark: NemoBenchmark) -> None:
+        self.benchmark = benchmark
+
+    def conversations(self, samples: Sequence[ErrorSample]) -> list[list]:
+        names = self.benchmark.class_names
+        return [
+            [user_message(DISTILL_PROMPT.format(true_name=names[s.label], pred_name=names[s.prediction]), [s.image])]
+            for s in samples
+        ]
+
+
+def distinct_hypotheses(
+    scorer: CounterfactualScorer, sample: ErrorSample, answers: Sequence[str], class_names: Sequence[str]
+) -> list[str]:
+    """The answers whose edit changes a factor no earlier answer's edit changes, in order (answers with no
+    derivable edit are dropped: there is nothing to test or to score)."""
+    if not answers:
+        return []
+    seen, out = set(), []
+    for answer, instruction in zip(answers, scorer.deriver.derive(sample, list(answers), class_names)):
+        if instruction is None:
+            continue
+        # one factor is one hypothesis (a restoring edit's value comes from the sentence or its Edit: line)
+        key = instruction.get("attribute") if isinstance(instruction, dict) else repr(instruction)
+        if key not in seen:
+            seen.add(key)
+            out.append(answer)
+    return out
+
+
+class BudgetExplainer:
+    """The student with ``edits`` tests per error (see the module docstring); many errors in one request."""
+
+    def __init__(
+        self,
+        backend: ChatBackend,
+        questions,
+        scorer: CounterfactualScorer,
+        edits: int,
+        samples: int,
+        temperature: float,
+        accept_cei: float,
+        name: str,
+        seed: int = 0,
+    ) -> None:
+        self.backend, self.questions, self.scorer, self.name = backend, questions, scorer, name
+        self.edits, self.samples, self.temperature, self.accept_cei, self.seed = (
+            edits, samples, temperature, accept_cei, seed,
+        )  # fmt: skip
+
+    def explain(self, sample: ErrorSample, benchmark: NemoBenchmark) -> Explanation:
+        return self.explain_batch([sample], benchmark)[0]
+
+    def explain_batch(self, samples: Sequence[ErrorSample], benchmark: NemoBenchmark) -> list[Explanation]:
+        conversations = self.questions.conversations(samples)
+        greedy = ask_causes_batch(self.backend, conversations)
+        if self.edits == 0:
+            return [Explanation(found[0] if found else "", found) for found in greedy]
+        sampled = ask_causes_batch(
+            self.backend, conversations, n=self.samples, temperature=self.temperature, seed=self.seed
+        )
+        names = benchmark.class_names
+        return [self._choose(s, g + a, names) for s, g, a in zip(samples, greedy, sampled)]
+
+    def _choose(self, sample: ErrorSample, answers: list[str], names: Sequence[str]) -> Explanation:
+        hypotheses = distinct_hypotheses(self.scorer, sample, answers, names)
+        tested = hypotheses[: self.edits]
+        trials: list[Trial] = self.scorer.score(sample, tested, names) if tested else []
+        if not trials:
+            return Explanation(answers[0] if answers else "", hypotheses)
+        best = max(trials, key=lambda t: t.cei)  # ties: the earlier hypothesis
+        if best.cei < self.accept_cei and len(hypotheses) > len(tested):
+            return Explanation(hypotheses[len(tested)], hypotheses, trials)  # scored like any untested answer
+        return Explanation(best.hypothesis, hypotheses, trials, best)
+
+
+class StudentEdits(DistillMethod):
+    """The student with a budget of ``edits`` counterfactual tests per error (``0``: its greedy answer).
+
+    Args:
+        edits: edits tested per error (SciTX's experiments); 0 tests none.
+        view: what the student is asked: ``evidence`` (the error beside the classifier's readings of references
+            that share one unusual trait of it each) or ``error`` (the error image alone).
+        samples: sampled answers per error besides the greedy one, from which the distinct hypotheses come.
+        temperature: their sampling temperature.
+        accept_cei: a tested edit below this CEI (percentage points) counts as refuted (see the module docstring).
+    """
+
+    def __init__(
+        self,
+        edits: NonNegativeInt = 0,
+        view: StudentView = "evidence",
+        samples: PositiveInt = 8,
+        temperature: float = 1.0,
+        accept_cei: float = 20.0,
+    ) -> None:
+        self.edits, self.view, self.samples, self.temperature, self.accept_cei = (
+            edits, view, samples, temperature, accept_cei,
+        )  # fmt: skip
+
+    @property
+    def name(self) -> str:
+        """The row's name in the tables: ``Student (2 edits, evidence)``."""
+        suffix = ", evidence" if self.view == "evidence" else ""
+        return f"Student ({self.edits} edit{'' if self.edits == 1 else 's'}{suffix})"
+
+    def build(self, ctx: DistillContext) -> tuple[Method, CounterfactualScorer]:
+        if self.view == "evidence":
+            questions = EvidenceQuestions(ctx.target, ctx.benchmark)
+        else:
+            questions = ErrorQuestions(ctx.benchmark)
+        method = BudgetExplainer(
+            ctx.student, questions, ctx.structured, self.edits, self.samples, self.temperature, self.accept_cei,
+            self.name, seed=ctx.seed,
+        )  # fmt: skip
+        return method, ctx.structured
+
+    def settings(self) -> dict[str, Any]:
+        found: dict[str, Any] = {"class": type(self).__name__, "edits": self.edits, "view": self.view}
+        if self.edits:
+            found.update(samples=self.samples, temperature=self.temperature, accept_cei=self.accept_cei)
+        return found
