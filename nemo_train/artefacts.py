@@ -12,6 +12,8 @@ A resumed or cached result is reused only when what produced it is unchanged, no
   (:func:`record_artefact`). :func:`reuse_artefact` says whether it may be reused; when its settings differ
   (or its fingerprint is missing: a kill between the two writes, or an older run) the fingerprint and the
   artefact are removed, in that order, so the artefact is recomputed and no kill leaves a stale pair.
+* :func:`save_safetensors` writes tensors through :func:`~nemo_train.store.write_bytes_atomic` (serialized in
+  memory first): a full disk is one line naming the folder, and a reader never finds half a file.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from nemo_train.store import changed_settings, fingerprint, write_json_atomic
+from nemo_train.store import changed_settings, fingerprint, write_bytes_atomic, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -146,3 +148,11 @@ def reuse_artefact(artefact: str | Path, settings: dict[str, Any], what: str, *c
     log.warning("%s %s was produced with other settings (%s); recomputing it", what, artefact, reason)
     forget_artefact(artefact, *companions)
     return False
+
+
+def save_safetensors(tensors: dict[str, Any], path: str | Path, metadata: dict[str, str] | None = None) -> Path:
+    """Write ``tensors`` (name -> tensor) as a safetensors file at ``path`` atomically (see the module)."""
+    from safetensors.torch import save
+
+    plain = {name: tensor.detach().cpu().contiguous() for name, tensor in tensors.items()}
+    return write_bytes_atomic(path, save(plain, metadata=metadata))

@@ -18,6 +18,11 @@ write each one as soon as it is finished and skip it on a rerun:
   tries to take it gets a one-line error naming the holder's pid.
 
 When a key was written several times (a recomputed or retried record), the last line wins.
+
+Every write of a run goes through one place that knows a full disk: :func:`write_bytes_atomic` (and
+:func:`write_json_atomic`, :func:`save_figure`, :func:`nemo_train.artefacts.save_safetensors`), the store's
+appends, and :func:`disk_errors` around a library's own writer (SQLite, transformers). A write the disk refuses is
+one line naming the folder (:func:`disk_error`), never a traceback, and leaves no scratch file.
 """
 
 from __future__ import annotations
@@ -28,7 +33,10 @@ import hashlib
 import json
 import logging
 import os
+import re
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -42,16 +50,65 @@ log = logging.getLogger(__name__)
 DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG})
 
 
-def disk_error(err: OSError, path: str | Path | None = None) -> UserInputError | None:
-    """The one-line error of a write the disk refused (``None`` for other errors), naming the file's folder."""
-    if err.errno not in DISK_ERRNOS:
+#: SQLite's result codes of a write the disk refused: SQLITE_FULL, SQLITE_IOERR, SQLITE_READONLY, SQLITE_CANTOPEN.
+SQLITE_DISK_CODES = frozenset({13, 10, 8, 14})
+#: How other writers (Rust's ``std::io`` in safetensors, tokenizers) spell a refused write in their messages.
+_OS_ERROR_CODE = re.compile(r"Os \{ code: (\d+)|\(os error (\d+)\)")
+
+
+def disk_error(err: BaseException, path: str | Path | None = None) -> UserInputError | None:
+    """The one-line error of a write the disk refused (``None`` for other errors), naming the folder.
+
+    ``err`` is an ``OSError`` (full disk, quota, read-only folder, ...), a ``sqlite3.OperationalError`` of a full or
+    read-only database, or an error of a library that writes by itself and names the OS error in its message
+    (safetensors' ``SafetensorError``: ``IoError(Os { code: 28, ...``). The folder is ``path``'s, else the
+    error's file's, else the folder of the run this process opened last (:attr:`RunLock.last_folder`, also after
+    the run let its lock go on the way out): a library's own write (matplotlib, W&B) raises a full disk without
+    naming its file.
+    """
+    reason = _refused(err)
+    if reason is None:
         return None
-    target = path if path is not None else err.filename
-    where = f" in {str(Path(target).parent)!r} (writing {Path(target).name})" if target else ""
+    target = path if path is not None else getattr(err, "filename", None)
+    if target:
+        where = f" in {str(Path(target).parent)!r} (writing {Path(target).name})"
+    elif RunLock.last_folder is not None:
+        where = f" during the run in {str(RunLock.last_folder)!r}"
+    else:
+        where = ""
     return UserInputError(
-        f"cannot write{where}: {err.strerror or os.strerror(err.errno)}; free space or choose another folder, "
-        "then rerun (what was written before is kept)"
+        f"cannot write{where}: {reason}; free space or choose another folder, then rerun (what was written before "
+        "is kept)"
     )
+
+
+def _refused(err: BaseException) -> str | None:
+    """Why the disk refused the write ``err`` stands for (the OS's words), or ``None`` when it is another error."""
+    if isinstance(err, OSError):
+        return (err.strerror or os.strerror(err.errno)) if err.errno in DISK_ERRNOS else None
+    if type(err).__name__ == "OperationalError" and type(err).__module__ == "sqlite3":
+        code = getattr(err, "sqlite_errorcode", None)
+        return str(err) if code is not None and code & 0xFF in SQLITE_DISK_CODES else None
+    match = _OS_ERROR_CODE.search(str(err))
+    code = int(match.group(1) or match.group(2)) if match else None
+    if code in DISK_ERRNOS:
+        return os.strerror(code)
+    return None
+
+
+@contextmanager
+def disk_errors(path: str | Path) -> Iterator[None]:
+    """Turn a write the disk refused inside the block (through any library) into :func:`disk_error`'s one line
+    naming ``path``'s folder; other errors pass unchanged."""
+    try:
+        yield
+    except UserInputError:
+        raise
+    except Exception as err:
+        refused = disk_error(err, path)
+        if refused is None:
+            raise
+        raise refused from None
 
 
 def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
@@ -83,6 +140,17 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+def save_figure(figure: Any, path: str | Path, **savefig_kwargs: Any) -> Path:
+    """Save a matplotlib ``figure`` to ``path`` through :func:`write_bytes_atomic` (rendered in memory first, in
+    the format of ``path``'s suffix): a full disk is one line naming the folder and leaves no half image."""
+    import io
+
+    path = Path(path)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format=path.suffix.lstrip(".") or "png", **savefig_kwargs)
+    return write_bytes_atomic(path, buffer.getvalue())
 
 
 def write_json_atomic(path: str | Path, value: Any) -> Path:
@@ -244,6 +312,8 @@ class RunLock:
     FILE_NAME = ".lock"
     #: the locks this process holds: resolved lock file -> [file descriptor, number of holders]
     _held: dict[str, list[int]] = {}
+    #: the folder of the lock this process took last (a write that fails without naming its file is named by it)
+    last_folder: Path | None = None
 
     def __init__(self, folder: str | Path, name: str = FILE_NAME) -> None:
         self.folder = Path(folder)
@@ -270,10 +340,15 @@ class RunLock:
             raise UserInputError(
                 f"{str(self.folder)!r} is in use by another run (pid {holder}); wait for it or choose another out_dir"
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+        except OSError as err:  # a full disk: not even the pid fits
+            os.close(fd)
+            raise disk_error(err, self.path) or err from None
         self._fd, self._key = fd, key
         RunLock._held[key] = [fd, 1]
+        RunLock.last_folder = self.folder
         return self
 
     def release(self) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from nemo_train.errors import UserInputError
+from nemo_train.store import disk_error, disk_errors
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,8 @@ class ResponseCache:
             self._open()
         except sqlite3.DatabaseError as err:  # "file is not a database", a damaged page, ...
             self.close()
+            if disk_error(err, self.path) is not None:  # a full or read-only disk is no damage: one line
+                raise disk_error(err, self.path) from None
             aside = self._move_aside()
             log.warning("reply cache %s is damaged (%s); moved it to %s and started a new one", self.path, err, aside)
             self._open()
@@ -124,15 +127,18 @@ class ResponseCache:
         return None
 
     def put(self, key: str, replies: list[str], model: str = "") -> None:
-        """Store ``replies`` under ``key`` (the last writer wins; equal requests give equal keys)."""
-        self._connection().execute(
-            "INSERT OR REPLACE INTO replies (key, model, value) VALUES (?, ?, ?)",
-            (key, model, json.dumps(list(replies), ensure_ascii=False)),
-        )
+        """Store ``replies`` under ``key`` (the last writer wins; equal requests give equal keys). A full disk is a
+        one-line error naming the folder (:func:`~nemo_train.store.disk_error`); the replies stored before stay."""
+        with disk_errors(self.path):
+            self._connection().execute(
+                "INSERT OR REPLACE INTO replies (key, model, value) VALUES (?, ?, ?)",
+                (key, model, json.dumps(list(replies), ensure_ascii=False)),
+            )
 
     def discard(self, key: str) -> None:
         """Remove the replies stored under ``key`` (nothing happens when there are none)."""
-        self._connection().execute("DELETE FROM replies WHERE key = ?", (key,))
+        with disk_errors(self.path):
+            self._connection().execute("DELETE FROM replies WHERE key = ?", (key,))
 
     def __len__(self) -> int:
         return self._connection().execute("SELECT COUNT(*) FROM replies").fetchone()[0]

@@ -19,12 +19,14 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import nn
 
+from nemo_train.artefacts import save_safetensors
 from nemo_train.competency.autoencoder import CompetencyAutoencoder
 from nemo_train.errors import UserInputError
 from nemo_train.quiet import progress_bar
+from nemo_train.store import write_bytes_atomic
 
 Z_GRID = torch.arange(0, 100) * 0.05  # 0.00 ... 4.95, as the reference grid
 
@@ -247,7 +249,7 @@ class PaRCE(nn.Module):
         folder.mkdir(parents=True, exist_ok=True)
         tensors = {"class_means": self.class_means, "class_stds": self.class_stds}
         tensors.update({f"autoencoder.{k}": v for k, v in self.autoencoder.state_dict().items()})
-        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(folder / "parce.safetensors"))
+        save_safetensors(tensors, folder / "parce.safetensors")  # a full disk: one line naming the folder
         hparams = {k: (list(v) if isinstance(v, tuple) else v) for k, v in dict(self.autoencoder.hparams).items()}
         meta = {
             "num_classes": self.num_classes,
@@ -258,7 +260,7 @@ class PaRCE(nn.Module):
             "holdout_mean_score": self.holdout_mean_score,
             "autoencoder": hparams,
         }
-        (folder / "parce.json").write_text(json.dumps(meta, indent=2))
+        write_bytes_atomic(folder / "parce.json", json.dumps(meta, indent=2).encode("utf-8"))
         return folder
 
     @classmethod

@@ -40,7 +40,7 @@ from nemo_train.metrics.perceptual import perceptual_distance
 from nemo_train.models.loading import load_classifier
 from nemo_train.models.specs import ClassifierSpec, FitCheckpoint, as_classifier
 from nemo_train.runs import Device, OutDir, Seed, run_command
-from nemo_train.store import changed_settings, write_bytes_atomic
+from nemo_train.store import changed_settings, save_figure, write_bytes_atomic
 
 
 def _accelerator(device: str) -> tuple[str, torch.device]:
@@ -65,7 +65,7 @@ def _calibration(estimator: PaRCE, holdout: dict, out_dir: Path) -> Calibration:
         scores = torch.cat([estimator(c.to(device)).cpu() for c in holdout["image"].split(256)])
     correct = holdout["probs"].argmax(-1) == holdout["label"]
     calib = reliability(scores, correct)
-    calib.figure().savefig(out_dir / "reliability.png", dpi=100)
+    save_figure(calib.figure(), out_dir / "reliability.png", dpi=100)
     return Calibration(
         holdout_accuracy=float(correct.float().mean()),
         holdout_mean_score=float(scores.mean()),

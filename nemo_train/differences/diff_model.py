@@ -27,6 +27,7 @@ from nemo_train.differences.conditions import Condition
 from nemo_train.differences.generators import ConditionalGenerator
 from nemo_train.differences.models import ComparedModel
 from nemo_train.sharding import Ranks, current_ranks
+from nemo_train.store import write_bytes_atomic
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +150,4 @@ class DiffModel:
 
     def save(self) -> None:
         if self.cache_file is not None and self.ranks.is_main:
-            self.cache_file.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.cache_file.with_suffix(".tmp")
-            tmp.write_text(json.dumps(self.cache))
-            tmp.replace(self.cache_file)
+            write_bytes_atomic(self.cache_file, json.dumps(self.cache).encode("utf-8"))  # a full disk: one line

@@ -14,6 +14,7 @@ import numpy as np  # noqa: E402
 from nemo_train.differences.conditions import AttributeSpace  # noqa: E402
 from nemo_train.differences.diff_model import Observation  # noqa: E402
 from nemo_train.differences.metrics import THRESHOLDS, Attribution, curve_auc, effective_token_ratio  # noqa: E402
+from nemo_train.store import save_figure  # noqa: E402
 
 
 def diff_grid(observations: Sequence[Observation], space: AttributeSpace) -> tuple[np.ndarray, list, list]:
@@ -41,7 +42,7 @@ def heatmap(observations: Sequence[Observation], space: AttributeSpace, path: Pa
     ax.set_title(title, fontsize=9)
     fig.colorbar(image, ax=ax, label="acc(A) - acc(B)")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
     return path
 
@@ -87,7 +88,7 @@ def attribution_figure(items: dict[str, Attribution], path: Path, width: int = 9
                 x += len(token)
             y += 1.0
         y += 0.4
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    save_figure(fig, path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -104,6 +105,6 @@ def token_ratio_figure(items: dict[str, Attribution], path: Path) -> tuple[Path,
     ax.set_ylabel("effective token ratio")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
     return path, aucs

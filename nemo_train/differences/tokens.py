@@ -20,6 +20,7 @@ import numpy as np
 import tiktoken
 
 from nemo_train.errors import UserInputError
+from nemo_train.store import write_bytes_atomic
 
 O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
 O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
@@ -41,11 +42,7 @@ def install_o200k(cache_dir: str | Path | None = None) -> Path:
     data = gzip.decompress(packed)
     if hashlib.sha256(data).hexdigest() != O200K_SHA256:
         raise UserInputError("the o200k_base file shipped by bpe-openai does not match tiktoken's SHA-256")
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(target)
-    return target
+    return write_bytes_atomic(target, data)
 
 
 @functools.cache

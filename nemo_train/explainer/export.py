@@ -16,10 +16,12 @@ from typing import Any
 
 from safetensors import safe_open
 
+from nemo_train.backends.student import check_adapter_folder
 from nemo_train.errors import UserInputError
 from nemo_train.explainer.module import DType, ExplainerModule, is_visual, set_kv_cache
 from nemo_train.models.vlm import EXPLAINER_META
 from nemo_train.runs import RUN_FLOOR_FILES, OutDir, run_command
+from nemo_train.store import disk_errors, write_bytes_atomic
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 #: Where an export is written before it is moved into ``out_dir`` whole (a killed run leaves it there).
@@ -33,6 +35,7 @@ def _read_adapter(adapter: Path) -> tuple[dict[str, Any], dict[str, Any], list[s
         raise UserInputError(
             f"adapter={str(adapter)!r} lacks {', '.join(missing)}; expected a folder written by training (<run>/adapter)"
         )
+    check_adapter_folder(adapter, "adapter")  # damaged JSON or weights cut short: the one line explain gives
     meta = json.loads((adapter / EXPLAINER_META).read_text())
     config = json.loads((adapter / "adapter_config.json").read_text())
     with safe_open(str(adapter / "adapter_model.safetensors"), framework="pt") as weights:
@@ -120,8 +123,10 @@ def export(
             )
         stage.mkdir(parents=True)
         for name in ADAPTER_FILES:
-            shutil.copy2(source / name, stage / name)
-        (stage / "README.md").write_text(model_card(meta, config, source, merged=False, base_dtype=""))
+            with disk_errors(stage / name):
+                shutil.copy2(source / name, stage / name)
+        card = model_card(meta, config, source, merged=False, base_dtype="")
+        write_bytes_atomic(stage / "README.md", card.encode("utf-8"))
         return _publish(stage, out)
     base_dtype = dtype or meta.get("torch_dtype", "float32")
     module = ExplainerModule(model_name_or_path=meta["model_name_or_path"], adapter=str(source), torch_dtype=base_dtype)
@@ -129,9 +134,11 @@ def export(
     model = module.model.merge_and_unload()
     set_kv_cache(model, True)  # off while training; generation and serving want it
     stage.mkdir(parents=True)
-    model.save_pretrained(stage)
-    module.processor.save_pretrained(stage)  # tokenizer, image processor and chat template
-    (stage / "README.md").write_text(model_card(meta, config, source, merged=True, base_dtype=base_dtype))
+    with disk_errors(stage / "model.safetensors"):  # a full disk inside transformers' writers: one line
+        model.save_pretrained(stage)
+        module.processor.save_pretrained(stage)  # tokenizer, image processor and chat template
+    card = model_card(meta, config, source, merged=True, base_dtype=base_dtype)
+    write_bytes_atomic(stage / "README.md", card.encode("utf-8"))  # the card last: it marks the export whole
     _publish(stage, out)
     print(f"wrote the merged explainer to {out}")
     return out
