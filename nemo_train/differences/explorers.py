@@ -22,6 +22,7 @@ from nemo_train.backends import BackendError, ChatBackend, user_message
 from nemo_train.differences import prompts
 from nemo_train.differences.conditions import AttributeSpace, Condition, ConditionSpace
 from nemo_train.differences.diff_model import Observation
+from nemo_train.differences.failures import UNREADABLE
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +46,14 @@ class Candidate:
 
 
 class Explorer(ABC):
-    """Proposes ``k`` conditions; returns raw proposals ``{"strategy": ..., "condition": ...}``."""
+    """Proposes ``k`` conditions; returns raw proposals ``{"strategy": ..., "condition": ...}``.
+
+    A language-model explorer counts its ``requests`` and the ``failures`` among them (failed for good, or a reply
+    without a list of conditions), keeping the first reason in ``first_error``.
+    """
 
     label = "explorer"
+    requests, failures, first_error = 0, 0, ""
 
     def bind(self, space: ConditionSpace, task: str) -> None:
         self.space, self.task = space, task
@@ -76,7 +82,7 @@ class LLMExplorer(Explorer):
     def __init__(self, backend: ChatBackend, temperature: float = 1.0, max_tokens: int = 800) -> None:
         self.backend, self.temperature, self.max_tokens = backend, temperature, max_tokens
         self.label = f"LLM {backend.model}"
-        self.failures = 0
+        self.requests, self.failures, self.first_error = 0, 0, ""
 
     def prompt(self, candidates: Sequence[Candidate], observations: Sequence[Observation], k: int) -> str:
         history = "\n".join(
@@ -95,6 +101,7 @@ class LLMExplorer(Explorer):
         )
 
     def propose(self, candidates, observations, wrong, k, seed):
+        self.requests += 1
         try:
             reply = self.backend.chat_json(
                 [user_message(self.prompt(candidates, observations, k))],
@@ -104,10 +111,13 @@ class LLMExplorer(Explorer):
             )[0]
         except BackendError as err:
             log.warning("explorer request failed for good: %s", err)
-            reply = None
+            reply, reason = None, " ".join(str(err).split())[:200]
+        else:
+            reason = UNREADABLE if reply is None else "a JSON reply without a list of conditions"
         items = reply.get("conditions") if isinstance(reply, dict) else None
         if not isinstance(items, list):
             self.failures += 1
+            self.first_error = self.first_error or reason
             return []
         out = []
         for item in items:

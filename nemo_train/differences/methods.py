@@ -129,6 +129,8 @@ class Optimization:
         result = OptimizationResult(candidates[0] if candidates else Candidate(""), candidates, list(observations))
         result.explored += [{"iteration": 0, "condition": c.as_dict(), "strategy": "initial"} for c in initial]
         self._record(result, 0, candidates, candidates)
+        if not candidates:  # the summariser wrote no explanation: nothing to explore for or refine
+            return result
         for t in range(1, self.args.iterations + 1):
             tested = {o.condition for o in observations}
             wrong = self._wrong(candidates[0], observations) if candidates else []

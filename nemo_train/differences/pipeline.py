@@ -20,6 +20,12 @@ from nemo_train.differences.conditions import AttributeSpace, Rejected, sample_c
 from nemo_train.differences.diff_model import DiffModel
 from nemo_train.differences.evaluators import Evaluator, KeywordEvaluator
 from nemo_train.differences.explorers import Explorer, NeighbourhoodExplorer
+from nemo_train.differences.failures import (
+    check_some_scored,
+    optimization_failure,
+    part_failures,
+    summarization_failure,
+)
 from nemo_train.differences.generators import ConditionalGenerator
 from nemo_train.differences.methods import Optimization, OptimizationArgs, raw_differences, summarization
 from nemo_train.differences.metrics import attribution, normalise_attributions, score, score_intervals, token_classes
@@ -95,8 +101,11 @@ class Explainers:
 MAX_CONDITIONS, MAX_SAMPLES, MAX_BATCH, MAX_REPEATS = 100_000, 100_000, 1 << 20, 1_000
 
 
-def check_ranges(sampling: SamplingArgs, protocol: ProtocolArgs, optimization: OptimizationArgs) -> None:
-    """A one-line error naming the first option out of range."""
+def check_ranges(
+    sampling: SamplingArgs, protocol: ProtocolArgs, optimization: OptimizationArgs, grid_size: int = 0
+) -> None:
+    """A one-line error naming the first option out of range (``grid_size``: conditions of a finite grid, which the
+    test conditions may not exhaust: the explainers observe the others)."""
     bounds = [
         ("sampling.samples_per_condition", sampling.samples_per_condition, 1, MAX_SAMPLES),
         ("sampling.images_per_batch", sampling.images_per_batch, 1, MAX_BATCH),
@@ -115,6 +124,11 @@ def check_ranges(sampling: SamplingArgs, protocol: ProtocolArgs, optimization: O
     if not 0.0 < protocol.drop_ratio < 1.0:
         raise UserInputError(
             f"protocol.drop_ratio={protocol.drop_ratio} is out of range; expected a share above 0 and below 1"
+        )
+    if grid_size and protocol.test_set is None and protocol.test_conditions >= grid_size:
+        raise UserInputError(
+            f"protocol.test_conditions={protocol.test_conditions:,} leaves no condition to observe: the generator's "
+            f"grid has {grid_size:,} conditions; expected at most {grid_size - 1:,}"
         )
     if protocol.test_set is not None and not protocol.test_set:
         raise UserInputError("protocol.test_set is empty; give at least one test condition (or leave it out)")
@@ -196,7 +210,7 @@ def run_differences(
     methods = list(methods or ["raw_differences", "summarization", "optimization"])
     sampling, protocol = sampling or SamplingArgs(), protocol or ProtocolArgs()
     optimization = optimization or OptimizationArgs()
-    check_ranges(sampling, protocol, optimization)  # before anything is loaded, rendered or written
+    check_ranges(sampling, protocol, optimization, len(generator.grid()))  # before anything is loaded or written
     evaluator, summarizer, explorer = (explainers or Explainers()).resolved()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -263,16 +277,23 @@ def _explain(
     raw_text, observations = raw_differences(diff_model, observed)
     if "raw_differences" in methods:
         rows.append(scored("raw_differences", raw_text, len(observed)))
-    if "summarization" in methods:
-        rows.append(scored("summarization", summarization(summarizer, observations, seed), len(observed)))
     result = DifferencesResult(rows, evaluator.label, summarizer.label, explorer.label, len(test))
+    if "summarization" in methods:  # a method its language model could not write is stored as failed, not scored
+        text = summarization(summarizer, observations, seed)
+        if failed := summarization_failure(text, summarizer):
+            result.failed["summarization"] = failed
+        else:
+            rows.append(scored("summarization", text, len(observed)))
     if "optimization" in methods:
         opt = Optimization(
             diff_model, summarizer, explorer, evaluator, optimization, held_out=test, drop_ratio=protocol.drop_ratio,
             seed=seed,
         )  # fmt: skip
         found = opt.run(observed[: optimization.initial_conditions])
-        rows.append(scored("optimization", found.best.text, len(found.observations)))
+        if failed := optimization_failure(found.best.text, summarizer, explorer):
+            result.failed["optimization"] = failed
+        else:
+            rows.append(scored("optimization", found.best.text, len(found.observations)))
         result.history, result.explored, result.rejected = found.history, found.explored, found.rejected
     attributions = {}
     if protocol.attribution_questions > 0:
@@ -295,12 +316,14 @@ def _explain(
         )
     result.llm = _llm_stats(evaluator, summarizer, explorer)
     evaluator.check_answered()  # an answer that never came is no 0: nothing is saved as a result
+    result.failures = part_failures({"summarizer": summarizer, "explorer": explorer})
     result.save(out_dir / "results.json")
     result.files["results"] = str(out_dir / "results.json")
     if not quiet:
         print_result(result, f"Model differences: {type(generator).__name__}")
     if wandb:
         log_wandb(result, attributions, out_dir, out_dir.name)
+    check_some_scored(methods, result.failed)  # every method failed: exit non-zero, results.json says why
     return result
 
 

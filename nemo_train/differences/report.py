@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from nemo_train.console import print_table
+from nemo_train.differences.failures import failure_lines
 from nemo_train.differences.metrics import THRESHOLDS, Attribution, effective_token_ratio
 from nemo_train.metrics.bootstrap import format_with_interval
 from nemo_train.secrets import scrub_secrets
@@ -54,6 +55,10 @@ class DifferencesResult:
     rejected: list[dict[str, Any]] = field(default_factory=list)
     llm: dict[str, dict[str, int]] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
+    #: methods not scored because a language-model part failed: method -> {"part", "reason"}
+    failed: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: the parts with failed requests: role -> {"label", "requests", "failed", "first_error"}
+    failures: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def headline(self) -> dict[str, dict[str, float]]:
         """``{method: {completeness, density, token_length}}``."""
@@ -94,6 +99,8 @@ def print_result(result: DifferencesResult, title: str) -> None:
     )
     if result.rejected:
         print(f"{len(result.rejected)} proposed conditions rejected (see results.json)")
+    for line in failure_lines(result.failures, result.failed):
+        print(line)
 
 
 def log_wandb(result: DifferencesResult, attributions: dict[str, Attribution], out_dir: Path, run_name: str) -> None:

@@ -21,6 +21,7 @@ from nemo_train.backends import BackendError, ChatBackend, user_message
 from nemo_train.differences import prompts
 from nemo_train.differences.conditions import AttributeSpace, ConditionSpace
 from nemo_train.differences.diff_model import Observation
+from nemo_train.differences.failures import UNREADABLE
 from nemo_train.errors import UserInputError
 
 log = logging.getLogger(__name__)
@@ -37,9 +38,19 @@ def format_observations(observations: Sequence[Observation], space: ConditionSpa
 
 
 class Summarizer(ABC):
-    """Summarization (:meth:`summarize`) and the update step of Optimization (:meth:`update`)."""
+    """Summarization (:meth:`summarize`) and the update step of Optimization (:meth:`update`).
+
+    A language-model summariser counts its ``requests`` and the ``failures`` among them (the request failed for
+    good, or its reply held no explanation), keeping the first reason in ``first_error``: the run stores and
+    reports them (:func:`nemo_train.differences.failures.part_failures`).
+    """
 
     label = "summarizer"
+    requests, failures, first_error = 0, 0, ""
+
+    def _failed(self, reason: str) -> None:
+        self.failures += 1
+        self.first_error = self.first_error or reason
 
     def bind(self, space: ConditionSpace, task: str) -> None:
         self.space, self.task = space, task
@@ -73,26 +84,30 @@ class LLMSummarizer(Summarizer):
     def __init__(self, backend: ChatBackend, temperature: float = 1.0, max_tokens: int = 400) -> None:
         self.backend, self.temperature, self.max_tokens = backend, temperature, max_tokens
         self.label = f"LLM {backend.model}"
-        self.failures = 0
+        self.requests, self.failures, self.first_error = 0, 0, ""
 
-    def _json(self, prompt: str, seed: int) -> dict | None:
+    def _explanation(self, prompt: str, seed: int) -> tuple[dict, str]:
+        """The JSON reply and its explanation; ``""`` for a request that failed for good or a reply without one
+        (counted in :attr:`failures`)."""
+        self.requests += 1
         try:
-            return self.backend.chat_json(
+            reply = self.backend.chat_json(
                 [user_message(prompt)], temperature=self.temperature, max_tokens=self.max_tokens, seed=seed
             )[0]
         except BackendError as err:
             log.warning("summariser request failed for good: %s", err)
-            return None
+            self._failed(" ".join(str(err).split())[:200])
+            return {}, ""
+        text = str(reply.get("explanation", "")).strip() if isinstance(reply, dict) else ""
+        if not text:
+            self._failed(UNREADABLE if reply is None else "a JSON reply without an explanation")
+        return (reply if isinstance(reply, dict) else {}), text
 
     def summarize(self, observations, seed=0):
         prompt = prompts.SUMMARIZE.format(
             task=self.task, rules=prompts.STYLE_RULES, results=format_observations(observations, self.space)
         )
-        reply = self._json(prompt, seed)
-        text = str(reply.get("explanation", "")).strip() if reply else ""
-        if not text:
-            self.failures += 1
-        return text
+        return self._explanation(prompt, seed)[1]
 
     def update(self, explanation, observations, new, before, after, seed=0):
         prompt = prompts.UPDATE.format(
@@ -104,10 +119,8 @@ class LLMSummarizer(Summarizer):
             results=format_observations(new, self.space),
             after=json.dumps(after),
         )
-        reply = self._json(prompt, seed)
-        text = str(reply.get("explanation", "")).strip() if reply else ""
-        if not text:  # a malformed reply keeps the old explanation (recorded)
-            self.failures += 1
+        reply, text = self._explanation(prompt, seed)
+        if not text:  # a failed request keeps the old explanation (counted)
             return "", explanation
         return str(reply.get("feedback", "")), text
 
