@@ -1,8 +1,10 @@
 """``nemo-train prepare``: check a data folder against what a dataset needs and say exactly what is missing.
 
-Nothing is downloaded or moved: the check lists the folder, counts images against the published numbers and
-reads the files a run will read (ground truth, attributes, the shipped class mapping). Each problem is one line;
-the command exits with status 2 when there is any, 0 when the folder is ready.
+Nothing is downloaded or moved: the check lists the folder, counts images against the published numbers,
+reads the files a run will read (ground truth, attributes, the shipped class mapping) and opens a sample of the
+images (up to :data:`SAMPLE_IMAGES`, spread over the folder, checked with PIL's ``verify``): a file named
+``.jpg`` that is no image is a problem, not a count. Each problem is one line; the command exits with status 2
+when there is any, 0 when the folder is ready.
 """
 
 from __future__ import annotations
@@ -20,8 +22,30 @@ PUBLISHED = {"imagenet_r": (200, 30_000), "objectnet": (313, 50_000), "imagenet_
 IMAGENET_D_GROUPS = ("background", "texture", "material")
 
 
+#: Images opened per check, spread evenly over the sorted list of image files.
+SAMPLE_IMAGES = 200
+
+
 def _few(items: list[str], k: int = 5) -> str:
     return ", ".join(items[:k]) + (f", ... ({len(items)} in all)" if len(items) > k else "")
+
+
+def unreadable_images(files: list[Path], root: Path, sample: int = SAMPLE_IMAGES) -> list[str]:
+    """One problem line when any of a sample of ``files`` (evenly spread) is no image PIL can read; else ``[]``."""
+    from PIL import Image
+
+    step = max(1, -(-len(files) // sample))  # ceil: at most ``sample`` files
+    picked, bad = files[::step], []
+    for path in picked:
+        try:
+            with Image.open(path) as image:
+                image.verify()
+        except Exception as err:  # PIL raises many types for a file that is no image (or a cut one)
+            reason = " ".join(str(err).split())[:80] or type(err).__name__
+            bad.append(f"{path.relative_to(root) if path.is_relative_to(root) else path} ({reason})")
+    if not bad:
+        return []
+    return [f"{len(bad)} of {len(picked)} sampled image files are not readable images: {_few(bad, 3)}"]
 
 
 def imagenet_r_wnids() -> list[str]:
@@ -43,9 +67,11 @@ def _check_class_folders(root: Path, expected: list[str], images: int | None, wh
     ]
     if empty:
         problems.append(f"class folder(s) without images: {_few(empty)}")
-    count = sum(len(list_images(r / c)) for r in class_roots(root) for c in found if (r / c).is_dir())
+    files = [f for r in class_roots(root) for c in found if (r / c).is_dir() for f in list_images(r / c)]
+    count = len(files)
     if images is not None and count < images:
         problems.append(f"found {count:,} images in {len(found)} class folders; expected {images:,} in {len(expected)}")
+    problems += unreadable_images(files, root)
     return problems, f"{what}: {count:,} images in {len(found)} class folders"
 
 
@@ -118,9 +144,11 @@ def _check_imagenet_d(root: Path) -> tuple[list[str], str]:
     missing = [c for c in classes if c not in found]
     if missing:
         problems.append(f"ImageNet-D class(es) without a folder in any nuisance folder: {_few(missing)}")
-    count = sum(len(list_images(r / c)) for r in class_roots(root) for c in found if (r / c).is_dir())
+    files = [f for r in class_roots(root) for c in found if (r / c).is_dir() for f in list_images(r / c)]
+    count = len(files)
     if count == 0:
         problems.append(f"no images under {str(root)!r}/<nuisance>/<class>/")
+    problems += unreadable_images(files, root)
     where = ", ".join(p.name for p in class_roots(root))
     return problems, f"ImageNet-D ({where}): {count:,} images in {len(found)} class folders"
 
@@ -129,7 +157,7 @@ def _check_nico(root: Path) -> tuple[list[str], str]:
     from datamodules.nico import CONTEXT_FOLDERS
     from datamodules.nico_render import CLASSES, CONTEXTS
 
-    problems, count = [], 0
+    problems, found = [], []
     for context in CONTEXTS:
         folder = next((root / n for n in CONTEXT_FOLDERS[context] if (root / n).is_dir()), None)
         if folder is None:
@@ -144,8 +172,9 @@ def _check_nico(root: Path) -> tuple[list[str], str]:
             elif not files:
                 problems.append(f"no images in {str(folder / name)!r}")
             else:
-                count += len(files)
-    return problems, f"NICO++: {count:,} images in the {len(CLASSES)} x {len(CONTEXTS)} class/context cells"
+                found += files
+    problems += unreadable_images(found, root)
+    return problems, f"NICO++: {len(found):,} images in the {len(CLASSES)} x {len(CONTEXTS)} class/context cells"
 
 
 def _check_clevr(root: Path) -> tuple[list[str], str]:
@@ -159,7 +188,9 @@ def _check_clevr(root: Path) -> tuple[list[str], str]:
     problems = [
         f"{len(missing):,} of {len(records):,} images listed in attributes.json are missing: {_few(missing, 3)}"
     ]
-    return (problems if missing else []), f"CLEVR renders: {len(records) - len(missing):,} images with attributes"
+    present = [Path(r["path"]) for r in records if Path(r["path"]).is_file()]
+    problems = (problems if missing else []) + unreadable_images(present, root)
+    return problems, f"CLEVR renders: {len(records) - len(missing):,} images with attributes"
 
 
 def check_data(

@@ -11,6 +11,14 @@
 * ``stand_ins``: the non-model parts standing in for models (a keyword judge, a rule-based parser, ...).
 
 No command line, environment or host is recorded.
+
+**One entry per command.** Several commands may write into one ``out_dir`` (``nemo-eval``, then ``distill-teacher``
+on the same folder, then ``nemo-eval`` again), and each of their outputs needs its provenance. The file's top level
+is the record of the command that ran last (as a reader of one command's folder expects), and ``other_commands``
+maps every other command that wrote into the folder to its own last record: :func:`provenance` carries them over
+from the file it replaces, so no command's provenance is lost when another runs; a rerun of the same command
+replaces its own entry. :func:`command_record` reads one command's record back. (Refusing a second command on a
+folder was the other choice; it would break the folders commands share by design, such as a distillation run's.)
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import dataclasses
 import enum
 import hashlib
 import inspect
+import json
 import math
 import platform
 import re
@@ -60,8 +69,15 @@ MAX_DEPTH = 6
 _digests: dict[tuple[str, int, int], str] = {}
 
 
+#: The run's record in its ``out_dir``.
+FILE_NAME = "provenance.json"
+#: The key of the other commands' records (see the module).
+OTHER_COMMANDS = "other_commands"
+
+
 def provenance(command: str, args: Any, device: str, settings: dict[str, Any], stand_ins: list[str]) -> dict[str, Any]:
-    """The provenance record of a run of ``command`` with run arguments ``args`` and ``settings``."""
+    """The provenance record of a run of ``command`` with run arguments ``args`` and ``settings``, with the records
+    of the other commands that wrote into ``args.out_dir`` before (see the module)."""
     run = {
         "out_dir": str(args.out_dir),
         "wandb": bool(args.wandb),
@@ -69,7 +85,41 @@ def provenance(command: str, args: Any, device: str, settings: dict[str, Any], s
         "device": args.device,
         "device_used": device,
     }
-    return provenance_record(command, settings, stand_ins, run)
+    return with_other_commands(provenance_record(command, settings, stand_ins, run), Path(args.out_dir) / FILE_NAME)
+
+
+def _read_record(path: Path) -> dict[str, Any] | None:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def with_other_commands(record: dict[str, Any], path: str | Path) -> dict[str, Any]:
+    """``record`` with ``other_commands``: the last record of every other command in the provenance file at
+    ``path`` (its top-level record and those it carried over); an unreadable file carries nothing over."""
+    old = _read_record(Path(path))
+    if old is None:
+        return record
+    others = old.get(OTHER_COMMANDS) if isinstance(old.get(OTHER_COMMANDS), dict) else {}
+    others = {name: entry for name, entry in others.items() if isinstance(entry, dict)}
+    if isinstance(old.get("command"), str):
+        others[old["command"]] = {k: v for k, v in old.items() if k != OTHER_COMMANDS}
+    others.pop(record["command"], None)  # a rerun of this command replaces its own entry
+    return {**record, OTHER_COMMANDS: others} if others else record
+
+
+def command_record(path: str | Path, command: str) -> dict[str, Any] | None:
+    """The last record of ``command`` in a provenance file (or the folder holding one), or ``None``."""
+    path = Path(path)
+    found = _read_record(path / FILE_NAME if path.is_dir() else path)
+    if found is None:
+        return None
+    if found.get("command") == command:
+        return {k: v for k, v in found.items() if k != OTHER_COMMANDS}
+    entry = (found.get(OTHER_COMMANDS) or {}).get(command)
+    return entry if isinstance(entry, dict) else None
 
 
 def provenance_record(
