@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import importlib
+import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -166,6 +167,9 @@ def main(argv: list[str] | None = None) -> None:
         print_usage()
         return
     set_output(verbose=verbose)
+    # a log file that cannot be written (W&B's debug log on a full disk) drops its records instead of printing a
+    # traceback for each: the run's own write that the disk refuses ends the command with one line naming the folder
+    logging.raiseExceptions = False
     command = argv[0]
     try:
         if command in LIGHTNING_SUBCOMMANDS:
@@ -191,7 +195,7 @@ def find_user_error(err: BaseException) -> BaseException | None:
     while err is not None and id(err) not in seen:
         if isinstance(err, (UserInputError, FileNotFoundError)):
             return err
-        if isinstance(err, OSError) and disk_error(err) is not None:  # a full disk, a read-only folder
+        if disk_error(err) is not None:  # a full disk, a read-only folder (also as SQLite's or safetensors' error)
             return disk_error(err)
         seen.add(id(err))
         err = err.__cause__ or err.__context__

@@ -201,10 +201,14 @@ def default_root_dir_lock(root: str | Path) -> Iterator[RunLock]:
 def check_ckpt_path(ckpt_path: str | None, root: str | None) -> None:
     """A one-line error, before anything runs, when ``--ckpt_path`` (a file, or ``last``: the
     ``<root>/checkpoints/last.ckpt`` a run writes) is a damaged checkpoint: a zip archive cut short or failing
-    its checksums (every ``torch.save`` file is one). Missing files are left to Lightning's own message."""
+    its checksums (every ``torch.save`` file is one), or a folder. Missing files are left to Lightning's own message."""
     if not ckpt_path or ckpt_path in ("best", "hpc", "registry"):
         return
     path = Path(root or ".") / CHECKPOINT_DIR / "last.ckpt" if ckpt_path == "last" else Path(ckpt_path)
+    if path.is_dir():
+        found = sorted(str(p) for p in path.rglob("*.ckpt"))[:3]
+        hint = f"; e.g. {', '.join(found)}" if found else f" (none under {str(path)!r})"
+        raise UserInputError(f"ckpt_path {str(path)!r} is a folder; expected a checkpoint file (.ckpt){hint}")
     if not path.is_file():
         return
     try:

@@ -19,6 +19,7 @@ from loopback_openai_server import LoopbackOpenAIServer, completion
 from nemo_train.backends import MalformedReplyError, ScriptedBackend, strict_json, user_message
 from nemo_train.backends.base import BackendError
 from nemo_train.cli import run_pipeline
+from nemo_train.errors import UserInputError
 from nemo_train.nemo.evaluation import TargetJob, global_text, record_key
 from nemo_train.store import ResultStore
 
@@ -203,8 +204,9 @@ def test_distill_eval_records_a_judge_grade_that_is_not_json_as_failed_and_a_rer
     student.mkdir()  # rows without the student never load it
     ckpt = checkpoint_factory(tmp_path / "model_r" / "best.ckpt", seed=0)
     kwargs = dict(student=str(student), targets=[ckpt], methods=[KnownCause()], judges=[judge], n=4, test_styles=1)
-    first = distill_eval(**kwargs, out_dir=str(tmp_path / "eval"))
-    rows = [json.loads(line) for line in open(first["results"])]
+    with pytest.raises(UserInputError, match=r"every row failed \(first: .*not JSON"):  # nothing scored: exit 2
+        distill_eval(**kwargs, out_dir=str(tmp_path / "eval"))
+    rows = [json.loads(line) for line in open(tmp_path / "eval" / "results.jsonl")]
     assert rows and all(r["failed"] and "not JSON" in r["reason"] for r in rows)  # before: scored with no LLM Match
     broken["on"] = False  # the judge answers again
     rerun = distill_eval(**kwargs, out_dir=str(tmp_path / "eval"))

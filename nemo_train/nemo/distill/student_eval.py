@@ -312,6 +312,7 @@ def _finish(store, progress: Progress, panel: JudgePanel, title: str, started: f
         **pooled,
     }
     write_json_atomic(out / "summary.json", result)
+    report_failed_rows([store.get(key) for key in dict.fromkeys(progress.keys)])
     return result
 
 
@@ -334,3 +335,27 @@ def check_folder_settings(
     generated_only = [type(r).__name__ for r in rows if isinstance(r, (ExhaustiveTeacher, KnownCause))]
     if generated_only:
         raise UserInputError(f"methods {generated_only} need generated data (cmnist, clevr)")
+
+
+def report_failed_rows(records: list[dict | None]) -> None:
+    """As ``nemo-eval`` does, name the failed rows (a request that failed for good, e.g. a judge whose replies stayed
+    unreadable; stored as failed, left out of the means, retried by a rerun): one line per (method, target) with how
+    many failed and the first reason. When every row failed (the table holds no number) a one-line error follows
+    (exit status 2). A method whose rows all failed beside others that scored (an untrained student that writes no
+    readable answer) is named by its line, and the run still exits 0 with the numbers it has."""
+    records = [r for r in records if r is not None]
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in records:
+        groups.setdefault((r["method"], r["target"]), []).append(r)
+    first = ""
+    for (method, target), rows in groups.items():
+        bad = [r for r in rows if r.get("failed")]
+        if bad:
+            reason = " ".join(str(bad[0].get("reason") or "no reason recorded").split())[:200]
+            first = first or reason
+            print(f"{method} @ {target}: {len(bad)} of {len(rows)} rows failed (first: {reason}); a rerun retries them")
+    if records and all(r.get("failed") for r in records):
+        raise UserInputError(
+            f"every row failed (first: {first}); results.jsonl stores them as failed; rerun when the language "
+            "models answer (a rerun retries them)"
+        )
