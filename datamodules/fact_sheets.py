@@ -2,9 +2,10 @@
 
 Each generator writes its sheet beside its renderer (CMNIST in :mod:`datamodules.cmnist`, CLEVR in
 :mod:`datamodules.clevr`, NICO-like in :mod:`datamodules.nico`, the shifts digits in
-:mod:`datamodules.shifts_render`); this module only lists them, so that the captions, NEMO, the model-differences
-condition spaces and the failure-mode sentences look a sheet up by name instead of restating it. It also
-gathers, by factor name, what the offline keyword deriver reads (:data:`FACTOR_STEMS`, :data:`NEUTRAL_VALUES`).
+:mod:`datamodules.shifts_render`; the six causes of low competency in :mod:`datamodules.six_cause_facts`); this
+module only lists them, so that the captions, NEMO, the model-differences condition spaces and the failure-mode
+sentences look a sheet up by name instead of restating it. It also gathers, by factor name, what the offline
+keyword deriver reads (:data:`FACTOR_STEMS`, :data:`NEUTRAL_VALUES`).
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ from datamodules.cmnist import FACTS as CMNIST_FACTS
 from datamodules.facts import DatasetFacts, Factor
 from datamodules.nico import FACTS as NICO_FACTS
 from datamodules.shifts_render import FACTS as SHIFTS_FACTS
+from datamodules.six_cause_facts import FACTS as SIX_CAUSE_FACTS
 from nemo_train.errors import UserInputError
 
 #: The sheet of every generator, by dataset name.
-SHEETS: dict[str, DatasetFacts] = {f.name: f for f in (CMNIST_FACTS, CLEVR_FACTS, NICO_FACTS, SHIFTS_FACTS)}
+SHEETS: dict[str, DatasetFacts] = {
+    f.name: f for f in (CMNIST_FACTS, CLEVR_FACTS, NICO_FACTS, SHIFTS_FACTS, SIX_CAUSE_FACTS)
+}
 #: The sheet of the embedded default benchmark (CMNIST): a part configured without a benchmark's known cause
 #: falls back to its editable factors and object word.
 DEFAULT_FACTS: DatasetFacts = CMNIST_FACTS

@@ -42,6 +42,10 @@ PIPELINE_COMMANDS: dict[str, Command] = {
     "counterfactuals": Command(
         "nemo_train.competency.pipeline:counterfactuals", "PaRCE competency + counterfactuals of six causes"
     ),
+    "competency-explanations": Command(
+        "nemo_train.competency_explanations:competency_explanations",
+        "accuracy of competency explanations with generated counterfactuals, pre-trained and fine-tuned",
+    ),
     "explain": Command(
         "nemo_train.explainer.explain_command:explain", "explain image pairs with a fine-tuned explainer"
     ),

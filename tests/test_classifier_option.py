@@ -28,6 +28,7 @@ READ_ONLY = {"prepare"}
 #: how the command is given another checkpoint.
 COMMANDS = {
     "counterfactuals": ("competency/counterfactuals_cmnist.yaml", "cmnist/model_a.yaml", "--classifier={}"),
+    "competency-explanations": ("competency/explanations_cmnist.yaml", "cmnist/model_a.yaml", "--classifier={}"),
     "lbee": ("lbee/nico_base.yaml+lbee/nico85.yaml", "nico/nico85_cnn.yaml", "--classifier={}"),
     "differences": ("differences/cmnist.yaml", "cmnist/model_a.yaml", "--targets=[{}, {}]"),
     "nemo-eval": ("nemo/cmnist.yaml", "cmnist/model_a.yaml", "--targets=[{}]"),

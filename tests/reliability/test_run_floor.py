@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MINIMAL = {
     "nemo-eval": [],
     "counterfactuals": [],
+    "competency-explanations": [],
     "demo": [],
     "distill-teacher": ["--classifier", "missing.ckpt"],
     "distill-eval": ["--student", "missing", "--targets", "[missing.ckpt]"],
