@@ -19,6 +19,7 @@ import lightning as L
 import yaml
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 
+from nemo_train.callbacks.progress import progress_callbacks
 from nemo_train.callbacks.resume import LastCheckpoint, RandomStates
 from nemo_train.errors import UserInputError
 from nemo_train.provenance import provenance_record
@@ -104,11 +105,8 @@ class NemoLightningCLI(LightningCLI):
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
         # the nemo-train CLI prints one line; options are matched exactly (``--n`` is no ``--num_nodes``)
         kwargs.setdefault("parser_kwargs", {"exit_on_error": False, "allow_abbrev": False})
-        # progress bars only on a terminal (logs and CI get none); the model summary only with --verbose
-        kwargs.setdefault(
-            "trainer_defaults",
-            {"enable_progress_bar": interactive() or is_verbose(), "enable_model_summary": is_verbose()},
-        )
+        # Lightning's bar on a terminal, log lines elsewhere (progress_callbacks); the model summary with --verbose
+        kwargs.setdefault("trainer_defaults", {"enable_model_summary": is_verbose()})
         set_output(verbose=is_verbose())  # again: importing lightning reset its loggers to INFO
         with warnings.catch_warnings():
             # nemo-train passes its own arguments on (sys.argv holds the command name and the demo's options)
@@ -130,7 +128,8 @@ class NemoLightningCLI(LightningCLI):
         derive_output_paths(config.trainer)
         defaults = self.trainer_defaults.get("callbacks") or []
         defaults = list(defaults) if isinstance(defaults, list) else [defaults]
-        self.trainer_defaults = {**self.trainer_defaults, "callbacks": defaults + resume_callbacks(config.trainer)}
+        added = resume_callbacks(config.trainer) + line_progress(config.trainer)
+        self.trainer_defaults = {**self.trainer_defaults, "callbacks": defaults + added}
 
     def _parse_ckpt_path(self) -> None:  # Lightning reads the checkpoint's hyper-parameters here: check it first
         if self.config.get("subcommand"):
@@ -171,6 +170,15 @@ def resume_callbacks(trainer: Any) -> list[L.Callback]:
     if trainer.get("enable_checkpointing") is not False:
         callbacks.append(LastCheckpoint())
     return callbacks
+
+
+def line_progress(trainer: Any) -> list[L.Callback]:
+    """Off a terminal, progress as log lines (:class:`~nemo_train.callbacks.progress.LineProgressBar`) in place of
+    Lightning's bar, unless the run turns progress off or names a progress bar of its own."""
+    named = [c.class_path for c in _namespaces(trainer.get("callbacks"))]
+    if trainer.get("enable_progress_bar") is False or any("ProgressBar" in path for path in named):
+        return []
+    return progress_callbacks(terminal=interactive())
 
 
 def process_lock_name() -> str:

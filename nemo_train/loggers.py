@@ -15,8 +15,12 @@
 
 from __future__ import annotations
 
+import base64
+import functools
+import mimetypes
 import netrc
 import os
+import re
 import socket
 from argparse import Namespace
 from pathlib import Path
@@ -28,7 +32,7 @@ from lightning.pytorch.loggers import WandbLogger as _LightningWandbLogger
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 
 from nemo_train.quiet import is_verbose, warn_once
-from nemo_train.secrets import scrub_secrets
+from nemo_train.secrets import REDACTED, is_secret_key, scrub_secrets, scrub_text
 
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 WandbMode = Literal["online", "offline", "disabled"]
@@ -93,6 +97,20 @@ def quiet_settings(settings: wandb.Settings | dict | None = None) -> wandb.Setti
     return wandb.Settings(**{**(settings or {}), **quiet})
 
 
+#: W&B's folders outside the run's own (artifact staging, file cache), kept under ``<save_dir>/wandb`` unless the
+#: user set them: a logged table's images and the report artifact then stay in the run folder until ``wandb sync``.
+STAGING_ENV = {"WANDB_DATA_DIR": "data", "WANDB_CACHE_DIR": "cache"}
+_staged_by_us: dict[str, str] = {}
+
+
+def stage_under(save_dir: str | Path) -> None:
+    """Point W&B's staging and cache folders (:data:`STAGING_ENV`) into ``<save_dir>/wandb``; a folder the user set
+    in the environment is left as set."""
+    for name, sub in STAGING_ENV.items():
+        if name not in os.environ or _staged_by_us.get(name) == os.environ[name]:
+            os.environ[name] = _staged_by_us[name] = str((Path(save_dir) / "wandb" / sub).resolve())
+
+
 def init_with_fallback(init_args: dict[str, Any]):
     """``wandb.init(**init_args)``; an online run that cannot start is started offline instead (one warning)."""
     try:
@@ -115,6 +133,7 @@ def init_run(
 ):
     """``wandb.init`` for pipelines (no Trainer): quiet settings, redacted arguments, offline fallback."""
     Path(save_dir).mkdir(parents=True, exist_ok=True)
+    stage_under(save_dir)
     kwargs = scrub_secrets(kwargs)
     settings = quiet_settings(kwargs.pop("settings", None)).model_copy(update={"init_timeout": init_timeout})
     mode = resolve_mode(mode, connect_timeout)
@@ -143,6 +162,7 @@ class WandbLogger(_LightningWandbLogger):
         kwargs.update(notes=notes, tags=tags)
         save_dir = save_dir or "."
         Path(save_dir).mkdir(parents=True, exist_ok=True)
+        stage_under(save_dir)
         kwargs.pop("offline", None)
         kwargs = scrub_secrets(kwargs)
         settings = quiet_settings(kwargs.pop("settings", None)).model_copy(update={"init_timeout": init_timeout})
@@ -180,3 +200,69 @@ def wandb_image(image: Any, caption: str | None = None) -> wandb.Image | None:
     from datamodules.explanations.images import to_pil
 
     return wandb.Image(to_pil(image), caption=caption)
+
+
+def redact_logging(wandb_run: Any) -> None:
+    """Everything logged to ``wandb_run`` (tables' cells, texts, numbers) passes the redaction."""
+    log = wandb_run.log
+
+    @functools.wraps(log)
+    def redacted_log(data: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        return log(scrub_payload(data), *args, **kwargs)
+
+    wandb_run.log = redacted_log
+
+
+def scrub_payload(data: Any) -> Any:
+    """``data`` with secrets redacted: strings, mappings and lists through the redaction pass, and the cells
+    of every ``wandb.Table``; images, plots and numbers as they are."""
+    if isinstance(data, wandb.Table):
+        data.data = [[scrub_payload(cell) for cell in row] for row in data.data]
+        return data
+    if isinstance(data, dict):
+        return {
+            key: REDACTED if is_secret_key(key) and isinstance(value, str) else scrub_payload(value)
+            for key, value in data.items()
+        }
+    if isinstance(data, (list, tuple)):
+        return type(data)(scrub_payload(value) for value in data)
+    if isinstance(data, str):
+        return scrub_text(data)
+    return data
+
+
+def inline_images(page: str, folder: Path) -> str:
+    """The HTML ``page`` with each ``<img src>`` of a file under ``folder`` inlined as a ``data:`` URI (one file to
+    show where the files beside the page are not: a W&B HTML panel)."""
+
+    def inline(match: re.Match) -> str:
+        source = (folder / match.group(2)).resolve()
+        if not source.is_file() or not source.is_relative_to(folder.resolve()):
+            return match.group(0)
+        kind = mimetypes.guess_type(source.name)[0] or "application/octet-stream"
+        return f'{match.group(1)}data:{kind};base64,{base64.b64encode(source.read_bytes()).decode()}"'
+
+    return re.sub(r'(<img src=")([^"]+)"', inline, page)
+
+
+def log_report(wandb_run: Any, page: str | Path) -> None:
+    """Attach a run's report page to its W&B run: ``report`` as an HTML panel (images inlined) and the page's
+    folder as an artifact of type ``report`` (the page and its image files, as written)."""
+    page = Path(page)
+    html = inline_images(page.read_text(encoding="utf-8"), page.parent)
+    wandb_run.log({"report": wandb.Html(html, inject=False)})
+    artifact = wandb.Artifact(f"report-{wandb_run.id}", type="report", description="the run's report page")
+    artifact.add_dir(str(page.parent))
+    wandb_run.log_artifact(artifact)
+
+
+def log_summary(wandb_run: Any, prefix: str, rows: list[dict[str, Any]], keys: tuple[str, ...]) -> None:
+    """Scalar summaries of a run with their intervals: for each row (``{"name": ..., <key>, <key>_ci_low,
+    <key>_ci_high}``) ``<prefix>/<name>/<key>`` and its bounds ``.../<key>_ci_low`` / ``_ci_high`` in the run's
+    summary (W&B's run table and its comparisons read them)."""
+    for row in rows:
+        for key in keys:
+            for suffix in ("", "_ci_low", "_ci_high"):
+                value = row.get(f"{key}{suffix}")
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    wandb_run.summary[f"{prefix}/{row['name']}/{key}{suffix}"] = float(value)

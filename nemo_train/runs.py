@@ -17,6 +17,10 @@ work:
 5. with ``wandb``, a W&B run is started under ``<out_dir>/wandb`` (quiet, no argv / git / code capture) with
    the provenance as its config, and everything logged to it is redacted.
 
+When the command returns, the provenance records when it ``finished`` (a run killed before has ``null`` there, and
+its report says it is partial), and a command with results (:data:`REPORTED_COMMANDS`) writes its report page
+through one hook (:data:`REPORT_WRITER`), which also logs the stored results and the page to the W&B run.
+
 A run refused before it wrote anything of its own (bad input, a missing checkpoint) leaves the folder as it
 found it: the lock file, ``provenance.json`` and W&B folder it created are removed again.
 """
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import inspect
 import io
 import os
@@ -33,6 +38,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -40,7 +46,7 @@ from jsonargparse.typing import restricted_number_type
 
 from nemo_train.errors import UserInputError
 from nemo_train.provenance import provenance
-from nemo_train.secrets import REDACTED, is_secret_key, scrub_text
+from nemo_train.quiet import warn_once
 from nemo_train.sharding import DeviceArgs, Ranks, running_on
 from nemo_train.store import RunLock, write_bytes_atomic, write_json_atomic
 
@@ -74,6 +80,13 @@ LAUNCH_ARGS_HELP = {
     "strategy": "how the processes are launched: ``auto`` (``ddp`` for more than one), ``ddp`` or ``ddp_spawn``.",
 }
 PROVENANCE_FILE = "provenance.json"
+#: The commands with results: each run of one ends by writing its report page ``<out_dir>/report/index.html``.
+REPORTED_COMMANDS = frozenset(
+    {"nemo-eval", "distill-eval", "distill-teacher", "differences", "lbee", "counterfactuals", "explain"}
+)
+#: What writes a run's report page (``module:function``, called with the run folder and its W&B run or ``None``,
+#: returning the page's path); imported when a run ends, as the report renderer sits above the capabilities.
+REPORT_WRITER = "nemo_train.reports.build:close_run"
 #: What the run floor itself writes into an out_dir.
 RUN_FLOOR_FILES = frozenset({RunLock.FILE_NAME, PROVENANCE_FILE, "wandb"})
 
@@ -176,6 +189,7 @@ def open_run(
         seed_everything(args.seed)
         record = provenance(command, args, device, settings or {}, stand_ins or [])
         record["world_size"] = ranks.world_size
+        record["finished"] = None  # set when the run ends normally: a report of a killed run says it is partial
         if ranks.is_main:
             write_json_atomic(out / PROVENANCE_FILE, record)
         run = Run(command, args, out, device, record)
@@ -188,7 +202,11 @@ def open_run(
             _undo(out, created, old_provenance, wandb_existed="wandb" in before, lock=lock, lock_existed=lock_existed)
         raise
     else:
-        _finish_wandb(run)
+        try:
+            if ranks.is_main:
+                _close(run)
+        finally:
+            _finish_wandb(run)
     finally:
         lock.release()
 
@@ -282,44 +300,13 @@ def with_run_args_help(doc: str, names: list[str] | tuple[str, ...] = RUN_ARG_NA
 
 
 def _start_wandb(run: Run) -> Any:
-    from nemo_train.loggers import init_run
+    from nemo_train.loggers import init_run, redact_logging
 
     wandb_run = init_run(
         run.out_dir, project="nemo-train", job_type=run.command, name=run.out_dir.name, config=run.provenance
     )
-    _redact_logging(wandb_run)
+    redact_logging(wandb_run)
     return wandb_run
-
-
-def _redact_logging(wandb_run: Any) -> None:
-    """Everything the commands log to ``wandb_run`` (tables' cells, texts, numbers) passes the redaction."""
-    log = wandb_run.log
-
-    @functools.wraps(log)
-    def redacted_log(data: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
-        return log(_scrub_payload(data), *args, **kwargs)
-
-    wandb_run.log = redacted_log
-
-
-def _scrub_payload(data: Any) -> Any:
-    """``data`` with secrets redacted: strings, mappings and lists through the redaction pass, and the cells
-    of every ``wandb.Table``; images, plots and numbers as they are."""
-    import wandb
-
-    if isinstance(data, wandb.Table):
-        data.data = [[_scrub_payload(cell) for cell in row] for row in data.data]
-        return data
-    if isinstance(data, dict):
-        return {
-            key: REDACTED if is_secret_key(key) and isinstance(value, str) else _scrub_payload(value)
-            for key, value in data.items()
-        }
-    if isinstance(data, (list, tuple)):
-        return type(data)(_scrub_payload(value) for value in data)
-    if isinstance(data, str):
-        return scrub_text(data)
-    return data
 
 
 def _finish_wandb(run: Run | None) -> None:
@@ -330,6 +317,26 @@ def _finish_wandb(run: Run | None) -> None:
     if wandb.run is run.wandb_run:
         run.wandb_run.finish()
     run.wandb_run = None
+
+
+# ---------------------------------------------------------------------------------------------- the end
+
+
+def _close(run: Run) -> None:
+    """The end of a run that returned: its provenance says when it finished, and a command with results
+    (:data:`REPORTED_COMMANDS`) writes its report page (:data:`REPORT_WRITER`), printed and attached to its W&B
+    run. A report that cannot be written is one warning line; the run's results stand."""
+    run.provenance["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    write_json_atomic(run.out_dir / PROVENANCE_FILE, run.provenance)
+    if run.command not in REPORTED_COMMANDS:
+        return
+    module, name = REPORT_WRITER.split(":")
+    try:
+        page = getattr(importlib.import_module(module), name)(run.out_dir, run.wandb_run)
+    except Exception as err:  # noqa: BLE001 - the page is a view of the results; never lose a run over it
+        warn_once(f"the report page of {str(run.out_dir)!r} could not be written ({type(err).__name__}: {err})")
+        return
+    print(f"report: {page}")
 
 
 # ---------------------------------------------------------------------------------------------- undo

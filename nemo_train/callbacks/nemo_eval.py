@@ -101,11 +101,11 @@ class NemoEvalCallback(L.Callback):
     judges of ``panel``. Logs ``nemo/cei``, ``nemo/llm_match`` and ``nemo/llm_match/<judge>`` (``rule_match``
     instead of ``llm_match`` when no judge of the panel is a language model, as with the default grounded judge) for the first
     set, ``nemo/<name>/...`` for each further one (e.g. errors of a classifier whose bias the explainer never
-    saw: the generalisation report); with a ``WandbLogger`` also a table (image, y, y_hat, explanation,
-    edit, edited image, CEI, score) per validation. Skipped during the sanity check. At the end of the fit
-    a table of every validation's numbers is printed. The errors are split across ranks; under FSDP /
-    ZeRO-3 every rank makes the same number of sharded ``generate`` calls, however they split (an own
-    ``explain_fn`` is then called on every rank, with an empty list on a rank without errors, and must
+    saw: the generalisation report); with a ``WandbLogger`` also a table (image, y, y_hat, explanation, edit,
+    edited image, CEI, score, the judges' reason, consistency, cause) per validation. Skipped during the sanity
+    check. At the end of the fit a table of every validation's numbers is printed. The errors are split across
+    ranks; under FSDP / ZeRO-3 every rank makes the same number of sharded ``generate`` calls, however they split
+    (an own ``explain_fn`` is then called on every rank, with an empty list on a rank without errors, and must
     generate in lockstep too: :func:`nemo_train.explainer.lockstep.explain_in_lockstep`).
 
     Configure either ``errors`` (:class:`ErrorSet` s, built at setup; the shipped presets) or ready
@@ -160,6 +160,7 @@ class NemoEvalCallback(L.Callback):
         # under FSDP / ZeRO-3 a rank without errors still takes part in the sharded generate calls
         texts = self.explain_fn(pl_module, errors, names) if errors or lockstep(trainer) else []
         rows = []
+        reader = reader_for(bench)  # whether the applied edit changes a factor the sentence blames
         for error, text in zip(errors, texts):
             trials = scorer.score(error, [text], names) if text else []
             p_o = trials[0].p_original if trials else 0.0
@@ -176,7 +177,9 @@ class NemoEvalCallback(L.Callback):
             llm_match.update([[verdict.scores[j] for j in panel.names]])
             if verdict.grounding is not None:
                 grounding.append(verdict.grounding)
-            rows.append((error, text, trials[0] if trials else None, verdict))
+            trial = trials[0] if trials else None
+            reading = reader.read(error, text, names, trial.instruction) if reader and trial else None
+            rows.append((error, text, trial, verdict, reading.consistent if reading is not None else None))
         match = match_key(panel.names)  # rule_match when no judge of the panel is a language model
         result = {f"nemo/{prefix}cei": float(cei.compute()), f"nemo/{prefix}{match}": float(llm_match.compute())}
         result.update({f"nemo/{prefix}{match}/{k}": v for k, v in llm_match.per_judge().items()})
@@ -216,10 +219,23 @@ class NemoEvalCallback(L.Callback):
             return
 
         from nemo_train.loggers import wandb_image
+        from nemo_train.reports.gallery import reasons_text
 
-        columns = ["image", "y", "y_hat", "explanation", "edit", "edited image", "cei", match_label(judges)]
+        columns = [
+            "image",
+            "y",
+            "y_hat",
+            "explanation",
+            "edit",
+            "edited image",
+            "cei",
+            match_label(judges),
+            "reason",
+            "consistent",
+            "cause",
+        ]
         data = []
-        for error, text, trial, verdict in rows[: self.table_rows]:
+        for error, text, trial, verdict, consistent in rows[: self.table_rows]:
             edited = trial.edited_image if trial is not None and trial.edited_image is not None else None
             data.append(
                 [
@@ -231,6 +247,9 @@ class NemoEvalCallback(L.Callback):
                     wandb_image(edited),
                     trial.cei if trial is not None else 0.0,
                     verdict.mean,
+                    reasons_text({"judge_reasons": verdict.reasons}),
+                    consistent,
+                    error.cause,
                 ]
             )
         for lg in loggers:

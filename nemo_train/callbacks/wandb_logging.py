@@ -7,6 +7,8 @@ import torch
 from lightning.pytorch.loggers import WandbLogger
 from torchvision.utils import make_grid
 
+from datamodules.explanations.images import to_pil
+
 
 def wandb_loggers(trainer: L.Trainer) -> list[WandbLogger]:
     """The trainer's W&B loggers (empty when W&B is not in use)."""
@@ -32,8 +34,9 @@ class SampleGridCallback(L.Callback):
             f"{int(label)}/{groups[int(group)] if groups else int(group)}"
             for label, group in zip(batch["label"][: self.num_images], batch["group"][: self.num_images])
         ]
+        picture = to_pil(grid)  # W&B casts a float tensor to integers: a [0, 1] grid handed over as is logs black
         for logger in loggers:
-            logger.log_image("samples/train_grid", [grid], caption=[" ".join(captions)], step=trainer.global_step)
+            logger.log_image("samples/train_grid", [picture], caption=[" ".join(captions)], step=trainer.global_step)
 
 
 class GroupAccuracyTableCallback(L.Callback):

@@ -8,6 +8,7 @@ from torch.utils.data import DataLoader, Subset
 
 from nemo_train.lbee.encoders import Encoder
 from nemo_train.models.targets import Target
+from nemo_train.quiet import progress_bar
 from nemo_train.sharding import current_ranks
 
 
@@ -15,7 +16,10 @@ from nemo_train.sharding import current_ranks
 def predict_batches(model: Target, encoder: Encoder, dataset, starts: list[int], batch_size: int) -> list:
     """``(start, batch, probabilities, embeddings)`` of the batches of ``dataset`` beginning at ``starts``."""
     out = []
-    for start in starts:
+    bar = progress_bar(
+        starts, desc="lbee: classify and embed", unit="batch", leave=False, disable=not current_ranks().is_main
+    )
+    for start in bar:
         indices = range(start, min(start + batch_size, len(dataset)))
         batch = next(iter(DataLoader(Subset(dataset, indices), batch_size=batch_size, shuffle=False)))
         probs = model.predict_proba(batch["image"].to(model.device)).cpu()

@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -155,7 +157,9 @@ def realism_metrics(
     feature, space, path = realism_features(classifier, image_shape, inception_weights)
     extra = {"feature_extractor_weights_path": path} if path else {}
     fid = FrechetInceptionDistance(feature=feature, normalize=True, reset_real_features=False, **extra)
-    kid = KernelInceptionDistance(
-        feature=feature, normalize=True, reset_real_features=False, subset_size=kid_subset_size, **extra
-    )
+    with warnings.catch_warnings():  # its notice that features are kept in memory: the sets here are small
+        warnings.filterwarnings("ignore", message=".*will save all extracted features in buffer.*")
+        kid = KernelInceptionDistance(
+            feature=feature, normalize=True, reset_real_features=False, subset_size=kid_subset_size, **extra
+        )
     return {f"fid[{space}]": fid, f"kid[{space}]": kid}

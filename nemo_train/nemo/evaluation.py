@@ -132,6 +132,7 @@ def score_explanation(
         cei=cei,
         edit_cei=edit_cei,
         judges=verdict.scores,
+        judge_reasons=verdict.reasons,
         llm_match=llm_match,
         judged_match=verdict.mean,
         grounding=verdict.grounding,

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
-
-import wandb
 
 from nemo_train.console import print_table
-from nemo_train.loggers import init_run, wandb_image
 from nemo_train.metrics.bootstrap import format_with_interval, interval_fields, mean_interval
 from nemo_train.metrics.nemo import score_mean
-from nemo_train.nemo.labels import match_label
 
 
 @dataclass
@@ -245,34 +239,3 @@ def known_cause_win_rate(records: Iterable[dict], target: str | None = None) -> 
     errors have both (``nan``, 0 when none has)."""
     wins = known_cause_wins(records, target)
     return (sum(wins) / len(wins), len(wins)) if wins else (math.nan, 0)
-
-
-def log_wandb(
-    records: list[dict], cells: list[CellScore], benchmark: str, images: dict[str, tuple], out_dir: str | Path
-) -> None:
-    """Log the table and one row per sample (image, edit, edited image, scores) to Weights & Biases: to the run
-    the command opened, else to one opened under ``out_dir``."""
-    run = wandb.run or init_run(out_dir, project="nemo-train", job_type="nemo-eval")
-    judge_names = sorted({j for r in records for j in r["judges"]})
-    match = match_label(judge_names)  # names the judges that are rules, not models
-    table = wandb.Table(columns=["method", "target", match, "grounding", "cei", "n", "failed"])
-    for c in cells:
-        table.add_data(c.label, c.target, c.llm_match, c.grounding, c.cei, c.n, c.failed)
-    samples = wandb.Table(
-        columns=["image", "y", "y_hat", "method", "target", "explanation", "edit", "edited image", "cei", *judge_names]
-    )
-    for r in records:
-        image, edited = images.get(r["key"], (None, None))
-        samples.add_data(
-            wandb_image(image),
-            r["label"],
-            r["prediction"],
-            r["method"],
-            r["target"],
-            r["explanation"],
-            json.dumps(r["instruction"]),
-            wandb_image(edited),
-            r["cei"],
-            *[r["judges"].get(j) for j in judge_names],
-        )
-    run.log({f"nemo/{benchmark}/table": table, f"nemo/{benchmark}/samples": samples})

@@ -18,7 +18,6 @@ sheet, not a model). These offline parts only suit closed-vocabulary synthetic b
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,7 +52,6 @@ from nemo_train.nemo.report import (
     failures_per_method,
     known_cause_win_rate,
     known_cause_wins,
-    log_wandb,
     print_report,
     summarize,
 )
@@ -150,11 +148,9 @@ def nemo_eval(
     progress.computed, progress.failed = ranks.total(progress.computed), ranks.total(progress.failed)
     if not ranks.is_main:
         return None
-    summary, records = _summarize(parts, store, progress)
+    summary, _ = _summarize(parts, store, progress)
     write_json_atomic(out / "summary.json", summary.to_json())  # the table's means and their intervals
     _print_counts(summary, explainer, time.perf_counter() - started)
-    if wandb:
-        log_wandb(records, summary.cells, benchmark.name, progress.images, out)
     return summary
 
 
@@ -197,7 +193,7 @@ def _evaluate_target(parts: _Parts, spec: ClassifierSpec, name: str, target, sto
     base = {"target": spec.identity(), **parts.shared}
     built = _build_methods(parts.methods, bench, target, parts.explainer, scorer, base, parts.benchmark, parts.seed)
     job = TargetJob(name, bench, scorer, parts.panel, built, strict_json=True)  # a malformed reply fails its sample
-    show_bar = sys.stderr.isatty() and ranks.is_main
+    show_bar = ranks.is_main  # a bar on a terminal, progress lines in a log (nemo_train.quiet.progress_bar)
     run_target(job, store, progress, parts.wandb, show_bar, run.error_batch, shard=ranks.shard)
     if ranks.world_size > 1:  # the Constant and Global rows read every process's records
         ranks.barrier()

@@ -13,8 +13,10 @@ import os
 import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from nemo_train.errors import UserInputError
+from nemo_train.quiet import warn_once
 from nemo_train.reports.explanations import explanation_report
 from nemo_train.reports.folder import PAGE, REPORT_DIR, RunFolder
 from nemo_train.reports.gallery import preview
@@ -31,6 +33,11 @@ SECTIONS: dict[str, Callable[[RunFolder, Page], None]] = {
 }
 #: Commands whose first errors the index of several runs shows.
 PREVIEWED = ("nemo-eval", "distill-eval")
+#: What a page says of a run that did not finish (:func:`~nemo_train.reports.folder.run_state`).
+UNFINISHED = {
+    "stopped": "the run stopped before it finished (killed or failed); this is what it stored",
+    "running": "the run is still going; this is what it stored so far",
+}
 INTERVAL_NOTE = "mean [bootstrap 95 % interval over the errors / items] where a number is a mean over them"
 
 
@@ -64,6 +71,9 @@ def build_page(run_dir: str | Path, steps: Mapping[str, str | Path] | None = Non
         steps_report(folder, page, steps)
     else:
         SECTIONS.get(command or "", files_report)(folder, page)
+    state = folder.state
+    if state in UNFINISHED and not page.partial:
+        page.partial = UNFINISHED[state]
     return page, folder
 
 
@@ -73,6 +83,21 @@ def write_report(run_dir: str | Path, steps: Mapping[str, str | Path] | None = N
     page, folder = build_page(run_dir, steps)
     folder.out.mkdir(parents=True, exist_ok=True)
     return write_bytes_atomic(folder.out / PAGE, page.render().encode("utf-8"))
+
+
+def close_run(run_dir: str | Path, wandb_run: Any = None) -> Path:
+    """The end of a run with results (called by the run floor, :data:`nemo_train.runs.REPORT_WRITER`): write its
+    page and, with a W&B run, log its stored results and the page there (:mod:`nemo_train.reports.wandb_run`; a
+    failure there is one warning line). Returns the page's path."""
+    page = write_report(run_dir)
+    if wandb_run is not None:
+        from nemo_train.reports.wandb_run import log_run  # wandb: imported only when logging
+
+        try:
+            log_run(wandb_run, run_dir, page)
+        except Exception as err:  # noqa: BLE001 - the results and the page stand without W&B
+            warn_once(f"the results could not be logged to W&B ({type(err).__name__}: {err})")
+    return page
 
 
 def step_folders(folder: RunFolder) -> dict[str, Path]:

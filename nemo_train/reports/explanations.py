@@ -124,5 +124,7 @@ def explanation_report(folder: RunFolder, report: Page) -> None:
     body, note = gallery(folder, records, labels)
     if not any(r.get("image_file") for r in records):
         note += "; this run stored no images (it was computed before images were kept beside the records)"
-    note += "; not stored: the judges' reasons and the classifier's predicted class on the edited image"
+    if not any(r.get("judge_reasons") for r in records):
+        note += "; not stored: the judges' reasons (kept by runs from this version on)"
+    note += "; not stored: the classifier's predicted class on the edited image"
     report.sections.append(Section("Errors", body, note))

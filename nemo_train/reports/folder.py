@@ -6,13 +6,16 @@ records, copies the images a page shows next to it and saves the page's plots th
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from nemo_train.sharding import shard_paths
+from nemo_train.store import RunLock
 
 #: The report's folder under the run folder, and its page.
 REPORT_DIR = "report"
@@ -51,6 +54,31 @@ def read_records(path: Path) -> tuple[list[dict[str, Any]], int]:
     return list(records.values()), skipped
 
 
+def run_state(path: Path, provenance: dict[str, Any] | None) -> str:
+    """Where the run of a folder stands: ``finished`` (its provenance says when), ``running here`` (this process
+    holds its lock: the command writing its own page at its end), ``running`` (another process holds the lock),
+    ``stopped`` (it did not finish and nobody holds it: killed, or failed) or ``unknown`` (no run floor
+    provenance, e.g. a Lightning run or a run from before the end was recorded)."""
+    if not isinstance(provenance, dict) or "finished" not in provenance:
+        return "unknown"
+    if provenance["finished"]:
+        return "finished"
+    lock = path / RunLock.FILE_NAME
+    if os.path.realpath(lock) in RunLock._held:
+        return "running here"
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except OSError:
+        return "stopped"
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # released when the descriptor is closed
+        return "stopped"
+    except BlockingIOError:
+        return "running"
+    finally:
+        os.close(fd)
+
+
 @dataclass
 class RunFolder:
     """A run folder (``path``) and the report written under it (``out``)."""
@@ -70,6 +98,11 @@ class RunFolder:
     def command(self) -> str | None:
         """The command that wrote the folder (from its provenance), or ``None``."""
         return (self.provenance or {}).get("command")
+
+    @property
+    def state(self) -> str:
+        """Where its run stands (:func:`run_state`)."""
+        return run_state(self.path, self.provenance)
 
     def json(self, name: str) -> Any | None:
         """The JSON file ``name`` of the run folder (``None`` when missing or unreadable)."""

@@ -23,7 +23,7 @@ COLUMNS = (
     "edited image",
     "P(true class) before \u2192 after",
     "CEI",
-    "judge",
+    "judge (reason)",
     "grounding",
     "consistent",
     "verdict",
@@ -65,6 +65,17 @@ def edit_text(instruction: Any) -> str:
     return instruction if isinstance(instruction, str) else json.dumps(instruction)
 
 
+def reasons_text(record: dict[str, Any]) -> str | None:
+    """The judges' reasons as one text (``judge: reason`` per judge when there are several); a failed record's
+    reason for failing; ``None`` when none is stored."""
+    reasons = {k: v for k, v in (record.get("judge_reasons") or {}).items() if v}
+    if not reasons:
+        return record.get("reason") if record.get("failed") else None
+    if len(reasons) == 1:
+        return next(iter(reasons.values()))
+    return "; ".join(f"{judge}: {text}" for judge, text in reasons.items())
+
+
 def class_text(record: dict[str, Any], which: str) -> str:
     """``3`` or ``3 (three)``: the class index and its name where stored."""
     index, name = record.get(which), record.get(f"{which}_name")
@@ -87,6 +98,9 @@ def method_row(folder: RunFolder, record: dict[str, Any], label: str) -> Markup:
         judge = esc(number(record.get("llm_match")))
         if len(judges) > 1:
             judge = Markup(judge + "<br>" + "<br>".join(f"{esc(k)}: {number(v)}" for k, v in judges.items()))
+        reason = reasons_text(record)
+        if reason:
+            judge = Markup(f'{judge}<br><span class="ci">{esc(reason)}</span>')
         cei = esc(number(record.get("cei"), 2))
         if record.get("edit_cei") is not None and record.get("edit_cei") != record.get("cei"):
             cei = Markup(f'{cei} <span class="ci">(edit alone {number(record["edit_cei"], 2)})</span>')

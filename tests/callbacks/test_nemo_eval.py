@@ -128,6 +128,9 @@ def test_wandb_table_only_with_a_wandb_logger(table_loggers):
     assert key == "nemo/explanations" and columns[3] == "explanation" and len(rows) == 2
     assert rows[0][4] == '{"attribute": "color", "value": 0}' and rows[0][7] == 1.0
     assert columns[7] == "rule_match [keyword-judge (closed-vocabulary synthetic only), not a model]"
+    assert columns[8:] == ["reason", "consistent", "cause"]
+    assert rows[0][8]  # the judge's reason
+    assert rows[0][9] is None  # no fact sheet to read the sentence against
 
 
 def test_needs_error_sets_or_ready_objects():

@@ -288,29 +288,3 @@ def test_nemo_configs_parse(configs):
             assert "api_key" not in str(spec.init_args).replace("api_key_env", "")  # keys only via api_key_env
     init = parser.instantiate(config)
     assert all(hasattr(m, "build") for m in init.methods)
-
-
-def test_wandb_table_per_sample(checkpoint, tmp_path, monkeypatch):
-    import wandb
-
-    logged = []
-    fake_run = type("FakeRun", (), {"log": lambda self, data: logged.append(data)})()
-    monkeypatch.setattr(wandb, "run", None)
-    monkeypatch.setattr(wandb, "init", lambda **kwargs: fake_run)
-    nemo_eval(small(3), [checkpoint], [KnownCauseMethod()], out_dir=str(tmp_path / "run"), wandb=True)
-    ((data,),) = [logged]
-    assert not Path("wandb").exists() or Path("wandb").resolve().is_relative_to(tmp_path)  # nothing in the cwd
-    table, samples = data["nemo/cmnist/table"], data["nemo/cmnist/samples"]
-    assert table.data[0][:2] == ["KnownCause", "model_a"]
-    assert [row[3] for row in samples.data] == ["KnownCause"] * 3 + ["Constant"] * 3
-    assert samples.columns[:8] == [
-        "image",
-        "y",
-        "y_hat",
-        "method",
-        "target",
-        "explanation",
-        "edit",
-        "edited image",
-    ]
-    assert all(row[0] is not None and row[7] is not None for row in samples.data)  # original and edited image
