@@ -119,3 +119,23 @@ def test_command_prints_the_table_with_generated_counterfactuals(
     assert {(r["block"], r["row"]) for r in rows} >= {("pre-trained", "None"), ("fine-tuned", "Reco")}
     assert all(set(r["grades"]) == {"keyword rule", GROUNDED} for r in rows)
     assert "Competency explanations" in (tmp_path / "out" / "table.txt").read_text()
+
+
+def test_a_served_mllm_and_llm_judges_are_configured_not_coded():
+    from jsonargparse import auto_parser
+
+    from nemo_train.competency_explanations import competency_explanations
+
+    served = {"class_path": "nemo_train.backends.openai_compat.OpenAICompatibleBackend",
+              "init_args": {"base_url": "http://localhost:8000/v1", "model": "some/vlm", "api_key_env": None}}  # fmt: skip
+    args = [
+        f"--pretrained={json.dumps(served)}",
+        '--explainer={"class_path": "nemo_train.explainer.ExplainerModule", '
+        '"init_args": {"model_name_or_path": "some/vlm", "load_in_4bit": true}}',
+        f'--judges=[{{"class_path": "nemo_train.nemo.judges.LLMJudge", "init_args": {{"backend": {json.dumps(served)}}}}}]',
+    ]
+    parser = auto_parser(competency_explanations, as_positional=False, exit_on_error=False)
+    config = parser.instantiate_classes(parser.parse_args(args))
+    assert type(config.pretrained).__name__ == "OpenAICompatibleBackend" and config.pretrained.model == "some/vlm"
+    assert config.explainer.hparams.load_in_4bit and config.explainer.model is None  # built, not loaded
+    assert type(config.judges[0]).__name__ == "LLMJudge"
