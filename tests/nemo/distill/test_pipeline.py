@@ -21,6 +21,7 @@ from nemo_train.errors import UserInputError  # noqa: E402
 from nemo_train.metrics.bootstrap import mean_interval  # noqa: E402
 from nemo_train.models.specs import TimmModel  # noqa: E402
 from nemo_train.nemo.distill import trivial_rows  # noqa: E402
+from nemo_train.nemo.distill.edit_rows import StudentEdits  # noqa: E402
 from nemo_train.nemo.distill.labelling import PoolClassifier, build_target, distill_teacher  # noqa: E402
 from nemo_train.nemo.distill.rows import (  # noqa: E402
     DistillMethod,
@@ -56,6 +57,20 @@ def test_distill_presets_parse(path):
         rows = parser.instantiate_classes(config).methods
         assert [type(r) for r in rows] == [ExhaustiveTeacher, StudentChangeMLLM, KnownCause]
         assert rows[1].reference_class == "prototype"
+    elif function is distill_eval and "zoo" in path.stem:  # the held-out zoo: the budget rows beside the teacher
+        rows = parser.instantiate_classes(config).methods
+        assert config.zoo_split == "heldout" and not config.targets
+        assert [(r.edits, r.view) for r in rows if isinstance(r, StudentEdits)] == [
+            (e, "evidence") for e in (0, 1, 2, 4)
+        ]
+        wanted = {
+            ExhaustiveTeacher,
+            KnownCause,
+            trivial_rows.ClassPrior,
+            trivial_rows.OddOneOut,
+            trivial_rows.Everything,
+        }
+        assert wanted <= {type(r) for r in rows}
     elif function is distill_eval and "evidence" in path.stem:  # the evidence student is asked its own view
         rows = parser.instantiate_classes(config).methods
         assert [type(r) for r in rows] == [ExhaustiveTeacher, StudentGreedy, StudentSciTX, KnownCause]
@@ -69,7 +84,9 @@ def test_distill_presets_parse(path):
         assert [type(r) for r in rows] == [type(r) for r in expected]  # folder data: no teacher / KnownCause row
         assert all(isinstance(r, DistillMethod) for r in rows)
         assert [(r.k, r.m) for r in rows if isinstance(r, StudentSciTX)] == [(8, 4)]
-    if function is distill_teacher and "evidence" in path.stem:  # a pool of shifts gap assignments, none gaps_b
+    if function is distill_teacher and "zoo" in path.stem:  # pooled over the training zoo, evidence in every prompt
+        assert config.zoo and config.zoo_split == "train" and config.views == ["evidence"] and not config.classifier
+    elif function is distill_teacher and "evidence" in path.stem:  # a pool of shifts gap assignments, none gaps_b
         assert config.views == ["evidence"] and config.pool and all(isinstance(p.bias, dict) for p in config.pool)
         unseen = GapSpec.parse("gaps_b")
         assert all(GapSpec.parse(p.bias) != unseen for p in config.pool) and GapSpec.parse(config.bias) != unseen
