@@ -47,7 +47,13 @@ def test_preset_names_its_experiment_once_and_one_override_moves_its_outputs(pat
     assert checkpoint_dirs == [str(tmp_path / "checkpoints")]
 
 
-@pytest.mark.parametrize("path", CLASSIFIER_CONFIGS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def fast_dev_run_case(path: Path):
+    """A preset's case; the ResNet-50 ones (about 20 s each on 2 CPU cores) run in the full lane only."""
+    marks = [pytest.mark.slow] if "resnet50" in path.name else []
+    return pytest.param(path, marks=marks, id=f"{path.parent.name}/{path.name}")
+
+
+@pytest.mark.parametrize("path", [fast_dev_run_case(p) for p in CLASSIFIER_CONFIGS])
 def test_preset_runs_fast_dev_run(path, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # nothing may land in the working directory either
     main(

@@ -202,6 +202,7 @@ def test_wandb_offline_run_holds_metrics_config_and_grid(tmp_path, monkeypatch):
     assert secret not in (tmp_path / "run" / "config.yaml").read_text()
 
 
+@pytest.mark.slow  # the console script in its own process, with an offline W&B run
 def test_fit_output_is_quiet_when_not_a_terminal(tmp_path):
     """No W&B banner, no Lightning info lines (GPU available, tips, model summary), no progress bar, one warning each."""
     config = small_config(tmp_path, train_size=256, logger="wandb")

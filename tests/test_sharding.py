@@ -127,6 +127,7 @@ with ranks.lock(out):
 """
 
 
+@pytest.mark.slow  # two processes
 def test_two_processes_through_fabric_compute_each_item_once(tmp_path):
     script = tmp_path / "run.py"
     script.write_text(textwrap.dedent(SCRIPT))
