@@ -18,15 +18,16 @@ from nemo_train.quiet import LINE_INTERVAL_S, LINE_PERCENT_STEP, LineProgress
 
 
 class LineProgressBar(ProgressBar):
-    """Progress of training, validation, testing and prediction as lines on ``file`` (stdout by default, where
-    Lightning's bar goes), e.g. ``epoch 2: 40% 8/20 batch [00:03<00:05, 2.6 batch/s, loss=0.412]``.
+    """Progress of training, validation, testing and prediction as lines on ``file`` (stderr by default, as the
+    pipelines' progress: a run's results stay alone on stdout, and a caller capturing stdout still shows it),
+    e.g. ``epoch 2: 40% 8/20 batch [00:03<00:05, 2.6 batch/s, loss=0.412]``.
 
     The sanity check gets no lines. A validation inside a training epoch prints its own lines.
 
     Args:
         percent_step: a line each time this many percent of the stage's batches are done.
         interval: and at least one every this many seconds (a single long batch included).
-        file: where the lines go (default: stdout).
+        file: where the lines go (default: stderr).
     """
 
     def __init__(
@@ -56,7 +57,7 @@ class LineProgressBar(ProgressBar):
             total=int(total) if total not in (None, float("inf")) else None,
             desc=description,
             unit="batch",
-            file=self.file or sys.stdout,
+            file=self.file or sys.stderr,
             percent_step=self.percent_step,
             interval=self.interval,
         )
