@@ -71,8 +71,8 @@ def build_page(run_dir: str | Path, steps: Mapping[str, str | Path] | None = Non
         steps_report(folder, page, steps)
     else:
         SECTIONS.get(command or "", files_report)(folder, page)
-    state = folder.state
-    if state in UNFINISHED and not page.partial:
+    state = folder.state  # a run still going says so over a section's "stopped before ..."
+    if state == "running" or (state in UNFINISHED and not page.partial):
         page.partial = UNFINISHED[state]
     return page, folder
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -131,3 +133,22 @@ def test_nemo_eval_ends_with_its_page_and_its_wandb_tables_in_the_run_folder(
     assert summary["report"]["_type"] == "html-file"
     assert {p.name for p in tmp_path.iterdir()} == {"run"}  # nothing in the working folder or W&B's default one
     assert Path(os.environ["WANDB_DATA_DIR"]).is_relative_to(out)
+
+
+def test_a_run_still_going_in_another_process_is_marked_as_such(tmp_path):
+    run = tmp_path / "run"
+    finished_provenance(run, "lbee", None)
+    (run / "table.txt").write_text("so far\n")
+    holder = (  # another process holding the run's lock, as a running command does
+        "import fcntl, os, sys\n"
+        f"fd = os.open({str(run / RunLock.FILE_NAME)!r}, os.O_RDWR | os.O_CREAT)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\nsys.stdin.read()\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", holder], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        assert RunFolder(run).state == "running"
+        assert "the run is still going" in write_report(run).read_text()
+    finally:
+        proc.communicate("")
+    assert RunFolder(run).state == "stopped"
