@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -82,3 +83,17 @@ def test_only_files_of_the_report_folder_are_inlined(tmp_path):
     (tmp_path / "secret.png").write_bytes(b"not for the page")
     page = '<img src="../secret.png" alt="x">'
     assert inline_images(page, tmp_path / "report") == page
+
+
+def test_wandb_stages_under_the_run_folder_unless_the_user_chose_a_folder(tmp_path, monkeypatch):
+    from nemo_train.loggers import WandbLogger, stage_under
+
+    monkeypatch.delenv("WANDB_DATA_DIR", raising=False)
+    monkeypatch.delenv("WANDB_CACHE_DIR", raising=False)
+    WandbLogger(save_dir=str(tmp_path / "fit"), mode="offline")  # a Lightning run's logger (no run started yet)
+    assert os.environ["WANDB_DATA_DIR"] == str((tmp_path / "fit" / "wandb" / "data").resolve())
+    stage_under(tmp_path / "next")  # the next run of the process moves it along
+    assert os.environ["WANDB_CACHE_DIR"] == str((tmp_path / "next" / "wandb" / "cache").resolve())
+    monkeypatch.setenv("WANDB_DATA_DIR", "/srv/wandb-data")  # the user's own choice stays
+    stage_under(tmp_path / "third")
+    assert os.environ["WANDB_DATA_DIR"] == "/srv/wandb-data"
