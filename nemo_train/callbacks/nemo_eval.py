@@ -14,6 +14,7 @@ from lightning.pytorch.loggers import WandbLogger
 from nemo_train.console import print_table
 from nemo_train.explainer.distributed import lockstep
 from nemo_train.explainer.lockstep import explain_in_lockstep
+from nemo_train.metrics.bootstrap import mean_interval
 from nemo_train.metrics.nemo import CEI, LLMMatch, score_mean
 from nemo_train.models.targets import load_checkpoint_target
 from nemo_train.nemo.benchmark import FACT_SHEETS, ErrorSample, build_synthetic_benchmark
@@ -98,7 +99,8 @@ class NemoEvalCallback(L.Callback):
     """After each validation, the module explains fixed error sets; CEI and LLM Match are logged.
 
     Each explanation goes through the counterfactual test of ``scorer`` (derive, edit, classify) and the
-    judges of ``panel``. Logs ``nemo/cei``, ``nemo/llm_match`` and ``nemo/llm_match/<judge>`` (``rule_match``
+    judges of ``panel``. Logs ``nemo/cei`` (with its bootstrap 95 % interval over the errors, ``nemo/cei_ci_low`` /
+    ``nemo/cei_ci_high``), ``nemo/llm_match`` and ``nemo/llm_match/<judge>`` (``rule_match``
     instead of ``llm_match`` when no judge of the panel is a language model, as with the default grounded judge) for the first
     set, ``nemo/<name>/...`` for each further one (e.g. errors of a classifier whose bias the explainer never
     saw: the generalisation report); with a ``WandbLogger`` also a table (image, y, y_hat, explanation, edit,
@@ -183,6 +185,9 @@ class NemoEvalCallback(L.Callback):
         match = match_key(panel.names)  # rule_match when no judge of the panel is a language model
         result = {f"nemo/{prefix}cei": float(cei.compute()), f"nemo/{prefix}{match}": float(llm_match.compute())}
         result.update({f"nemo/{prefix}{match}/{k}": v for k, v in llm_match.per_judge().items()})
+        interval = mean_interval(cei.per_sample().tolist())  # over every rank's errors (gathered)
+        if interval is not None:  # the headline's bootstrap 95 % interval, logged beside it
+            result[f"nemo/{prefix}cei_ci_low"], result[f"nemo/{prefix}cei_ci_high"] = interval
         if grounding:  # mean share of true claims on this rank's errors
             result[f"nemo/{prefix}grounding"] = score_mean(grounding)
         return result, rows

@@ -96,6 +96,8 @@ def test_logs_hand_computed_cei_and_llm_match_and_skips_sanity_check():
     cei_colour = 100 * (p_true(1, 0) - p_true(0, 1))  # green -> red
     expected_cei = (cei_colour + 0.0) / 2  # rotation edit leaves the toy image unchanged
     assert callback.last_result["nemo/cei"] == pytest.approx(expected_cei)
+    low, high = callback.last_result["nemo/cei_ci_low"], callback.last_result["nemo/cei_ci_high"]
+    assert low <= expected_cei <= high and (low, high) != (expected_cei, expected_cei)  # two different errors
     # colour named once out of two; the keyword judge is no language model, so the metric says "rule_match"
     assert callback.last_result["nemo/rule_match"] == pytest.approx(0.5)
     assert not any("llm_match" in key for key in callback.last_result)
