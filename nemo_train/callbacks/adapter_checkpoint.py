@@ -15,7 +15,10 @@ class AdapterCheckpoint(L.Callback):
 
     The weights come whole, never as shards (:func:`nemo_train.explainer.distributed.gather_trainable_state`:
     a full state dict under FSDP, gathered partitions under DeepSpeed ZeRO-3, the live parameters
-    otherwise); every rank takes part in the gathering, only rank 0 writes.
+    otherwise); every rank takes part in the gathering, only rank 0 writes. Writing calls nothing collective:
+    the file's keys were read before the model was wrapped (:func:`nemo_train.explainer.distributed.adapter_keys`;
+    read at save time, peft's lookup of a ``modules_to_save`` copy was an FSDP collective on rank 0 alone, and
+    the run hung at its first checkpoint).
 
     Args:
         dirpath: the adapter folder.

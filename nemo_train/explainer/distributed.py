@@ -2,8 +2,9 @@
 ``_no_split_modules``, gathering the trainable weights, and generation under FSDP / DeepSpeed ZeRO-3.
 
 Lightning runs FSDP only on accelerators; the tests run torch FSDP on CPU (gloo) the way Lightning sets it up
-(tests/explainer/fsdp_run.py). DeepSpeed is not tested here; ``deepspeed`` is an optional dependency, imported
-only where its strategy is in use.
+(tests/explainer/fsdp_run.py), and Lightning's own FSDP ``fit`` on two CPU processes through a strategy subclass
+that only passes Lightning's accelerator check (tests/explainer/test_fsdp_ranks.py). DeepSpeed is not tested
+here; ``deepspeed`` is an optional dependency, imported only where its strategy is in use.
 """
 
 from __future__ import annotations
@@ -34,18 +35,52 @@ def trainable_names(module: torch.nn.Module, prefix: str = "") -> set[str]:
     return {prefix + clean_name(n) for n, p in module.named_parameters() if p.requires_grad}
 
 
-def adapter_state_dict(peft_model: torch.nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The adapter file's tensors (peft's keys, clean) from ``state``: the trainable weights of ``peft_model``
-    by clean name. Works when ``peft_model`` is wrapped (FSDP units, activation checkpointing), where
-    peft's own lookup would miss the weights of wrapped ``modules_to_save``."""
-    aliases = dict(state)
+#: Attribute of a peft model that holds its :func:`adapter_keys` (read once, before any wrapping).
+_ADAPTER_KEYS = "_nemo_adapter_keys"
+
+
+def adapter_keys(peft_model: torch.nn.Module) -> dict[str, str]:
+    """Where each weight of ``peft_model``'s adapter goes in the adapter file: ``{state_dict name: file key}``
+    (peft's own selection and renaming, ``get_peft_model_state_dict``), read once and kept on the model.
+
+    Read it before FSDP wraps the model (``ExplainerModule.configure_model`` does): peft finds the keys of a
+    ``modules_to_save`` copy by calling its ``state_dict()``, which under FSDP is a collective (the copy of the
+    vision tower holds FSDP units), so computing them on rank 0 alone, at save time, left the other ranks waiting
+    forever. From the kept map, writing the adapter calls nothing on the model.
+    """
+    known = peft_model.__dict__.get(_ADAPTER_KEYS)
+    if known is not None:
+        return known
+    if any(isinstance(m, FullyShardedDataParallel) for m in peft_model.modules()):
+        raise RuntimeError(
+            "the adapter's file keys must be read before FSDP wraps the model (adapter_keys in configure_model): "
+            "reading them from the wrapped model is a collective"
+        )
+    # one distinct stand-in per entry; peft only selects and renames them (the frozen embeddings it might add
+    # are never in a trainable state, so they are not asked for)
+    markers = {clean_name(name): torch.empty(0) for name in peft_model.state_dict(keep_vars=True)}
+    name_of = {id(marker): name for name, marker in markers.items()}
+    aliases = dict(markers)  # a wrapped module's entries under its wrapped name too, where peft looks for them
     wrapped = [(name, clean_name(name)) for name, _ in peft_model.named_modules() if clean_name(name) != name]
     for name, clean in wrapped:
-        for key, value in state.items():
+        for key, marker in markers.items():
             if key.startswith(clean + "."):
-                aliases[name + key[len(clean) :]] = value
-    adapter = get_peft_model_state_dict(peft_model, state_dict=aliases)
-    return {clean_name(k): v.detach().cpu().contiguous() for k, v in adapter.items()}
+                aliases[name + key[len(clean) :]] = marker
+    picked = get_peft_model_state_dict(peft_model, state_dict=aliases, save_embedding_layers=False)
+    keys = {name_of[id(marker)]: clean_name(key) for key, marker in picked.items()}
+    peft_model.__dict__[_ADAPTER_KEYS] = keys
+    return keys
+
+
+def adapter_state_dict(peft_model: torch.nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The adapter file's tensors (peft's keys, clean) from ``state``: the trainable weights of ``peft_model``
+    by clean name, e.g. gathered from FSDP shards. Calls nothing on the model (:func:`adapter_keys`), so rank 0
+    can write while the other ranks go on; a trainable weight the file would not hold is an error."""
+    keys = adapter_keys(peft_model)
+    unsaved = sorted(set(state) - set(keys))
+    if unsaved:
+        raise ValueError(f"{len(unsaved)} trained weights have no place in the adapter file, e.g. {unsaved[0]!r}")
+    return {keys[k]: v.detach().cpu().contiguous() for k, v in state.items()}
 
 
 def is_fsdp(trainer: L.Trainer | None) -> bool:

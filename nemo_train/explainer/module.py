@@ -17,7 +17,7 @@ from transformers import BitsAndBytesConfig
 from transformers.integrations import HfDeepSpeedConfig
 
 from nemo_train.errors import UserInputError
-from nemo_train.explainer.distributed import adapter_state_dict, clean_name, trainable_names, zero_stage
+from nemo_train.explainer.distributed import adapter_keys, adapter_state_dict, clean_name, trainable_names, zero_stage
 from nemo_train.explainer.quantization import (
     check_modules_to_save,
     keep_training_layout,
@@ -211,6 +211,7 @@ class ExplainerModule(L.LightningModule):
                     f"lora_targets={hp.lora_targets!r} matches no module of {hp.model_name_or_path!r}: {err}"
                 ) from None
         self.processor = load_processor(hp.adapter or hp.model_name_or_path)
+        adapter_keys(self.model)  # the adapter file's keys, read before FSDP wraps the model (then a collective)
 
     def trainable_parameter_names(self) -> list[str]:
         """Clean names (in this module's ``state_dict``, wrapper segments removed) of the trained parameters."""

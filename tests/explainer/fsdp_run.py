@@ -40,17 +40,25 @@ class _ParseOnly(NemoLightningCLI):
         pass
 
 
+def preset_config(*configs: Path) -> tuple[dict[str, Any], str, dict[str, Any]]:
+    """The ``trainer.strategy`` (``class_path`` / ``init_args``), ``trainer.precision`` and model arguments that
+    ``--config`` files give (later files win, as on the command line); nothing is built."""
+    args = [item for config in configs for item in ("--config", str(config))]
+    cli = _ParseOnly(args=[*args, "--trainer.logger=false"], run=False)
+    return cli.config.trainer.strategy.as_dict(), cli.config.trainer.precision, cli.config.model.init_args.as_dict()
+
+
+def build_strategy(config: dict[str, Any], base: type = FSDPStrategy) -> Any:
+    """The strategy object of a ``class_path`` / ``init_args`` dict, instantiated as LightningCLI does."""
+    parser = ArgumentParser()
+    parser.add_subclass_arguments(base, "strategy")
+    return parser.instantiate_classes(parser.parse_object({"strategy": config})).strategy
+
+
 def preset(family: str) -> tuple[FSDPStrategy, FSDPPrecision, dict[str, Any]]:
     """The FSDP strategy, precision plugin and model arguments of ``<family preset> + fsdp_qlora.yaml``."""
-    cli = _ParseOnly(
-        args=["--config", str(CONFIGS / PRESETS[family]), "--config", str(STRATEGY), "--trainer.logger=false"],
-        run=False,
-    )
-    parser = ArgumentParser()
-    parser.add_subclass_arguments(FSDPStrategy, "strategy")
-    parsed = parser.parse_object({"strategy": cli.config.trainer.strategy.as_dict()})
-    strategy = parser.instantiate_classes(parsed).strategy
-    return strategy, FSDPPrecision(cli.config.trainer.precision), cli.config.model.init_args.as_dict()
+    strategy, precision, init_args = preset_config(CONFIGS / PRESETS[family], STRATEGY)
+    return build_strategy(strategy), FSDPPrecision(precision), init_args
 
 
 def sharded_module(family: str, model_path: Path, **overrides: Any) -> tuple[ExplainerModule, Any, FSDPPrecision]:
