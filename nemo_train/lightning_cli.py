@@ -12,10 +12,12 @@ import warnings
 import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
 import yaml
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 
@@ -26,6 +28,7 @@ from nemo_train.provenance import provenance_record
 from nemo_train.quiet import interactive, is_verbose, set_output
 from nemo_train.runs import check_out_dir
 from nemo_train.secrets import scrub_secrets
+from nemo_train.sharding import default_rendezvous_timeout, keep_collective_timeout, rendezvous_line
 from nemo_train.store import RunLock, write_bytes_atomic, write_json_atomic
 
 #: Sub-folders of ``trainer.default_root_dir``.
@@ -122,6 +125,13 @@ class NemoLightningCLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser: Any) -> None:
         link_shared_arguments(parser)
+        parser.add_argument(
+            "--rendezvous_timeout",
+            type=float,
+            default=default_rendezvous_timeout(),
+            help="seconds the processes of a multi-device or multi-node run wait for each other at the start; "
+            "then one line naming what they waited for (the strategy's own timeout still bounds later collectives)",
+        )
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
@@ -140,8 +150,47 @@ class NemoLightningCLI(LightningCLI):
     def _run_subcommand(self, subcommand: str) -> None:
         """Run ``subcommand`` holding the writer lock of ``trainer.default_root_dir`` (checked first): a second
         run on the folder exits with one line instead of mixing its config.yaml with the first one's checkpoints."""
-        with default_root_dir_lock(self.trainer.default_root_dir):
+        seconds = self.config[subcommand].get("rendezvous_timeout") or default_rendezvous_timeout()
+        with default_root_dir_lock(self.trainer.default_root_dir), bounded_start(self.trainer, seconds):
             super()._run_subcommand(subcommand)
+
+
+class CollectiveTimeout(L.Callback):
+    """Gives the process group the strategy's own collective timeout back once it is up (the start was bounded
+    by the shorter rendezvous timeout), and notes that the processes met."""
+
+    def __init__(self, timeout: timedelta) -> None:
+        self.timeout = timeout
+        self.started = False
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self.started = True  # Lightning sets up callbacks after the strategy's process group
+        keep_collective_timeout(self.timeout)
+
+
+@contextmanager
+def bounded_start(trainer: L.Trainer, seconds: float) -> Iterator[None]:
+    """Run a Lightning stage whose processes wait at most ``seconds`` for each other at the start (the strategy's
+    process-group timeout while it starts: DDP, FSDP, DeepSpeed); a start that times out is one line
+    (:func:`nemo_train.sharding.rendezvous_line`). A one-process run is left as it is."""
+    strategy = trainer.strategy
+    timeout = getattr(strategy, "_timeout", None)  # the parallel strategies' process-group timeout
+    world_size = getattr(strategy, "num_nodes", 1) * getattr(strategy, "num_processes", 1)
+    if world_size < 2 or not isinstance(timeout, timedelta):
+        yield
+        return
+    started = CollectiveTimeout(timeout)
+    strategy._timeout = min(timeout, timedelta(seconds=seconds))
+    trainer.callbacks.append(started)
+    try:
+        yield
+    except torch.distributed.DistError as err:
+        if started.started:  # a collective of the running stage failed, not the start: its own error
+            raise
+        raise UserInputError(rendezvous_line(world_size, seconds)) from err
+    finally:
+        strategy._timeout = timeout
+        trainer.callbacks.remove(started)
 
 
 def check_strategy_packages(args: list[str]) -> None:

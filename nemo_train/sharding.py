@@ -26,11 +26,13 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import torch
+from torch.distributed.constants import default_pg_timeout
 
 from nemo_train.errors import UserInputError
 from nemo_train.store import ResultStore, RunLock
@@ -39,6 +41,21 @@ T = TypeVar("T")
 
 Accelerator = Literal["auto", "cpu", "cuda", "gpu", "mps"]
 Strategy = Literal["auto", "ddp", "ddp_spawn"]
+
+
+#: Seconds the processes of a run wait for each other to start (``fit --rendezvous_timeout``; for the evaluation
+#: commands the environment variable ``NEMO_TRAIN_RENDEZVOUS_TIMEOUT`` sets it).
+DEFAULT_RENDEZVOUS_TIMEOUT = 300.0
+RENDEZVOUS_TIMEOUT_VARIABLE = "NEMO_TRAIN_RENDEZVOUS_TIMEOUT"
+
+
+def default_rendezvous_timeout() -> float:
+    """``NEMO_TRAIN_RENDEZVOUS_TIMEOUT`` in seconds when set, else :data:`DEFAULT_RENDEZVOUS_TIMEOUT`."""
+    value = os.environ.get(RENDEZVOUS_TIMEOUT_VARIABLE, "")
+    try:
+        return float(value) if value.strip() else DEFAULT_RENDEZVOUS_TIMEOUT
+    except ValueError:
+        raise UserInputError(f"{RENDEZVOUS_TIMEOUT_VARIABLE}={value!r}; expected a number of seconds") from None
 
 
 @dataclass
@@ -50,18 +67,24 @@ class DeviceArgs:
         num_nodes: machines (set by the cluster under SLURM / torchrun).
         accelerator: ``cpu``, ``cuda`` / ``gpu``, ``mps`` or ``auto``.
         strategy: ``auto`` (``ddp`` when more than one process) or an explicit launcher.
+        rendezvous_timeout: seconds the processes wait for each other at the start (every process of every node
+            must reach the launcher's address by then); past it the run stops with one line naming what it
+            waited for. Collectives after the start keep torch's own timeout.
     """
 
     devices: int = 1
     num_nodes: int = 1
     accelerator: Accelerator = "auto"
     strategy: Strategy = "auto"
+    rendezvous_timeout: float = field(default_factory=default_rendezvous_timeout)
 
     def __post_init__(self) -> None:
         if self.devices < 1 or self.num_nodes < 1:
             raise UserInputError(
                 f"devices={self.devices}, num_nodes={self.num_nodes}; expected at least one device on one node"
             )
+        if not self.rendezvous_timeout > 0:
+            raise UserInputError(f"rendezvous_timeout={self.rendezvous_timeout}; expected a positive number of seconds")
 
     @property
     def distributed(self) -> bool:
@@ -83,6 +106,42 @@ def check_node_launcher(num_nodes: int) -> None:
         )
 
 
+#: The variables a launcher (torchrun, SLURM, Lightning, or a user by hand) sets that say where and who a process is.
+LAUNCHER_VARIABLES = tuple(
+    "MASTER_ADDR MASTER_PORT WORLD_SIZE RANK NODE_RANK LOCAL_RANK SLURM_NTASKS SLURM_PROCID".split()
+)
+
+
+def rendezvous_line(world_size: int, seconds: float, option: str = "--rendezvous_timeout") -> str:
+    """One line for a start whose processes did not all meet: the world size, the address they met at and the
+    launcher variables this process saw."""
+    address = f"{os.environ.get('MASTER_ADDR', '<MASTER_ADDR unset>')}:{os.environ.get('MASTER_PORT', '<unset>')}"
+    seen = " ".join(f"{name}={os.environ[name]}" for name in LAUNCHER_VARIABLES if name in os.environ) or "none"
+    return (
+        f"the run's processes did not all start within {seconds:g} s: waited for {world_size} processes at {address} "
+        f"(launcher variables: {seen}); start every node's processes with the same MASTER_ADDR and MASTER_PORT "
+        f"(torchrun, SLURM), or allow longer with {option}"
+    )
+
+
+@contextmanager
+def bounded_rendezvous(world_size: int, seconds: float, option: str = "--rendezvous_timeout") -> Iterator[None]:
+    """Turn torch's rendezvous failure inside the block (the store's timeout: the first process waits for the
+    others, a later one for the first) into the one line of :func:`rendezvous_line`."""
+    try:
+        yield
+    except torch.distributed.DistError as err:
+        raise UserInputError(rendezvous_line(world_size, seconds, option)) from err
+
+
+def keep_collective_timeout(timeout: timedelta = default_pg_timeout) -> None:
+    """Give the process group's collectives ``timeout`` again after a start bounded by a shorter one (a rank that
+    finishes its share first may wait long at the next barrier). Left as it is where torch lacks the setter."""
+    setter = getattr(torch.distributed.distributed_c10d, "_set_pg_timeout", None)
+    if setter is not None and torch.distributed.is_initialized():
+        setter(timeout)
+
+
 class Ranks:
     """The processes of one run, started by Lightning Fabric (a one-process run starts nothing).
 
@@ -95,19 +154,25 @@ class Ranks:
         self.fabric = None
         if self.args.distributed:
             from lightning.fabric import Fabric
+            from lightning.fabric.strategies import DDPStrategy
 
             check_node_launcher(self.args.num_nodes)
 
             for name in ("lightning.fabric", "lightning.pytorch"):  # quiet: no "Initializing distributed" lines
                 logging.getLogger(name).setLevel(logging.WARNING)
-            strategy = "ddp" if self.args.strategy == "auto" else self.args.strategy
+            seconds = self.args.rendezvous_timeout
+            start = "spawn" if self.args.strategy == "ddp_spawn" else "popen"
             self.fabric = Fabric(
                 accelerator=self.args.accelerator,
                 devices=self.args.devices,
                 num_nodes=self.args.num_nodes,
-                strategy=strategy,
+                strategy=DDPStrategy(timeout=timedelta(seconds=seconds), start_method=start),
             )
-            self.fabric.launch()
+            with bounded_rendezvous(
+                self.args.devices * self.args.num_nodes, seconds, f"{RENDEZVOUS_TIMEOUT_VARIABLE}=<seconds>"
+            ):
+                self.fabric.launch()
+            keep_collective_timeout()
 
     @property
     def rank(self) -> int:
