@@ -62,14 +62,15 @@ def disk_error(err: BaseException, path: str | Path | None = None) -> UserInputE
     ``err`` is an ``OSError`` (full disk, quota, read-only folder, ...), a ``sqlite3.OperationalError`` of a full or
     read-only database, or an error of a library that writes by itself and names the OS error in its message
     (safetensors' ``SafetensorError``: ``IoError(Os { code: 28, ...``). The folder is ``path``'s, else the
-    error's file's, else the folder of the run this process opened last (:attr:`RunLock.last_folder`, also after
+    error's file's (the destination of a copy or move), else the folder of the run this process opened last (:attr:`RunLock.last_folder`, also after
     the run let its lock go on the way out): a library's own write (matplotlib, W&B) raises a full disk without
     naming its file.
     """
     reason = _refused(err)
     if reason is None:
         return None
-    target = path if path is not None else getattr(err, "filename", None)
+    # a copy or a move names the destination second (shutil's copy on a full disk: the source, then the target)
+    target = path if path is not None else getattr(err, "filename2", None) or getattr(err, "filename", None)
     if target:
         where = f" in {str(Path(target).parent)!r} (writing {Path(target).name})"
     elif RunLock.last_folder is not None:

@@ -113,6 +113,23 @@ def test_safetensors_and_sqlite_spellings_of_a_full_disk_are_disk_errors(tmp_pat
     assert disk_error(RuntimeError("process exited with code: 1"), tmp_path / "x") is None
 
 
+def test_a_copy_onto_a_full_disk_names_the_destination_folder(tmp_path):
+    """shutil's copy on a full disk raises ENOSPC naming the source first and the destination second (W&B copies
+    its media from a temporary folder into the run's folder): the line named the temporary folder."""
+    from nemo_train.store import disk_error
+
+    source, target = tmp_path / "tmp" / "table.json", tmp_path / "run" / "wandb" / "table.json"
+    source.parent.mkdir()
+    source.write_text("{}")
+    target.parent.mkdir(parents=True)
+    with pytest.MonkeyPatch.context() as patch:
+        fill_disk(patch, target.parent)
+        patch.setattr(os, "sendfile", lambda *args: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space")))
+        with pytest.raises(OSError) as caught:
+            shutil.copyfile(source, target)
+    assert str(disk_error(caught.value)).startswith(f"cannot write in '{target.parent}' (writing table.json)")
+
+
 def test_the_reply_cache_on_a_full_disk_is_one_line_and_keeps_the_replies_it_has(tmp_path):
     from nemo_train.backends.cache import ResponseCache
 
