@@ -69,7 +69,7 @@ def test_distill_eval_careless_input_is_one_line_before_any_work(tmp_path, capsy
     targets = json.dumps([str(tmp_path / "model.ckpt")])
     if fault == "targets_empty":
         adapter_folder(student)
-        targets, expected = "[]", "targets is empty; give at least one classifier checkpoint"
+        targets, expected = "[]", "targets=[] names nothing; name at least one"  # the run floor's empty-list check
     elif fault == "student_not_an_adapter":
         student.mkdir()
         (student / "notes.txt").write_text("not weights")
