@@ -18,6 +18,7 @@ draws LLM Match and CEI against edits per error: the student rows with a budget 
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -115,7 +116,7 @@ def plot_budget(points: dict[str, list], path: str | Path, title: str) -> Path |
         axis.set_ylabel(label)
         axis.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
-    fig.suptitle(title, fontsize=9)
+    fig.suptitle(textwrap.fill(title, 110), fontsize=9)
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
