@@ -7,9 +7,11 @@ per error a row setting, so that a reader can see what each test buys:
 * ``edits: 0`` is the student's one greedy answer (no test; its edit is applied only to *score* it);
 * ``edits: e`` asks the greedy answer and ``samples`` sampled ones, keeps the *distinct* hypotheses (two answers
   whose edits change the same factor are one hypothesis; greedy first, then in sampled order), tests the first
-  ``e`` of them and answers the one whose edit raised ``P(true class)`` most. When no tested edit reaches
-  ``accept_cei`` and an untested distinct hypothesis is left, the next one is answered instead (a refuted
-  hypothesis is a worse answer than one not yet refuted).
+  ``e`` of them and answers the confirmed one whose edit raised ``P(true class)`` most. A test confirms its
+  hypothesis when its CEI reaches ``accept_cei`` (``accept: cei``) or when the edited image is read as the true
+  class (``accept: true_class``, the benchmark's definition of a cause). When no test confirms and an untested
+  distinct hypothesis is left, the next one is answered instead (a refuted hypothesis is a worse answer than one
+  not yet refuted); else the best tested one.
 
 Each record keeps the CEI of every tested edit (``candidate_cei``), so the row's mean edits per error is what it
 spent (fewer than ``e`` where the student proposed fewer distinct hypotheses). The exhaustive teacher's count is
@@ -19,8 +21,9 @@ its candidate edits (:class:`~nemo_train.nemo.distill.rows.ExhaustiveSearchExpla
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
+import torch
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 
 from nemo_train.backends.base import ChatBackend
@@ -30,6 +33,9 @@ from nemo_train.nemo.distill.rows import DistillContext, DistillMethod, Evidence
 from nemo_train.nemo.interventions import CounterfactualScorer, Trial
 from nemo_train.nemo.methods.base import Explanation, Method, ask_causes_batch
 from nemo_train.nemo.structured import DISTILL_PROMPT
+
+#: What confirms a tested hypothesis (see :class:`StudentEdits`).
+Acceptance = Literal["cei", "true_class"]
 
 
 class ErrorQuestions:
@@ -79,8 +85,13 @@ class BudgetExplainer:
         accept_cei: float,
         name: str,
         seed: int = 0,
+        accept: Acceptance = "cei",
+        target=None,
     ) -> None:
+        if accept == "true_class" and target is None:
+            raise ValueError("accept='true_class' needs the classifier (target)")
         self.backend, self.questions, self.scorer, self.name = backend, questions, scorer, name
+        self.accept, self.target = accept, target
         self.edits, self.samples, self.temperature, self.accept_cei, self.seed = (
             edits, samples, temperature, accept_cei, seed,
         )  # fmt: skip
@@ -105,10 +116,23 @@ class BudgetExplainer:
         trials: list[Trial] = self.scorer.score(sample, tested, names) if tested else []
         if not trials:
             return Explanation(answers[0] if answers else "", hypotheses)
-        best = max(trials, key=lambda t: t.cei)  # ties: the earlier hypothesis
-        if best.cei < self.accept_cei and len(hypotheses) > len(tested):
+        accepted = self._accepted(sample, trials)
+        best = max(accepted or trials, key=lambda t: t.cei)  # ties: the earlier hypothesis
+        if not accepted and len(hypotheses) > len(tested):
             return Explanation(hypotheses[len(tested)], hypotheses, trials)  # scored like any untested answer
         return Explanation(best.hypothesis, hypotheses, trials, best)
+
+    def _accepted(self, sample: ErrorSample, trials: list[Trial]) -> list[Trial]:
+        """The tests that confirm their hypothesis: CEI at least ``accept_cei``, or (``true_class``) the edited image
+        read as the true class, as the benchmark establishes a cause."""
+        if self.accept == "cei":
+            return [t for t in trials if t.cei >= self.accept_cei]
+        edited = [t for t in trials if t.edited_image is not None]
+        if not edited:
+            return []
+        with torch.no_grad():
+            read = self.target.predict(torch.stack([t.edited_image for t in edited]).to(sample.image.device)).tolist()
+        return [t for t, p in zip(edited, read) if int(p) == sample.label]
 
 
 class StudentEdits(DistillMethod):
@@ -120,7 +144,10 @@ class StudentEdits(DistillMethod):
             that share one unusual trait of it each) or ``error`` (the error image alone).
         samples: sampled answers per error besides the greedy one, from which the distinct hypotheses come.
         temperature: their sampling temperature.
-        accept_cei: a tested edit below this CEI (percentage points) counts as refuted (see the module docstring).
+        accept_cei: with ``accept: cei``, a tested edit below this CEI (percentage points) counts as refuted.
+        accept: what confirms a tested hypothesis: ``cei`` (its CEI reaches ``accept_cei``) or ``true_class`` (the
+            edited image is read as the true class: how the benchmark establishes a cause; a weak classifier's true
+            cause can earn little CEI).
     """
 
     def __init__(
@@ -130,15 +157,19 @@ class StudentEdits(DistillMethod):
         samples: PositiveInt = 8,
         temperature: float = 1.0,
         accept_cei: float = 20.0,
+        accept: Acceptance = "cei",
     ) -> None:
         self.edits, self.view, self.samples, self.temperature, self.accept_cei = (
             edits, view, samples, temperature, accept_cei,
         )  # fmt: skip
+        self.accept = accept
 
     @property
     def name(self) -> str:
         """The row's name in the tables: ``Student (2 edits, evidence)``."""
-        suffix = ", evidence" if self.view == "evidence" else ""
+        suffix = (", evidence" if self.view == "evidence" else "") + (
+            ", true-class test" if self.accept != "cei" else ""
+        )
         return f"Student ({self.edits} edit{'' if self.edits == 1 else 's'}{suffix})"
 
     def build(self, ctx: DistillContext) -> tuple[Method, CounterfactualScorer]:
@@ -148,7 +179,7 @@ class StudentEdits(DistillMethod):
             questions = ErrorQuestions(ctx.benchmark)
         method = BudgetExplainer(
             ctx.student, questions, ctx.structured, self.edits, self.samples, self.temperature, self.accept_cei,
-            self.name, seed=ctx.seed,
+            self.name, seed=ctx.seed, accept=self.accept, target=ctx.target,
         )  # fmt: skip
         return method, ctx.structured
 
@@ -156,4 +187,4 @@ class StudentEdits(DistillMethod):
         found: dict[str, Any] = {"class": type(self).__name__, "edits": self.edits, "view": self.view}
         if self.edits:
             found.update(samples=self.samples, temperature=self.temperature, accept_cei=self.accept_cei)
-        return found
+        return found | ({"accept": self.accept} if self.accept != "cei" else {})

@@ -76,7 +76,24 @@ class _Scorer:
 
     def score(self, sample, texts, names):
         self.tested.append(list(texts))
-        return [Trial(t, {"attribute": t.split()[0]}, 0.0, self.cei[t.split()[0]] / 100) for t in texts]
+        # the edited image: ones where the edit makes the classifier read the true class (style), else zeros
+        return [
+            Trial(
+                t,
+                {"attribute": t.split()[0]},
+                0.0,
+                self.cei[t.split()[0]] / 100,
+                torch.full((3, 4, 4), float(t.startswith("style"))),
+            )
+            for t in texts
+        ]
+
+
+class _Reader(torch.nn.Module):
+    """Reads an image of ones as the true class (3) and any other as 0."""
+
+    def predict(self, images):
+        return torch.where(images.flatten(1).mean(1) > 0.5, 3, 0)
 
 
 class _Questions:
@@ -106,9 +123,25 @@ def test_the_student_spends_its_edits_on_distinct_hypotheses(edits, answer, test
         assert found.candidates == ["color a", "style b", "angle d", "scale e"]
 
 
+@pytest.mark.parametrize(("edits", "answer"), [(1, "style b"), (2, "style b"), (4, "style b")])
+def test_a_true_class_test_confirms_the_edit_that_makes_the_classifier_right(edits, answer):
+    # angle earns more CEI (90) but only the style edit makes the classifier read the true class: the cause
+    backend = _Backend("color a", ["style b", "angle d", "scale e"])
+    scorer = _Scorer({"color": 5.0, "style": 60.0, "angle": 90.0, "scale": 10.0})
+    explainer = BudgetExplainer(backend, _Questions(), scorer, edits, 3, 1.0, 20.0, "s", accept="true_class",
+                                target=_Reader())  # fmt: skip
+    sample = ErrorSample("e", torch.zeros(3, 4, 4), 3, 8, {})
+    (found,) = explainer.explain_batch([sample], SimpleNamespace(class_names=list("0123456789")))
+    assert found.text == answer and len(found.trials) == min(edits, 4)
+    with pytest.raises(ValueError, match="target"):
+        BudgetExplainer(backend, _Questions(), scorer, 1, 3, 1.0, 20.0, "s", accept="true_class")
+
+
 def test_budget_rows_are_named_and_keyed_by_their_budget():
     row = StudentEdits(edits=2)
     assert row.name == "Student (2 edits, evidence)" and StudentEdits(edits=1, view="error").name == "Student (1 edit)"
     assert row.settings() == {"class": "StudentEdits", "edits": 2, "view": "evidence", "samples": 8,
                               "temperature": 1.0, "accept_cei": 20.0}  # fmt: skip
     assert json.dumps(StudentEdits().settings()) == '{"class": "StudentEdits", "edits": 0, "view": "evidence"}'
+    flip = StudentEdits(edits=2, accept="true_class")
+    assert flip.name == "Student (2 edits, evidence, true-class test)" and flip.settings()["accept"] == "true_class"
