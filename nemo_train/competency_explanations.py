@@ -92,7 +92,7 @@ class FineTuneArgs:
         system_prompt: context turn of every question (default: the CMNIST classifier and its estimator).
     """
 
-    steps: int = 120
+    steps: int = 400
     batch_size: int = 16
     max_length: int = 256
     max_new_tokens: int = 24
