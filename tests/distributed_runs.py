@@ -52,3 +52,12 @@ def run_to_end(command: list[str], env: dict, cwd: Path) -> subprocess.Completed
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=cwd)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
+
+
+def printed_table(stdout: str, title: str, *timing: str) -> str:
+    """What a command printed from the line holding ``title`` on, without the lines holding a ``timing`` text and
+    the line naming the run's report page (its path differs from run folder to run folder)."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if title in line)
+    drop = (*timing, "report: ")
+    return "\n".join(line for line in lines[start:] if not any(text in line for text in drop))

@@ -29,7 +29,8 @@ def generated(request):
 
 
 def test_every_generator_has_a_sheet_named_as_its_dataset():
-    assert sorted(SHEETS) == sorted(DATAMODULES)
+    # and the six causes of low competency, which corrupt another generator's images (no datamodule of their own)
+    assert sorted(SHEETS) == sorted([*DATAMODULES, "six_causes"])
     assert all(fact_sheet(name).name == name for name in SHEETS)
     with pytest.raises(UserInputError, match="no fact sheet for dataset 'mnist'"):
         fact_sheet("mnist")

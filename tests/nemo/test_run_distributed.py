@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from distributed_runs import kill_mid_run, run_to_end
+from distributed_runs import kill_mid_run, printed_table, run_to_end
 
 from nemo_train.sharding import shard_paths
 
@@ -49,9 +49,7 @@ def rows(out_dir: Path) -> dict[str, tuple]:
 
 def table(stdout: str) -> str:
     """The printed table (the lines from the table's title up to the counts line, which holds a timing)."""
-    lines = stdout.splitlines()
-    start = next(i for i, line in enumerate(lines) if "NEMO evaluation on" in line)
-    return "\n".join(line for line in lines[start:] if "samples computed" not in line)
+    return printed_table(stdout, "NEMO evaluation on", "samples computed")
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from distributed_runs import kill_mid_run, run_to_end
+from distributed_runs import kill_mid_run, printed_table, run_to_end
 
 from nemo_train.sharding import shard_paths
 
@@ -50,9 +50,7 @@ def pairs(out_dir: Path) -> dict[str, list[dict]]:
 
 
 def table(stdout: str) -> str:
-    lines = stdout.splitlines()
-    start = next(i for i, line in enumerate(lines) if "Distillation teacher" in line)
-    return "\n".join(line for line in lines[start:] if "errors labelled in" not in line)
+    return printed_table(stdout, "Distillation teacher", "errors labelled in")
 
 
 @pytest.fixture(scope="module")
