@@ -273,6 +273,14 @@ def templates(record: Record, sheet: Sheet) -> list[Item]:
                 (c, o1), "mllm_paragraph",
             ),
         ]  # fmt: skip
+    if (
+        c != "angle" and _v(record, c) != edit[c]
+    ):  # a contrast with the references the classifier gets right (the change-based baseline's words)
+        v = _v(record, c)
+        items += [
+            Item(f"Compared with a correctly classified {t}, its {n[c]} is {v} where the reference is {edit[c]}.", (c,), "reference_contrast"),
+            Item(f"Compared with a correctly classified {t}, its {n[c]} is {edit[c]} where the reference is {v}.", (c,), "reference_contrast", false=True),
+        ]  # fmt: skip
     items += PARAPHRASES[record.benchmark](record, sheet)
     return items
 

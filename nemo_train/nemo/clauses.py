@@ -21,7 +21,7 @@ COMMON_WORDS = frozenset(
 #: Words after which, to the end of the clause, nothing is a claim about the image.
 HEDGES = frozenset(
     "if unless were would could should might may instead rather than otherwise training trained train usually "
-    "typically normally expected correctly correct not no never nor without unlike".split()
+    "typically normally expected correctly correct not no never nor without unlike reference references".split()
 )
 #: How many tokens apart a common-word value and its factor's word may be.
 WINDOW = 3

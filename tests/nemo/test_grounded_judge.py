@@ -119,6 +119,7 @@ def test_grounded_scores(text, cause, expected):
         ("In plain words, the green colour made the classifier read this 0 as an 8.", 3),
         ("The green hue left the classifier reading this 0 as an 8.", 3),
         ("The green colour gives it an 8-like loop, so the 8s won; it has a 6 too.", 1),
+        ("Compared with a correctly classified 0, its colour is green where the reference is red.", 1),
     ],
 )
 def test_paraphrases_that_blame_the_colour_truthfully(text, claims):

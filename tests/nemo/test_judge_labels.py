@@ -15,7 +15,7 @@ from nemo_train.nemo.judges import GroundedJudge, JudgeItem
 
 GROUPS = {"sheet_words", "paraphrase", "synonym", "mllm_paragraph", "hedge", "negation", "several_causes",
           "false_claim", "contradiction", "everything", "class_free", "no_factor", "wrong_factor", "clockwise",
-          "tolerance"}  # fmt: skip
+          "tolerance", "reference_contrast"}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
