@@ -1,4 +1,5 @@
-"""Progress bars: drawn only when stdout and stderr are terminals, and never one inside another."""
+"""Progress bars: a redrawn bar only when stdout and stderr are terminals (whole lines elsewhere), and never one
+inside another."""
 
 import io
 import sys
@@ -6,7 +7,7 @@ import sys
 import pytest
 
 from nemo_train import quiet
-from nemo_train.quiet import interactive, open_bars, progress_bar
+from nemo_train.quiet import LineProgress, interactive, open_bars, progress_bar
 
 
 class _Terminal(io.StringIO):
@@ -39,13 +40,16 @@ def test_bars_are_drawn_on_a_terminal(terminal):
 
 
 @pytest.mark.parametrize("stream", ["stdout", "stderr"])
-def test_no_bar_when_an_output_is_not_a_terminal(terminal, monkeypatch, stream):
+def test_off_a_terminal_a_bar_is_whole_lines(terminal, monkeypatch, stream):
     terminal()
     monkeypatch.setattr(sys, stream, io.StringIO())  # redirected to a file or a pipe
     assert not interactive()
-    bar = progress_bar(total=3)
-    assert bar.disable and open_bars() == 0
-    bar.close()
+    log = io.StringIO()
+    with progress_bar(total=3, desc="items", file=log) as bar:
+        assert isinstance(bar, LineProgress) and not bar.disable
+        bar.update(3)
+    assert open_bars() == 0
+    assert "\r" not in log.getvalue() and "items: 100%" in log.getvalue()
 
 
 def test_verbose_mode_draws_bars_off_a_terminal(terminal, monkeypatch):
