@@ -9,7 +9,6 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
 from cli_errors import one_line_error
 from explain_runs import explain_argv
 
@@ -62,17 +61,6 @@ def test_a_full_disk_during_an_atomic_write_keeps_the_previous_file(tmp_path, mo
     monkeypatch.undo()
     assert json.loads(target.read_text()) == {"table": 1}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]  # no scratch file left
-
-
-@pytest.fixture(scope="module")
-def adapter(tmp_path_factory):
-    from nemo_train.explainer import ExplainerModule
-
-    os.environ.setdefault("NEMO_TRAIN_CACHE", str(tmp_path_factory.mktemp("cache")))
-    torch.set_num_threads(1)
-    module = ExplainerModule(lora_r=2)
-    module.configure_model()
-    return module.save_adapter(tmp_path_factory.mktemp("adapter"))
 
 
 def test_explain_on_a_full_disk_is_one_line_and_the_rerun_completes(tmp_path, monkeypatch, capsys, adapter):

@@ -187,17 +187,6 @@ def test_a_library_write_that_names_no_file_is_named_by_the_run_folder(tmp_path)
 # ------------------------------------------------------------------------------------ damaged or wrong inputs
 
 
-@pytest.fixture(scope="module")
-def adapter(tmp_path_factory):
-    from nemo_train.explainer import ExplainerModule
-
-    os.environ.setdefault("NEMO_TRAIN_CACHE", str(tmp_path_factory.mktemp("cache")))
-    torch.set_num_threads(1)
-    module = ExplainerModule(lora_r=2)
-    module.configure_model()
-    return module.save_adapter(tmp_path_factory.mktemp("adapter"))
-
-
 def test_export_of_a_truncated_adapter_is_one_line(adapter, tmp_path, capsys):
     damaged = tmp_path / "adapter"
     shutil.copytree(adapter, damaged)
