@@ -5,7 +5,7 @@ style, a rotation, a background texture, a size and a position (:data:`FACTS`). 
 each factor, which digits are only ever seen with the factor's typical value in training (white, solid,
 upright, plain, normal-sized); every other digit takes every value of that factor. The test split is the
 *shift* distribution (a miniature ImageNet-R / ObjectNet): every image has one factor (``test_shift: single``)
-or two to three factors at once (``multi``) moved away from their typical values, so a classifier trained on the
+or two to three (``multi``), exactly three (``multi3``) or exactly four (``multi4``) factors at once moved away from their typical values, so a classifier trained on the
 gaps errs for several different reasons, and :func:`label_causes` names the reason of each error exactly, by
 re-rendering with one factor restored. With several factors off, *which* of them causes an error depends on the
 classifier's gaps, not on the image alone: naming the image's unusual factor is no longer enough to explain it.
@@ -42,10 +42,11 @@ __all__ = [
 MAX_TRAIN_SIZE, MAX_TEST_SIZE = 200_000, 100_000
 #: Images rendered per call while building a split.
 RENDER_CHUNK = 4096
-#: How many factors each shift image has off their typical value: exactly one, or two to three at once.
-TestShift = Literal["single", "multi"]
+#: How many factors each shift image has off their typical value: exactly one (``single``), two to three at once
+#: (``multi``), or exactly three (``multi3``) or four (``multi4``) of the five.
+TestShift = Literal["single", "multi", "multi3", "multi4"]
 #: The (fewest, most) factors off their typical value of each :data:`TestShift`.
-SHIFTED_FACTORS: dict[str, tuple[int, int]] = {"single": (1, 1), "multi": (2, 3)}
+SHIFTED_FACTORS: dict[str, tuple[int, int]] = {"single": (1, 1), "multi": (2, 3), "multi3": (3, 3), "multi4": (4, 4)}
 
 
 def _rotate(gaps: Mapping[str, Sequence[int]], by: int) -> dict[str, tuple[int, ...]]:
@@ -130,7 +131,9 @@ class ShiftsDataModule(SplitDataModule):
         test_size: generated test (shift) images, 10 to 100,000.
         test_shift: ``single``: each shift image has one factor off its typical value (its one unusual factor is
             the cause of any error it has); ``multi``: two or three factors at once (drawn uniformly), so the
-            cause of an error depends on the classifier's gaps. Also the mining split of the shifts benchmark.
+            cause of an error depends on the classifier's gaps; ``multi3`` / ``multi4``: exactly three / four at
+            once, so that naming one of the image's unusual factors without the classifier is right about one
+            time in three / four. Also the mining split of the shifts benchmark.
         typical_share: the chance that a training image shows every factor typical; otherwise one factor the
             digit has no gap in (drawn uniformly) takes a uniformly drawn atypical value, as in the test split.
         batch_size, num_workers: DataLoader settings.
@@ -206,8 +209,9 @@ class ShiftsDataModule(SplitDataModule):
         return self._dataset(attrs, torch.zeros(size, dtype=torch.long))
 
     def shifted_split(self, pool: str, size: int, seed: int, shift: TestShift | None = None) -> AttributeImageDataset:
-        """The shift distribution from exemplar pool ``pool``: each image has one (``shift="single"``) or two to
-        three (``"multi"``; default: the module's ``test_shift``) uniformly chosen factors of :data:`CAUSE_FACTORS`
+        """The shift distribution from exemplar pool ``pool``: each image has one (``shift="single"``), two to
+        three (``"multi"``), three (``"multi3"``) or four (``"multi4"``) (default: the module's ``test_shift``)
+        uniformly chosen factors of :data:`CAUSE_FACTORS`
         at uniformly drawn atypical values, every other one typical, and a uniform position. Group 1
         (conflicting) when a shifted factor is a gap of the image's digit."""
         check_range("size", size, 1, MAX_TEST_SIZE, "images")

@@ -81,7 +81,9 @@ def main() -> None:
     parser.add_argument("--zoo_seed", type=int, default=0, help="seed of the gap assignments")
     parser.add_argument("--train_size", type=int, default=2000, help="training images per member")
     parser.add_argument("--test_size", type=int, default=1000, help="shift test images per member")
-    parser.add_argument("--test_shift", default="multi", choices=["single", "multi"], help="factors off per image")
+    parser.add_argument(
+        "--test_shift", default="multi", choices=["single", "multi", "multi3", "multi4"], help="factors off per image"
+    )
     parser.add_argument("--batch_size", type=int, default=64, help="images per member in a step")
     parser.add_argument("--max_epochs", type=int, default=1, help="passes over the training images")
     parser.add_argument("--lr", type=float, default=0.003, help="learning rate")

@@ -40,7 +40,7 @@ def main() -> None:
     parser.add_argument(
         "--test_shift",
         default=None,
-        choices=["single", "multi"],
+        choices=["single", "multi", "multi3", "multi4"],
         help="factors off per image (default: the checkpoint's)",
     )
     parser.add_argument("--seed", type=int, default=None, help="data seed (default: the checkpoint's)")

@@ -25,7 +25,7 @@ import torch
 import yaml
 
 from datamodules.shifts import ShiftsDataModule, TestShift
-from datamodules.shifts_zoo import ShiftsZooDataModule, ZooMember, draw_zoo
+from datamodules.shifts_zoo import GapDraw, ShiftsZooDataModule, ZooMember, draw_zoo
 from nemo_train.console import print_table
 from nemo_train.models.classifier import ClassifierModule
 from nemo_train.models.trainer import quiet_lightning, quiet_trainer
@@ -113,6 +113,7 @@ def zoo(
     train_members: int = 8,
     heldout_members: int = 8,
     prefix: str = "shifts_zoo",
+    gap_draw: GapDraw = "gaps_a",
     execution: Execution = "loop",
     max_epochs: int = 1,
     backbone: str = "bias_cnn",
@@ -138,6 +139,10 @@ def zoo(
         train_members, heldout_members: classifiers in the training zoo and in the held-out zoo (whose
             assignments never occur in the training zoo).
         prefix: member names are ``<prefix>_train_00``, ..., ``<prefix>_heldout_00``, ...
+        gap_draw: how the gap assignments are drawn (:data:`datamodules.shifts_zoo.GapDraw`): ``gaps_a`` (the
+            default: ``gaps_a``'s gap digits per factor, each member drawn independently) or ``balanced`` (every
+            factor a gap of 4 digits, every digit of 2 factors, in blocks whose members rotate each digit's gap
+            factors, so that a digit's gap factor does not carry over from one member to another).
         execution: ``loop`` (members one after another inside each step: fastest on a few CPU cores) or
             ``vmap`` (one batched call per layer: for a GPU).
         max_epochs: passes over each member's training images.
@@ -146,7 +151,7 @@ def zoo(
             ``ShiftsDataModule`` settings (only the gaps differ between members).
     """
     started = time.perf_counter()
-    members = draw_zoo(seed, train_members, heldout_members, prefix=prefix)
+    members = draw_zoo(seed, train_members, heldout_members, prefix=prefix, gap_draw=gap_draw)
     datamodule = ShiftsZooDataModule(
         [m.gaps.gaps for m in members],
         data_dir=data_dir,
@@ -190,6 +195,7 @@ def zoo(
         rows.append((member.name, member.split, shown, stacked.best_acc[k], test_acc))
     summary = {
         "seed": seed,
+        "gap_draw": gap_draw,
         "execution": execution,
         "test_shift": test_shift,
         "seconds": time.perf_counter() - started,
