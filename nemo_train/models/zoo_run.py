@@ -151,6 +151,7 @@ def zoo(
             ``ShiftsDataModule`` settings (only the gaps differ between members).
     """
     started = time.perf_counter()
+    seed = int(seed)  # the command line's Seed is an int subclass, which the members' config.yaml cannot hold
     members = draw_zoo(seed, train_members, heldout_members, prefix=prefix, gap_draw=gap_draw)
     datamodule = ShiftsZooDataModule(
         [m.gaps.gaps for m in members],

@@ -88,3 +88,27 @@ def test_several_when_two_single_restorations_each_fix_it_and_none_when_neither_
         for c, b in zip(off[:, color].tolist(), off[:, background].tolist())
     ]
     assert causes == expected and {"none", "color", "background"} <= set(causes)
+
+
+@pytest.mark.parametrize("shift, count", [("multi3", 3), ("multi4", 4)])
+def test_exactly_three_or_four_factors_off_and_causes_still_established_by_one_restoration(shift, count):
+    dm = ShiftsDataModule(train_size=100, test_size=200, seed=6, test_shift=shift)
+    dm.setup("fit")
+    off = off_typical(dm.test_set.attrs)
+    assert (off.sum(1) == count).all() and off.any(0).all()
+    assert (off_typical(dm.shifted_split("train", 100, seed=11).attrs).sum(1) == count).all()  # the mining split
+    # a classifier failing when style is off: every error is a style error although 2-3 other factors are off
+    attrs, causes = causes_with(dm, lambda a: a["style"] != TYPICAL["style"])
+    assert len(causes) > 20 and causes == ["style"] * len(causes)
+    assert off_typical(attrs).sum(1).min() == count
+    # failing when colour and size are both off: restoring either fixes it (several); failing when either is
+    # off: with both off one restoration leaves the other (none), with one off that one is the cause
+    _, causes = causes_with(dm, lambda a: a["color"] != TYPICAL["color"] and a["scale"] != TYPICAL["scale"])
+    assert len(causes) > 5 and causes == ["several"] * len(causes)
+    attrs, causes = causes_with(dm, lambda a: a["color"] != TYPICAL["color"] or a["scale"] != TYPICAL["scale"])
+    color, scale = (
+        off_typical(attrs)[:, CAUSE_FACTORS.index("color")],
+        off_typical(attrs)[:, CAUSE_FACTORS.index("scale")],
+    )
+    expected = ["none" if c and s else "color" if c else "scale" for c, s in zip(color.tolist(), scale.tolist())]
+    assert causes == expected and {"none", "color", "scale"} <= set(causes)

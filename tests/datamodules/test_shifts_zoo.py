@@ -6,7 +6,15 @@ import pytest
 import torch
 
 from datamodules.shifts import CAUSE_FACTORS, GapSpec
-from datamodules.shifts_zoo import GAP_SIZES, ShiftsZooDataModule, draw_zoo, held_out_side
+from datamodules.shifts_zoo import (
+    BALANCED_DIGITS,
+    BALANCED_PER_DIGIT,
+    GAP_SIZES,
+    ShiftsZooDataModule,
+    draw_zoo,
+    held_out_block,
+    held_out_side,
+)
 from nemo_train.errors import UserInputError
 
 
@@ -37,6 +45,31 @@ def test_drawn_assignments_are_reproducible_and_held_out_ones_never_occur_in_tra
     assert bigger[:12] == zoo[:12] and bigger[14:22] == zoo[12:]
     with pytest.raises(UserInputError, match="train=0"):
         draw_zoo(0, train=0, heldout=1)
+
+
+def test_balanced_draws_rotate_each_digits_gap_factors_and_keep_held_out_blocks_apart():
+    zoo = draw_zoo(0, train=8, heldout=8, gap_draw="balanced")
+    assert zoo == draw_zoo(0, train=8, heldout=8, gap_draw="balanced")
+    assert [m.gaps for m in zoo] != [m.gaps for m in draw_zoo(0, train=8, heldout=8)]  # the default draw differs
+    for member in zoo:
+        matrix = member.gaps.matrix()
+        assert (matrix.sum(1) == BALANCED_DIGITS).all() and (matrix.sum(0) == BALANCED_PER_DIGIT).all()
+        assert held_out_block(member.gaps) == (member.split == "heldout")
+    for side in ("train", "heldout"):
+        block = torch.stack([m.gaps.matrix() for m in zoo if m.split == side][:5]).int()
+        # a block of five: every digit has every factor as a gap equally often, and one member's gap factor of a
+        # digit is the next member's previous factor (rotated by one factor)
+        assert (block.sum(0) == BALANCED_PER_DIGIT).all()
+        for k in range(4):
+            assert torch.equal(block[k + 1], block[k].roll(-1, dims=0))
+    matrices = [tuple(m.gaps.matrix().flatten().tolist()) for m in zoo]
+    assert len(set(matrices)) == len(zoo)
+    held_out = {t for t, m in zip(matrices, zoo) if m.split == "heldout"}
+    for seed in range(20):  # held-out blocks never reach a training zoo of any seed
+        others = draw_zoo(seed, train=20, heldout=0, gap_draw="balanced")
+        assert not held_out & {tuple(m.gaps.matrix().flatten().tolist()) for m in others}
+    with pytest.raises(UserInputError, match="gap_draw='latin'"):
+        draw_zoo(0, train=1, heldout=0, gap_draw="latin")
 
 
 def test_stacked_batches_hold_each_members_own_images():

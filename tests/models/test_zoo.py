@@ -18,6 +18,7 @@ from nemo_train.models.specs import FitCheckpoint
 from nemo_train.models.trainer import fit_quietly
 from nemo_train.models.zoo import StackedClassifiers, member_module
 from nemo_train.models.zoo_run import accuracy, zoo
+from nemo_train.runs import Seed
 
 TINY = {"train_size": 48, "test_size": 30, "batch_size": 16}
 
@@ -63,15 +64,17 @@ def test_vmap_and_loop_compute_the_same_outputs_and_updates(data):
 def test_a_trained_zoo_writes_fit_checkpoints_with_their_gap_specs(tmp_path, capsys):
     summary = zoo(
         out_dir=str(tmp_path / "zoo"),
-        seed=3,
+        seed=Seed(3),  # as the command line gives it: an int subclass, written to config.yaml as a plain int
         train_members=2,
         heldout_members=1,
         prefix="tiny",
+        gap_draw="balanced",
         max_epochs=1,
         device="cpu",
         **TINY,
     )
-    drawn = draw_zoo(3, train=2, heldout=1, prefix="tiny")
+    drawn = draw_zoo(3, train=2, heldout=1, prefix="tiny", gap_draw="balanced")
+    assert json.loads((tmp_path / "zoo" / "zoo.json").read_text())["gap_draw"] == "balanced"
     assert [m["name"] for m in summary["members"]] == ["tiny_train_00", "tiny_train_01", "tiny_heldout_00"]
     assert json.loads((tmp_path / "zoo" / "zoo.json").read_text())["members"] == summary["members"]
     assert "tiny_heldout_00" in capsys.readouterr().out
