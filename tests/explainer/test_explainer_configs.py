@@ -21,6 +21,11 @@ def test_preset_instantiates_without_loading_weights(path, preset_cli, explainer
     from nemo_train.explainer import ExplainerModule
 
     assert isinstance(cli.model, ExplainerModule) and cli.model.model is None  # built later, in configure_model
+    if path.name.startswith("grpo"):  # errors to answer, not pairs to encode (tests/explainer/test_grpo.py)
+        from datamodules.explanations.error_prompts import ErrorPromptsDataModule
+
+        assert isinstance(cli.datamodule, ErrorPromptsDataModule)
+        return
     assert isinstance(cli.datamodule, ExplanationDataModule)
     assert cli.model.hparams.model_name_or_path == cli.datamodule.hparams.model_name_or_path
     if "qlora" in path.name:  # competency-counterfactuals paper, App. C
