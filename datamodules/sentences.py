@@ -2,7 +2,7 @@
 writes (a hypothesis and the edit it implies, ``... Edit: color -> red``).
 
 Plain text over a generator's vocabulary, shared by the pair builders (``datamodules``), the tiny model's
-tokenizer corpus (``nemo_train.models``) and NEMO (:mod:`nemo_train.nemo.structured`, which reads answers back).
+tokenizer corpus (``nemo_train.models``) and NEMO (:mod:`nemo_train.scoring.structured`, which reads answers back).
 """
 
 from __future__ import annotations

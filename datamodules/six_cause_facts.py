@@ -4,7 +4,7 @@ The six-cause set (:mod:`datamodules.six_causes`) corrupts the images of another
 one known cause each. Its "factors" are the six causes: how a sentence names each (word and synonyms, as whole
 words) and the values an explanation may claim about the image (``over-exposed`` / ``dark`` for brightness,
 ``low contrast`` / ``high contrast`` ...). The offline grounded judge (an attribute parser, not a model:
-:class:`nemo_train.nemo.judges.GroundedJudge`) reads explanations of low competency against this sheet: an
+:class:`nemo_train.scoring.judges.GroundedJudge`) reads explanations of low competency against this sheet: an
 explanation is right when it blames the true cause alone, and a claim that inverts the cause ("the image is too
 dark" of an over-exposed image) is false and scores 0. :func:`cause_attributes` gives a corrupted image's one
 known attribute (its cause, in the direction it was applied).

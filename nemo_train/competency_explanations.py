@@ -62,8 +62,8 @@ from nemo_train.explainer import ExplainerModule
 from nemo_train.models.specs import ClassifierSpec
 from nemo_train.models.trainer import fit_quietly
 from nemo_train.models.vlm import load_processor, read_explainer_meta
-from nemo_train.nemo.judges import GroundedJudge, Judge, JudgeItem
 from nemo_train.runs import Device, OutDir, Seed, run_command
+from nemo_train.scoring.judges import GroundedJudge, Judge, JudgeItem
 from nemo_train.store import write_json_atomic
 from nemo_train.vocabulary import CAUSES, PAIR_PROMPT, SINGLE_IMAGE_PROMPT, SYSTEM_PROMPT, is_correct
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from nemo_train.nemo.labels import match_label
+from nemo_train.scoring.labels import match_label
 
 if TYPE_CHECKING:
     from nemo_train.demo_steps import DemoContext, FitResult
@@ -85,7 +85,7 @@ def read_distilled(ctx: DemoContext, result: FitResult) -> list[Row]:
 
 
 def _shares(step_target: str, counts: dict[str, int] | None) -> list[Row]:
-    from nemo_train.nemo.shift_benchmark import cause_shares
+    from nemo_train.scoring.shift_benchmark import cause_shares
 
     return [(step_target, f"share/{cause}", share) for cause, share in cause_shares(counts or {}).items()]
 

@@ -54,9 +54,7 @@ def main() -> None:
     from nemo_train.backends.student import StudentBackend
     from nemo_train.console import print_table
     from nemo_train.models.targets import load_checkpoint_target
-    from nemo_train.nemo.benchmark import build_synthetic_benchmark
     from nemo_train.nemo.distill.rows import ExhaustiveSearchExplainer, OnePassExplainer
-    from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
     from nemo_train.nemo.methods.base import explain_many
     from nemo_train.nemo.methods.scitx import (
         AttributeContrastHypothesizer,
@@ -64,7 +62,9 @@ def main() -> None:
         PlainTextHypothesizer,
         SciTX,
     )
-    from nemo_train.nemo.structured import DISTILL_PROMPT, StructuredEditDeriver
+    from nemo_train.scoring.benchmark import build_synthetic_benchmark
+    from nemo_train.scoring.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
+    from nemo_train.scoring.structured import DISTILL_PROMPT, StructuredEditDeriver
 
     target = load_checkpoint_target(args.classifier)
     kwargs = {"image_size": args.image_size} if args.image_size else None

@@ -4,7 +4,7 @@
     python scripts/bench_edits.py --device cuda --model timbrooks/instruct-pix2pix --size 512 --steps 20
 
 SciTX tests ``M`` hypotheses per error, each an image edit. This script edits ``--errors`` random images
-with ``--m`` instructions each through :meth:`~nemo_train.nemo.editing.DiffusersEditor.edit_many` (the
+with ``--m`` instructions each through :meth:`~nemo_train.scoring.editing.DiffusersEditor.edit_many` (the
 path a chunk of errors takes) at every ``--batches`` value (edits per pipeline call), and prints edits per
 second, the speed-up over the first batch size, and the largest pixel difference from the first batch
 size's edits (each edit has its own seeded generator, so edits agree up to float rounding). By default
@@ -22,9 +22,9 @@ import time
 import torch
 
 from nemo_train.console import print_table
-from nemo_train.nemo.benchmark import ErrorSample
-from nemo_train.nemo.editing import DiffusersEditor, tiny_random_instruct_pix2pix
 from nemo_train.quiet import set_output
+from nemo_train.scoring.benchmark import ErrorSample
+from nemo_train.scoring.editing import DiffusersEditor, tiny_random_instruct_pix2pix
 
 WORDS = ["red", "green", "blue", "striped", "upright", "smaller", "blurred", "brighter"]
 

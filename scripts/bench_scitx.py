@@ -22,9 +22,9 @@ import torch
 from nemo_train.console import print_table
 from nemo_train.models import ClassifierModule
 from nemo_train.models.targets import ClassifierTarget
-from nemo_train.nemo.benchmark import build_cmnist_benchmark
-from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
 from nemo_train.nemo.methods.scitx import SciTX
+from nemo_train.scoring.benchmark import build_cmnist_benchmark
+from nemo_train.scoring.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 

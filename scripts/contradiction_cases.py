@@ -15,15 +15,15 @@ import argparse
 from statistics import mean
 
 from nemo_train.models.specs import as_classifier
-from nemo_train.nemo.components import ExactEdit
 from nemo_train.nemo.evaluation import score_explanation
-from nemo_train.nemo.judges import GroundedJudge, JudgePanel
 from nemo_train.nemo.methods.base import Explanation
 from nemo_train.nemo.methods.reference import per_error_cause
 from nemo_train.nemo.methods.trivial import blame_sentence, off_typical
-from nemo_train.nemo.shift_benchmark import build_shift_benchmark
-from nemo_train.nemo.structured import format_edit
-from nemo_train.nemo.text_edits import reader_for, restore_value
+from nemo_train.scoring.editors import ExactEdit
+from nemo_train.scoring.judges import GroundedJudge, JudgePanel
+from nemo_train.scoring.shift_benchmark import build_shift_benchmark
+from nemo_train.scoring.structured import format_edit
+from nemo_train.scoring.text_edits import reader_for, restore_value
 
 
 def main() -> None:

@@ -22,7 +22,7 @@ from nemo_train.console import print_table
 from nemo_train.metrics.nemo import cei_points
 from nemo_train.models.specs import CaptionZeroShotModel
 from nemo_train.nemo.components import BenchmarkArgs
-from nemo_train.nemo.prompt_rule import CAPTION_ATTRIBUTES, CaptionPromptRule
+from nemo_train.scoring.prompt_rule import CAPTION_ATTRIBUTES, CaptionPromptRule
 
 
 def statements(rule: CaptionPromptRule, attrs: dict, obj: str) -> dict[str, str]:

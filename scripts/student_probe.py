@@ -37,7 +37,7 @@ from datamodules.explanations.shift_pairs import GRADES, known_shift_records, sc
 from nemo_train.explainer.generation import generate_explanations  # noqa: E402
 from nemo_train.lightning_cli import NemoLightningCLI  # noqa: E402
 from nemo_train.models.vlm import load_processor  # noqa: E402
-from nemo_train.nemo.grounding import ClaimParser  # noqa: E402
+from nemo_train.scoring.grounding import ClaimParser  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "explainer"
 

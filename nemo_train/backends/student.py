@@ -70,7 +70,7 @@ class StudentBackend(HFLocalBackend):
     It is an :class:`HFLocalBackend` that shows a message's images side by side in one picture, the way the
     explainer was trained on an error beside its reference (ChangeMLLM sends the two as separate images).
     Its answers are structured (``{"cause_of_error": "... Edit: <edit>"}``): pair it with
-    :class:`~nemo_train.nemo.structured.StructuredEditDeriver` and the distillation prompts.
+    :class:`~nemo_train.scoring.structured.StructuredEditDeriver` and the distillation prompts.
     """
 
     def load(self) -> tuple[Any, Any]:

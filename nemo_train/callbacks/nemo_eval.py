@@ -17,13 +17,13 @@ from nemo_train.explainer.lockstep import explain_in_lockstep
 from nemo_train.metrics.bootstrap import mean_interval
 from nemo_train.metrics.nemo import CEI, LLMMatch, score_mean
 from nemo_train.models.targets import load_checkpoint_target
-from nemo_train.nemo.benchmark import FACT_SHEETS, ErrorSample, build_synthetic_benchmark
-from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
-from nemo_train.nemo.judges import GroundedJudge, JudgeItem, JudgePanel
-from nemo_train.nemo.labels import match_key, match_label
-from nemo_train.nemo.shift_benchmark import build_shift_benchmark
-from nemo_train.nemo.structured import DISTILL_PROMPT, StructuredEditDeriver
-from nemo_train.nemo.text_edits import TextEditDeriver, reader_for
+from nemo_train.scoring.benchmark import FACT_SHEETS, ErrorSample, build_synthetic_benchmark
+from nemo_train.scoring.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
+from nemo_train.scoring.judges import GroundedJudge, JudgeItem, JudgePanel
+from nemo_train.scoring.labels import match_key, match_label
+from nemo_train.scoring.shift_benchmark import build_shift_benchmark
+from nemo_train.scoring.structured import DISTILL_PROMPT, StructuredEditDeriver
+from nemo_train.scoring.text_edits import TextEditDeriver, reader_for
 from nemo_train.vocabulary import BIAS_PROMPT
 
 ExplainFn = Callable[[L.LightningModule, Sequence[ErrorSample], Sequence[str]], list[str]]
@@ -52,7 +52,7 @@ class ErrorSet:
 
     ``name`` keys the logged metrics (``nemo/<name>/cei``); the first set of the callback is logged as
     ``nemo/cei``. Every generated benchmark has a fact sheet, so edits are derived from the explanation's sentence
-    (:class:`~nemo_train.nemo.text_edits.TextEditDeriver`, a parser, not a model; an ``Edit: ...`` part that agrees
+    (:class:`~nemo_train.scoring.text_edits.TextEditDeriver`, a parser, not a model; an ``Edit: ...`` part that agrees
     with the sentence gives the value); ``structured`` chooses, without a sheet, between the ``Edit:`` part (a
     distilled explainer) and the keyword deriver.
     """
@@ -115,8 +115,8 @@ class NemoEvalCallback(L.Callback):
 
     Args:
         errors: held-out error sets; the first is the headline.
-        benchmark, scorer, panel: one ready error set (a :class:`~nemo_train.nemo.benchmark.NemoBenchmark`,
-            a :class:`~nemo_train.nemo.interventions.CounterfactualScorer`, a :class:`~nemo_train.nemo.judges.JudgePanel`).
+        benchmark, scorer, panel: one ready error set (a :class:`~nemo_train.scoring.benchmark.NemoBenchmark`,
+            a :class:`~nemo_train.scoring.interventions.CounterfactualScorer`, a :class:`~nemo_train.scoring.judges.JudgePanel`).
         prompt: the question (``{true_name}`` / ``{pred_name}`` filled per error); default: the bias question.
         explain_fn: ``(module, errors, class_names) -> explanations``; default: greedy generation with ``prompt``.
         max_new_tokens: generation length of the default ``explain_fn``.

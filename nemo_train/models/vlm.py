@@ -5,7 +5,7 @@ The embedded default is a Qwen2-VL model shrunk to ~0.3 M parameters, random ini
 The tokenizer is a byte-level BPE (the scheme of the real Qwen2 tokenizer) trained deterministically on
 our own prompts and reference explanations, and on what the explainer reads and writes about the shifts
 digits (the fact sheet's words, its captions, the structured explanation of every cause value and the
-distillation questions, all generated from ``datamodules.shifts.FACTS`` and ``nemo_train.nemo.structured``),
+distillation questions, all generated from ``datamodules.shifts.FACTS`` and ``nemo_train.scoring.structured``),
 so that these answers are about one token per word; Qwen2-VL's special tokens are added. It is wrapped with a
 ``Qwen2VLImageProcessor`` set up for small images (4-pixel patches, 2x2 merge: a 28x28 image becomes
 16 image tokens) in the real ``Qwen2VLProcessor``. :func:`materialize_tiny` writes model + processor with

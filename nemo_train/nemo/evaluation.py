@@ -19,12 +19,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import torch
-
 from nemo_train.backends.base import BackendError, ChatBackend, strict_json
-from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
-from nemo_train.nemo.interventions import CounterfactualScorer, Trial
-from nemo_train.nemo.judges import JudgeItem, JudgePanel
 from nemo_train.nemo.methods.base import Explanation, Method, explain_many
 from nemo_train.nemo.methods.global_explanation import (
     GlobalExplanation,
@@ -34,8 +29,12 @@ from nemo_train.nemo.methods.global_explanation import (
 )
 from nemo_train.nemo.methods.reference import ConstantExplainer
 from nemo_train.nemo.record_images import save_record_images
-from nemo_train.nemo.text_edits import ExplanationReader, headline, reader_for
 from nemo_train.quiet import progress_bar
+from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark
+from nemo_train.scoring.explanations import score_texts
+from nemo_train.scoring.interventions import CounterfactualScorer, Trial
+from nemo_train.scoring.judges import JudgePanel
+from nemo_train.scoring.text_edits import ExplanationReader, reader_for
 from nemo_train.store import ResultStore
 
 
@@ -53,16 +52,6 @@ def flatten(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[f"{prefix}{name}"] = value
     return out
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, torch.Tensor):
-        return value.tolist()
-    return value
 
 
 def evaluate_samples(
@@ -93,53 +82,23 @@ def score_explanation(
     target_name: str,
     reader: ExplanationReader | None = None,
 ) -> tuple[dict[str, Any], Trial | None]:
-    """Score (CEI: the method's own trial, else one counterfactual test) and judge one explanation.
+    """Score (CEI: the method's own trial, else one counterfactual test) and judge one explanation
+    (:func:`~nemo_train.scoring.explanations.score_texts`, the scoring every table and trainer shares).
 
     The record keeps what the sentence blames, the edit applied and whether they agree
-    (:mod:`~nemo_train.nemo.text_edits`); ``cei`` and ``llm_match`` are the headline scores (0 for an
+    (:mod:`~nemo_train.scoring.text_edits`); ``cei`` and ``llm_match`` are the headline scores (0 for an
     inconsistent explanation), ``edit_cei`` and ``judged_match`` the scores before that rule."""
-    trial = explanation.trial
-    if trial is None:
-        trials = scorer.score(sample, [explanation.text], benchmark.class_names) if explanation.text else []
-        trial = trials[0] if trials else None
-    names = benchmark.class_names
-    item = JudgeItem(
-        explanation.text,
-        names[sample.label],
-        names[sample.prediction],
-        attributes=benchmark.known_attributes(sample),
-        cause=sample.cause,
-    )
-    # a judge's grade that stays malformed fails the sample (a rerun asks again), never a "no score"
-    with strict_json():
-        verdict = panel.judge([item])[0]
+    scored = score_texts([explanation.text], [sample], benchmark, scorer, panel, reader, [explanation.trial])[0]
     record = _base_record(target_name, method_name, sample)
-    instruction = _jsonable(trial.instruction) if trial else None
-    reading = reader.read(sample, explanation.text, names, instruction) if reader is not None else None
-    edit_cei = trial.cei if trial else 0.0
-    consistent = reading.consistent if reading is not None else None
-    cei, llm_match = headline(edit_cei, verdict.mean, consistent)
     record.update(
         explanation=explanation.text,
         candidates=explanation.candidates,
         candidate_cei=[t.cei for t in explanation.trials],
-        instruction=instruction,
-        blamed=list(reading.blamed) if reading is not None else [],
-        edit=instruction,
-        consistent=consistent,
-        p_original=trial.p_original if trial else None,
-        p_edited=trial.p_edited if trial else None,
-        cei=cei,
-        edit_cei=edit_cei,
-        judges=verdict.scores,
-        judge_reasons=verdict.reasons,
-        llm_match=llm_match,
-        judged_match=verdict.mean,
-        grounding=verdict.grounding,
+        **scored.record_fields(),
         cause=sample.cause,
         failed=False,
     )
-    return record, trial
+    return record, scored.trial
 
 
 def _base_record(target_name: str, method_name: str, sample: ErrorSample) -> dict[str, Any]:

@@ -32,10 +32,10 @@ from datamodules.facts import DatasetFacts
 from nemo_train.console import print_table
 from nemo_train.errors import UserInputError
 from nemo_train.metrics.bootstrap import format_with_interval, mean_interval
-from nemo_train.nemo.benchmark import FACT_SHEETS
-from nemo_train.nemo.criteria import SCORES
-from nemo_train.nemo.judges import GroundedJudge, Judge, JudgeItem, JudgePanel, LLMJudge
 from nemo_train.runs import OutDir, run_command
+from nemo_train.scoring.benchmark import FACT_SHEETS
+from nemo_train.scoring.criteria import SCORES
+from nemo_train.scoring.judges import GroundedJudge, Judge, JudgeItem, JudgePanel, LLMJudge
 from nemo_train.store import write_json_atomic
 
 __all__ = ["SHIPPED_LABELS", "agreement", "judge", "kappa", "read_items"]

@@ -39,7 +39,7 @@ class CellScore:
     #: (:mod:`nemo_train.metrics.bootstrap`); a mean without values has none
     intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
     #: share of the explanations whose ``Edit:`` line and applied edit change a factor their sentence blames
-    #: (:mod:`~nemo_train.nemo.text_edits`; NaN: no fact sheet to read them against)
+    #: (:mod:`~nemo_train.scoring.text_edits`; NaN: no fact sheet to read them against)
     consistent: float = math.nan
 
     @property

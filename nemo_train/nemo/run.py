@@ -27,13 +27,10 @@ from nemo_train.backends.base import ChatBackend
 from nemo_train.errors import UserInputError
 from nemo_train.metrics.bootstrap import mean_interval
 from nemo_train.models.specs import ClassifierSpec, as_classifier, unique_names
-from nemo_train.nemo.benchmark import FACT_SHEETS
 from nemo_train.nemo.components import (
     BenchmarkArgs,
     BuildContext,
-    EditorSpec,
     EvalOptions,
-    ExactEdit,
     MethodSpec,
     default_methods,
 )
@@ -46,7 +43,6 @@ from nemo_train.nemo.evaluation import (
     run_global,
     run_target,
 )
-from nemo_train.nemo.judges import GroundedJudge, Judge, JudgePanel, LLMJudge
 from nemo_train.nemo.report import (
     NemoEvalSummary,
     failures_per_method,
@@ -55,8 +51,11 @@ from nemo_train.nemo.report import (
     print_report,
     summarize,
 )
-from nemo_train.nemo.shift_benchmark import print_causes
 from nemo_train.runs import Device, OutDir, Seed, run_command
+from nemo_train.scoring.benchmark import FACT_SHEETS
+from nemo_train.scoring.editors import EditorSpec, ExactEdit
+from nemo_train.scoring.judges import GroundedJudge, Judge, JudgePanel, LLMJudge
+from nemo_train.scoring.shift_benchmark import print_causes
 from nemo_train.sharding import ShardedResultStore, Strategy, current_ranks, merge_shards
 from nemo_train.store import ResultStore, write_json_atomic
 

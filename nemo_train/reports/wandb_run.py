@@ -21,11 +21,11 @@ from typing import Any
 import wandb
 
 from nemo_train.loggers import log_report, log_summary
-from nemo_train.nemo.labels import match_key, match_label
 from nemo_train.nemo.report import summarize
 from nemo_train.reports.explanations import METRICS, stored_cells
 from nemo_train.reports.folder import RunFolder, read_records
 from nemo_train.reports.gallery import cause_of, class_text, edit_text, named_factor, reasons_text, verdict
+from nemo_train.scoring.labels import match_key, match_label
 
 #: The commands whose records become W&B tables.
 EXPLANATION_COMMANDS = ("nemo-eval", "distill-eval")
@@ -98,7 +98,7 @@ def summary_rows(records: list[dict[str, Any]], stored: dict | None) -> list[dic
 
 def log_explanations(wandb_run: Any, folder: RunFolder) -> None:
     """The tables and scalar summaries of an explanation run (see the module); the judge score's column is named
-    ``rule_match [...]`` when no judge is a language model (:func:`~nemo_train.nemo.labels.match_label`)."""
+    ``rule_match [...]`` when no judge is a language model (:func:`~nemo_train.scoring.labels.match_label`)."""
     records, _ = read_records(folder.path / "results.jsonl")
     if not records:
         return

@@ -26,9 +26,9 @@ from nemo_train.backends import OpenAICompatibleBackend, user_message
 from nemo_train.cli import PIPELINE_COMMANDS, _load
 from nemo_train.differences import prompts as differences_prompts
 from nemo_train.differences.evaluators import parse_option
-from nemo_train.nemo.judges import JudgeItem
 from nemo_train.nemo.methods.base import ask_causes_batch
 from nemo_train.nemo.methods.scitx import MLLMHypothesizer
+from nemo_train.scoring.judges import JudgeItem
 from tests.backends.provider_endpoint import ProviderEndpoint, family
 
 ROOT = Path(__file__).resolve().parents[2]

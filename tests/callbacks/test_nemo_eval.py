@@ -15,9 +15,9 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 from nemo_train.callbacks.nemo_eval import NemoEvalCallback  # noqa: E402
 from nemo_train.models.targets import Target  # noqa: E402
 from nemo_train.models.trainer import quiet_trainer  # noqa: E402
-from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark  # noqa: E402
-from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver  # noqa: E402
-from nemo_train.nemo.judges import JudgePanel, KeywordJudge  # noqa: E402
+from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark  # noqa: E402
+from nemo_train.scoring.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver  # noqa: E402
+from nemo_train.scoring.judges import JudgePanel, KeywordJudge  # noqa: E402
 
 COLORS = ["red", "green", "blue"]
 VOCAB = {"digit": list(range(10)), "color": COLORS, "angle": list(range(-30, 31, 5))}
@@ -149,7 +149,7 @@ def test_trained_student_beats_an_untrained_one_on_cei(tmp_path):
     from datamodules.explanations import ExplanationDataModule, ExplanationRecord, to_pil, write_records
     from nemo_train.explainer import ExplainerModule
     from nemo_train.models.vlm import TINY_MODEL, load_processor
-    from nemo_train.nemo.structured import StructuredEditDeriver
+    from nemo_train.scoring.structured import StructuredEditDeriver
 
     target = RedGreenTarget()
     records = []

@@ -14,7 +14,7 @@ from datamodules.six_cause_facts import FACTS, cause_attributes  # noqa: E402
 from nemo_train.cli import run_pipeline  # noqa: E402
 from nemo_train.competency.explanation_table import row_summary  # noqa: E402
 from nemo_train.competency_explanations import CONSTANT_TEXT, EVERY_CAUSE_TEXT, ExplanationRun  # noqa: E402
-from nemo_train.nemo.judges import GroundedJudge, JudgeItem  # noqa: E402
+from nemo_train.scoring.judges import GroundedJudge, JudgeItem  # noqa: E402
 from nemo_train.vocabulary import CAUSES, EXPLANATIONS, is_correct  # noqa: E402
 
 GROUNDED = "grounded-judge (attribute parser, not a model)"
@@ -132,7 +132,7 @@ def test_a_served_mllm_and_llm_judges_are_configured_not_coded():
         f"--pretrained={json.dumps(served)}",
         '--explainer={"class_path": "nemo_train.explainer.ExplainerModule", '
         '"init_args": {"model_name_or_path": "some/vlm", "load_in_4bit": true}}',
-        f'--judges=[{{"class_path": "nemo_train.nemo.judges.LLMJudge", "init_args": {{"backend": {json.dumps(served)}}}}}]',
+        f'--judges=[{{"class_path": "nemo_train.scoring.judges.LLMJudge", "init_args": {{"backend": {json.dumps(served)}}}}}]',
     ]
     parser = auto_parser(competency_explanations, as_positional=False, exit_on_error=False)
     config = parser.instantiate_classes(parser.parse_args(args))

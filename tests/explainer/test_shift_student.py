@@ -135,7 +135,7 @@ def test_the_tokenizer_knows_the_shifts_words(explainer_cache):
     from datamodules.explanations.caption_pairs import CAPTION_PROMPT
     from datamodules.shifts import FACTS
     from nemo_train.models.vlm import load_processor
-    from nemo_train.nemo.structured import DISTILL_PROMPT
+    from nemo_train.scoring.structured import DISTILL_PROMPT
 
     tokenizer = load_processor("embedded:tiny-qwen2-vl").tokenizer
     answer = (

@@ -22,7 +22,7 @@ from nemo_train.metrics.nemo import (
     llm_match,
     score_mean,
 )
-from nemo_train.nemo.judges import JudgeItem, JudgePanel, KeywordJudge, LLMJudge, PanelJudgement
+from nemo_train.scoring.judges import JudgeItem, JudgePanel, KeywordJudge, LLMJudge, PanelJudgement
 
 
 def test_cei_hand_values_from_true_class_probabilities():

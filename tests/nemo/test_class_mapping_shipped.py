@@ -10,7 +10,7 @@ from PIL import Image
 
 from nemo_train.models.class_mapping import ClassMapping
 from nemo_train.nemo.components.settings import BenchmarkArgs
-from nemo_train.nemo.folder_benchmark import list_image_folder, reference_files
+from nemo_train.scoring.folder_benchmark import list_image_folder, reference_files
 
 
 def _write(path, rgb=(0, 0, 0)):

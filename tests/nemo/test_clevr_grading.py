@@ -13,10 +13,10 @@ import torch
 
 from datamodules.clevr import ATTRIBUTES, COLOR_NAMES, MATERIALS, SHAPES, SIZE_NAMES
 from datamodules.fact_sheets import SHEETS
-from nemo_train.nemo.benchmark import FACT_SHEETS, SYNTHETIC, ErrorSample, NemoBenchmark
-from nemo_train.nemo.grounding import ClaimParser
-from nemo_train.nemo.judges import GroundedJudge, JudgeItem
 from nemo_train.nemo.methods.reference import DistractorExplainer, KnownCauseExplainer
+from nemo_train.scoring.benchmark import FACT_SHEETS, SYNTHETIC, ErrorSample, NemoBenchmark
+from nemo_train.scoring.grounding import ClaimParser
+from nemo_train.scoring.judges import GroundedJudge, JudgeItem
 
 CLEVR = SHEETS["clevr"]
 #: a large red metal cube read as a cylinder: a bias-conflicting error of the rubber model (every error is metal)

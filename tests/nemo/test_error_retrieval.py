@@ -14,11 +14,11 @@ from nemo_toys import COLORS, PALETTE, VOCAB, RedGreenTarget, SolidRenderer, sol
 from datamodules.captions import VOCABULARIES
 from nemo_train.demo_steps import STEPS
 from nemo_train.errors import UserInputError
-from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark, ReferenceSet
 from nemo_train.nemo.components.method_specs import BuildContext, ErrorRetrievalMethod
-from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
 from nemo_train.nemo.methods.error_retrieval import ContrastRetrieval, caption_pairs
 from nemo_train.nemo.methods.validation import WithValidation
+from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark, ReferenceSet
+from nemo_train.scoring.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
 
 
 class ColourSpace:

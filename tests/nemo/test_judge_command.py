@@ -15,7 +15,7 @@ from sklearn.metrics import cohen_kappa_score
 from nemo_train.backends import ScriptedBackend
 from nemo_train.errors import UserInputError
 from nemo_train.nemo.judge_command import _kappa_of_resamples, judge, kappa
-from nemo_train.nemo.judges import GroundedJudge, LLMJudge
+from nemo_train.scoring.judges import GroundedJudge, LLMJudge
 
 #: a red 3 read as an 8 on the shifts sheet, caused by its colour
 ATTRS = {"digit": "3", "color": "red", "style": "solid", "angle": "0", "background": "plain", "scale": "normal",

@@ -11,7 +11,7 @@ from sklearn.metrics import cohen_kappa_score
 
 from datamodules.fact_sheets import SHEETS
 from nemo_train.nemo.judge_command import SHIPPED_LABELS
-from nemo_train.nemo.judges import GroundedJudge, JudgeItem
+from nemo_train.scoring.judges import GroundedJudge, JudgeItem
 
 GROUPS = {"sheet_words", "paraphrase", "synonym", "mllm_paragraph", "hedge", "negation", "several_causes",
           "false_claim", "contradiction", "everything", "class_free", "no_factor", "wrong_factor", "clockwise",

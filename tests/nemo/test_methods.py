@@ -14,14 +14,14 @@ from nemo_toys import COLORS, VOCAB, RedGreenTarget, SolidRenderer, solid  # noq
 from nemo_train.backends import ScriptedBackend  # noqa: E402
 from nemo_train.models.targets import ClassifierTarget  # noqa: E402
 from nemo_train.models.zero_shot import tiny_random_clip  # noqa: E402
-from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark, ReferenceSet  # noqa: E402
-from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver  # noqa: E402
 from nemo_train.nemo.methods.cam_mllm import CamMLLM, describe_heat, gradcam_overlay  # noqa: E402
 from nemo_train.nemo.methods.change_mllm import ChangeMLLM  # noqa: E402
 from nemo_train.nemo.methods.error_retrieval import ErrorRetrieval  # noqa: E402
 from nemo_train.nemo.methods.global_explanation import summarize_attribute_explanations, summarize_explanations  # noqa: E402
 from nemo_train.nemo.methods.scitx import AttributeContrastHypothesizer, MLLMHypothesizer, SciTX  # noqa: E402
 from nemo_train.nemo.methods.validation import WithValidation  # noqa: E402
+from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark, ReferenceSet  # noqa: E402
+from nemo_train.scoring.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver  # noqa: E402
 
 
 def toy_benchmark(target) -> NemoBenchmark:

@@ -7,12 +7,12 @@ import torch
 from nemo_toys import VOCAB, RedGreenTarget, SolidRenderer, solid
 from PIL import Image
 
-from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
 from nemo_train.nemo.evaluation import Progress, TargetJob, run_target
-from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
-from nemo_train.nemo.judges import JudgePanel, KeywordJudge
 from nemo_train.nemo.methods.base import Explanation
 from nemo_train.nemo.record_images import safe_name, save_record_images
+from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark
+from nemo_train.scoring.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
+from nemo_train.scoring.judges import JudgePanel, KeywordJudge
 from nemo_train.store import ResultStore
 
 

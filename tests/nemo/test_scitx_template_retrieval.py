@@ -20,10 +20,10 @@ import pytest
 import torch
 from nemo_toys import VOCAB, RedGreenTarget, SolidRenderer, solid
 
-from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark, ReferenceSet
 from nemo_train.nemo.components import BuildContext, SciTXMethod
-from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
 from nemo_train.nemo.methods.scitx import AttributeContrastHypothesizer, MLLMHypothesizer, SciTX
+from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark, ReferenceSet
+from nemo_train.scoring.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
 
 RED, GREEN = 0, 1
 CEI_RED_EDIT = 100 * (1 / (1 + math.exp(-3)) - 1 / (1 + math.exp(3)))  # 90.51

@@ -5,9 +5,7 @@ from __future__ import annotations
 import torch
 
 from datamodules.shifts_render import FACTS
-from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark, ReferenceSet
 from nemo_train.nemo.components.trivial_specs import mined_prior, most_frequent_cause
-from nemo_train.nemo.grounding import ClaimParser
 from nemo_train.nemo.methods.trivial import (
     ClassFreeExplainer,
     ClassPriorExplainer,
@@ -16,6 +14,8 @@ from nemo_train.nemo.methods.trivial import (
     class_prior,
     off_typical,
 )
+from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark, ReferenceSet
+from nemo_train.scoring.grounding import ClaimParser
 
 PARSER = ClaimParser(FACTS)
 TYPICAL = {"color": 0, "style": 0, "angle": 0, "background": 0, "scale": 0, "position": 3}

@@ -20,7 +20,7 @@ from loopback_openai_server import Reply, completion
 from PIL import Image
 from safetensors.torch import save_file
 
-from nemo_train.nemo.editing import tiny_random_instruct_pix2pix
+from nemo_train.scoring.editing import tiny_random_instruct_pix2pix
 
 #: goldfish, great white shark, tench: ImageNet-R classes (WordNet ids) of the tiny folders
 WNIDS = ("n01443537", "n01484850", "n01440764")

@@ -149,7 +149,7 @@ def test_distill_eval_whose_reply_cache_cannot_grow_is_one_line_naming_it(checkp
     from nemo_train.backends.cache import ResponseCache
     from nemo_train.nemo.distill.rows import KnownCause
     from nemo_train.nemo.distill.student_eval import distill_eval
-    from nemo_train.nemo.judges import LLMJudge
+    from nemo_train.scoring.judges import LLMJudge
 
     connect = ResponseCache._connection
 
@@ -241,7 +241,7 @@ def test_distill_eval_with_a_judge_that_answers_no_json_names_the_failed_rows_an
     from nemo_train.cli import find_user_error
     from nemo_train.nemo.distill.rows import KnownCause
     from nemo_train.nemo.distill.student_eval import distill_eval
-    from nemo_train.nemo.judges import LLMJudge
+    from nemo_train.scoring.judges import LLMJudge
 
     judge = LLMJudge(ScriptedBackend(lambda messages: NOT_JSON, model="judge"))
     student = tmp_path / "student"

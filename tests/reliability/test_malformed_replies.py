@@ -195,7 +195,7 @@ def test_distill_eval_records_a_judge_grade_that_is_not_json_as_failed_and_a_rer
 ):
     from nemo_train.nemo.distill.rows import KnownCause
     from nemo_train.nemo.distill.student_eval import distill_eval
-    from nemo_train.nemo.judges import LLMJudge
+    from nemo_train.scoring.judges import LLMJudge
 
     grade = json.dumps({"reasoning": "names the colour", "score": 1, "grounding": 1})
     broken = {"on": True}

@@ -16,8 +16,9 @@ from loopback_openai_server import LoopbackOpenAIServer, completion, error
 
 import nemo_train.backends.openai_compat as openai_compat
 from nemo_train.backends import OpenAICompatibleBackend
-from nemo_train.nemo.components import BenchmarkArgs, ExactEdit, KnownCauseMethod, SciTXMethod
+from nemo_train.nemo.components import BenchmarkArgs, KnownCauseMethod, SciTXMethod
 from nemo_train.nemo.run import nemo_eval
+from nemo_train.scoring.editors import ExactEdit
 
 pytestmark = pytest.mark.fault
 ROOT = Path(__file__).resolve().parents[2]

@@ -253,7 +253,7 @@ def test_an_inline_key_reaches_no_file_of_a_run(checkpoint_factory, tmp_path, mo
         main([
             "nemo-eval", "--targets", f"[{ckpt}]", "--benchmark.n", "2", "--benchmark.test_styles", "1",
             "--methods", '[{"class_path": "nemo_train.nemo.components.SciTXMethod", "init_args": {"m": 2}}]',
-            "--editor", '{"class_path": "nemo_train.nemo.components.ExactEdit", "init_args": {"deriver": "keyword"}}',
+            "--editor", '{"class_path": "nemo_train.scoring.editors.ExactEdit", "init_args": {"deriver": "keyword"}}',
             "--explainer", json.dumps(explainer),
             "--explainer.init_args.extra_body", json.dumps({"api_key": SECRET}),
             "--run.global_explanation", "false", "--out_dir", str(out),

@@ -11,10 +11,10 @@ from PIL import Image
 from report_folders import nemo_eval_folder, write_records
 
 from nemo_train.loggers import inline_images, log_report
-from nemo_train.nemo.judges import GroundedJudge
 from nemo_train.reports import write_report
 from nemo_train.reports.folder import RunFolder
 from nemo_train.reports.wandb_run import log_explanations
+from nemo_train.scoring.judges import GroundedJudge
 
 
 class FakeRun:

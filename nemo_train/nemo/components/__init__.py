@@ -1,10 +1,10 @@
 """Typed, configurable parts of a NEMO evaluation (``class_path`` / ``init_args`` in YAML).
 
 Each builds its runtime objects for one benchmark and target, and reports the settings that change its
-results (they go into every stored result, so a rerun with other settings recomputes).
+results (they go into every stored result, so a rerun with other settings recomputes). The editors (how an
+explanation becomes a counterfactual) are :mod:`nemo_train.scoring.editors`.
 """
 
-from nemo_train.nemo.components.editors import DiffusersEdit, EditorSpec, ExactEdit, PromptEdit
 from nemo_train.nemo.components.method_specs import (
     BuildContext,
     CamMLLMMethod,
@@ -33,16 +33,12 @@ __all__ = [
     "ClassFreeConstantMethod",
     "ClassPriorMethod",
     "ChangeMLLMMethod",
-    "DiffusersEdit",
     "DistractorMethod",
-    "EditorSpec",
     "ErrorRetrievalMethod",
     "EverythingMethod",
-    "ExactEdit",
     "KnownCauseMethod",
     "MethodSpec",
     "OddOneOutMethod",
-    "PromptEdit",
     "EvalOptions",
     "SciTXMethod",
     "default_methods",

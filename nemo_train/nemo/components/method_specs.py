@@ -14,11 +14,11 @@ from nemo_train.backends.base import ChatBackend
 from nemo_train.errors import UserInputError
 from nemo_train.models.specs import check_clip_folder
 from nemo_train.models.zero_shot import ZeroShotTarget, tiny_random_clip
-from nemo_train.nemo.benchmark import SYNTHETIC, NemoBenchmark
-from nemo_train.nemo.interventions import CounterfactualScorer
 from nemo_train.nemo.methods import cam_mllm, change_mllm, error_retrieval, reference, scitx
 from nemo_train.nemo.methods.base import Method
 from nemo_train.nemo.methods.validation import WithValidation
+from nemo_train.scoring.benchmark import SYNTHETIC, NemoBenchmark
+from nemo_train.scoring.interventions import CounterfactualScorer
 
 
 @dataclass

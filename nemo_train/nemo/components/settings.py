@@ -10,9 +10,9 @@ from jsonargparse.typing import PositiveInt
 
 from nemo_train.errors import UserInputError
 from nemo_train.models.targets import ClassMapping
-from nemo_train.nemo.benchmark import NemoBenchmark, build_synthetic_benchmark
-from nemo_train.nemo.folder_benchmark import build_folder_benchmark
-from nemo_train.nemo.shift_benchmark import build_shift_benchmark
+from nemo_train.scoring.benchmark import NemoBenchmark, build_synthetic_benchmark
+from nemo_train.scoring.folder_benchmark import build_folder_benchmark
+from nemo_train.scoring.shift_benchmark import build_shift_benchmark
 
 BenchmarkName = Literal["cmnist", "clevr", "shifts", "imagenet_r", "objectnet", "imagenet_d"]
 SYNTHETIC_BENCHMARKS = ("cmnist", "clevr", "shifts")

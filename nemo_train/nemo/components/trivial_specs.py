@@ -11,11 +11,11 @@ from typing import Any
 from jsonargparse.typing import PositiveInt
 
 from nemo_train.errors import UserInputError
-from nemo_train.nemo.benchmark import NemoBenchmark
 from nemo_train.nemo.components.method_specs import BuildContext, MethodSpec
 from nemo_train.nemo.methods import trivial
 from nemo_train.nemo.methods.base import Method
-from nemo_train.nemo.shift_benchmark import build_shift_benchmark
+from nemo_train.scoring.benchmark import NemoBenchmark
+from nemo_train.scoring.shift_benchmark import build_shift_benchmark
 
 
 def most_frequent_cause(benchmark: NemoBenchmark) -> str:

@@ -28,11 +28,11 @@ from jsonargparse.typing import NonNegativeInt, PositiveInt
 
 from nemo_train.backends.base import ChatBackend
 from nemo_train.backends.messages import user_message
-from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
 from nemo_train.nemo.distill.rows import DistillContext, DistillMethod, EvidenceQuestions, StudentView
-from nemo_train.nemo.interventions import CounterfactualScorer, Trial
 from nemo_train.nemo.methods.base import Explanation, Method, ask_causes_batch
-from nemo_train.nemo.structured import DISTILL_PROMPT
+from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark
+from nemo_train.scoring.interventions import CounterfactualScorer, Trial
+from nemo_train.scoring.structured import DISTILL_PROMPT
 
 #: What confirms a tested hypothesis (see :class:`StudentEdits`).
 Acceptance = Literal["cei", "true_class"]

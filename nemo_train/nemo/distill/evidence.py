@@ -25,7 +25,7 @@ import torch
 
 from datamodules.sentences import DISTILL_EVIDENCE_PROMPT, evidence_readings
 from nemo_train.errors import UserInputError
-from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
+from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark
 
 
 @dataclass

@@ -33,7 +33,6 @@ from nemo_train.metrics.bootstrap import format_with_interval, grouped_mean_inte
 from nemo_train.metrics.nemo import score_mean
 from nemo_train.models.specs import ClassifierSpec, as_classifier
 from nemo_train.models.targets import ClassMapping
-from nemo_train.nemo.components.editors import DiffusersEdit
 from nemo_train.nemo.distill.evidence import check_evidence_benchmark
 from nemo_train.nemo.distill.mining import mine_folder_errors, mine_synthetic_errors
 from nemo_train.nemo.distill.pairs import LabelledErrors, ReferenceClass, pairs_from_labels
@@ -51,8 +50,9 @@ from nemo_train.nemo.distill.teacher_parts import (  # noqa: F401  (build_target
 from nemo_train.nemo.distill.teachers import ExhaustiveAttributeTeacher, SciTXTeacher, View
 from nemo_train.nemo.distill.zoo_members import ZooSide, zoo_members
 from nemo_train.nemo.methods.scitx import MLLMCaptioner, MLLMHypothesizer, SciTX
-from nemo_train.nemo.shift_benchmark import build_shift_benchmark
 from nemo_train.runs import Device, OutDir, Seed, run_command
+from nemo_train.scoring.editors import DiffusersEdit
+from nemo_train.scoring.shift_benchmark import build_shift_benchmark
 from nemo_train.sharding import ShardedResultStore, Strategy, current_ranks, merge_shards
 
 

@@ -13,7 +13,7 @@ the two error sets must never share an image. The evaluation errors of ``nemo-ev
 Folder data: the user names a mining folder; :func:`check_disjoint_files` refuses one that shares an image
 (same bytes) with the evaluation folder.
 
-The result is a :class:`~nemo_train.nemo.benchmark.NemoBenchmark` whose ``errors`` are the mined errors
+The result is a :class:`~nemo_train.scoring.benchmark.NemoBenchmark` whose ``errors`` are the mined errors
 and whose reference set is the rest of the mining grid, so SciTX and the exhaustive teacher run on it
 unchanged.
 """
@@ -26,13 +26,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from nemo_train.errors import UserInputError
-from nemo_train.nemo.benchmark import (
+from nemo_train.scoring.benchmark import (
     SYNTHETIC,
     NemoBenchmark,
     benchmark_from_grid,
     check_classes,
 )
-from nemo_train.nemo.folder_benchmark import build_folder_benchmark, list_image_folder
+from nemo_train.scoring.folder_benchmark import build_folder_benchmark, list_image_folder
 
 #: First CLEVR view style of the mining grid (test views start at 2**30).
 MINING_STYLE = 1 << 29
@@ -72,7 +72,7 @@ def mine_synthetic_errors(
 ) -> NemoBenchmark:
     """Up to ``n`` errors of ``target`` on the mining grid of ``dataset`` (``cmnist`` or ``clevr``).
 
-    Same layout as :func:`~nemo_train.nemo.benchmark.build_synthetic_benchmark` (errors, reference set of
+    Same layout as :func:`~nemo_train.scoring.benchmark.build_synthetic_benchmark` (errors, reference set of
     the rest of the grid with captions and attributes, the renderer, the known cause), on a split that
     shares no image with it. Sample ids start with ``mine-``.
     """

@@ -16,10 +16,10 @@ from typing import Any
 import torch
 
 from datamodules.explanations import ExplanationRecord, to_pil, write_records
-from nemo_train.nemo.benchmark import NemoBenchmark
 from nemo_train.nemo.distill.evidence import ClassifierEvidence, check_evidence_benchmark
 from nemo_train.nemo.distill.teachers import View, view_inputs
 from nemo_train.nemo.methods.change_mllm import ReferenceClass
+from nemo_train.scoring.benchmark import NemoBenchmark
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 Each builds, for one target and its held-out errors, the explanation method and the scorer its answers are
 tested with: the student's structured answers by the edit they state
-(:class:`~nemo_train.nemo.structured.StructuredEditDeriver`), KnownCause's sentence by the keyword deriver
+(:class:`~nemo_train.scoring.structured.StructuredEditDeriver`), KnownCause's sentence by the keyword deriver
 (a rule-based parser, not a model). The student is the MLLM of every student row.
 """
 
@@ -17,17 +17,17 @@ from jsonargparse.typing import PositiveInt
 
 from nemo_train.backends.base import ChatBackend
 from nemo_train.backends.messages import user_message
-from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
 from nemo_train.nemo.distill.evidence import ClassifierEvidence, check_evidence_benchmark
 from nemo_train.nemo.distill.teachers import ExhaustiveAttributeTeacher
 from nemo_train.nemo.distill.zoo_members import ZooClassifier
-from nemo_train.nemo.interventions import CounterfactualScorer, Trial
 from nemo_train.nemo.methods.base import Explanation, Method, ask_causes_batch
 from nemo_train.nemo.methods.cam_mllm import CamMLLM
 from nemo_train.nemo.methods.change_mllm import ChangeMLLM, ReferenceClass
 from nemo_train.nemo.methods.reference import KnownCauseExplainer
 from nemo_train.nemo.methods.scitx import MLLMHypothesizer, SciTX
-from nemo_train.nemo.structured import DISTILL_CAM_PROMPT, DISTILL_CHANGE_PROMPT, DISTILL_PROMPT
+from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark
+from nemo_train.scoring.interventions import CounterfactualScorer, Trial
+from nemo_train.scoring.structured import DISTILL_CAM_PROMPT, DISTILL_CHANGE_PROMPT, DISTILL_PROMPT
 
 
 class ExhaustiveSearchExplainer:

@@ -11,10 +11,10 @@ teacher mined a disjoint split) it runs the configured rows (``nemo_train.nemo.d
 * ``KnownCause`` — names the planted bias (edit derived by the keyword deriver, a rule-based parser).
 
 Each row explains ``error_batch`` errors at a time with one batched request to the student.
-On generated data every answer's edit is derived from its sentence (:class:`~nemo_train.nemo.text_edits.TextEditDeriver`:
+On generated data every answer's edit is derived from its sentence (:class:`~nemo_train.scoring.text_edits.TextEditDeriver`:
 the blamed factor back to its typical value; an ``Edit:`` line that agrees gives the value, one that contradicts
 the sentence makes the answer inconsistent, scored 0), re-rendered exactly; on folder data the student's stated
-editing instruction (:class:`~nemo_train.nemo.structured.StructuredEditDeriver`) is applied by a diffusers editor (where the teacher and KnownCause rows do not exist). LLM Match comes from the configured judges
+editing instruction (:class:`~nemo_train.scoring.structured.StructuredEditDeriver`) is applied by a diffusers editor (where the teacher and KnownCause rows do not exist). LLM Match comes from the configured judges
 (default on generated data: the grounded judge, an attribute parser checked against the fact sheet, not a
 model). The table's title names the classifiers the student was distilled on only where the adapter's training
 pairs record them (:func:`~nemo_train.nemo.distill.lineage.distilled_classifiers`) or ``distilled_on`` states them;
@@ -36,8 +36,6 @@ from nemo_train.backends.student import StudentBackend, check_adapter_folder
 from nemo_train.errors import UserInputError
 from nemo_train.models.class_mapping import ClassMapping
 from nemo_train.models.specs import ClassifierSpec, as_classifier, unique_names
-from nemo_train.nemo.benchmark import FACT_SHEETS, NemoBenchmark, build_synthetic_benchmark
-from nemo_train.nemo.components.editors import DiffusersEdit
 from nemo_train.nemo.distill.lineage import distilled_classifiers
 from nemo_train.nemo.distill.rows import (
     DistillContext,
@@ -59,14 +57,16 @@ from nemo_train.nemo.evaluation import (
     run_constant,
     run_target,
 )
-from nemo_train.nemo.folder_benchmark import build_folder_benchmark
-from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
-from nemo_train.nemo.judges import CriterionName, GroundedJudge, Judge, JudgePanel, LLMJudge
 from nemo_train.nemo.methods.reference import KnownCauseExplainer
-from nemo_train.nemo.shift_benchmark import build_shift_benchmark, print_causes
-from nemo_train.nemo.structured import StructuredEditDeriver
-from nemo_train.nemo.text_edits import TextEditDeriver, reader_for
 from nemo_train.runs import Device, OutDir, Seed, run_command
+from nemo_train.scoring.benchmark import FACT_SHEETS, NemoBenchmark, build_synthetic_benchmark
+from nemo_train.scoring.editors import DiffusersEdit
+from nemo_train.scoring.folder_benchmark import build_folder_benchmark
+from nemo_train.scoring.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
+from nemo_train.scoring.judges import CriterionName, GroundedJudge, Judge, JudgePanel, LLMJudge
+from nemo_train.scoring.shift_benchmark import build_shift_benchmark, print_causes
+from nemo_train.scoring.structured import StructuredEditDeriver
+from nemo_train.scoring.text_edits import TextEditDeriver, reader_for
 from nemo_train.sharding import ShardedResultStore, Strategy, current_ranks, merge_shards
 from nemo_train.store import ResultStore, write_json_atomic
 

@@ -16,15 +16,15 @@ from nemo_train.backends.base import BackendError, ChatBackend
 from nemo_train.errors import UserInputError
 from nemo_train.models.specs import ClassifierSpec, as_classifier
 from nemo_train.models.targets import ClassMapping
-from nemo_train.nemo.components.editors import DiffusersEdit
 from nemo_train.nemo.distill.teachers import TeacherLabel
 from nemo_train.nemo.evaluation import record_key
-from nemo_train.nemo.interventions import (
+from nemo_train.quiet import progress_bar
+from nemo_train.scoring.editors import DiffusersEdit
+from nemo_train.scoring.interventions import (
     CounterfactualScorer,
     ExactAttributeEditor,
     LLMAttributeDeriver,
 )
-from nemo_train.quiet import progress_bar
 from nemo_train.sharding import ShardedResultStore
 from nemo_train.store import fingerprint
 

@@ -26,14 +26,14 @@ import torch
 
 from nemo_train.errors import UserInputError
 from nemo_train.metrics.nemo import cei_points
-from nemo_train.nemo.batched_scoring import select_many, with_derived_edits
-from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
 from nemo_train.nemo.distill.evidence import ClassifierEvidence
-from nemo_train.nemo.interventions import ExactAttributeEditor
 from nemo_train.nemo.methods.cam_mllm import gradcam_overlay
 from nemo_train.nemo.methods.change_mllm import ChangeMLLM, ReferenceClass
 from nemo_train.nemo.methods.scitx import hypothesize_many
-from nemo_train.nemo.structured import (
+from nemo_train.scoring.batched_scoring import select_many, with_derived_edits
+from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark
+from nemo_train.scoring.interventions import ExactAttributeEditor
+from nemo_train.scoring.structured import (
     DISTILL_CAM_PROMPT,
     DISTILL_CHANGE_PROMPT,
     DISTILL_PROMPT,
@@ -144,7 +144,7 @@ class SciTXTeacher:
     """SciTX as a teacher: its argmax-CEI hypothesis and the instruction derived from it.
 
     :meth:`label_batch` labels several errors with one request per stage for all of them: the reference
-    captions, the hypotheses and the edits they imply (:mod:`nemo_train.nemo.batched_scoring`); each
+    captions, the hypotheses and the edits they imply (:mod:`nemo_train.scoring.batched_scoring`); each
     error's label is the one :meth:`label` gives it alone.
 
     Args:

@@ -15,10 +15,10 @@ from nemo_train.errors import UserInputError
 from nemo_train.nemo.components.trivial_specs import mined_prior, most_frequent_cause
 from nemo_train.nemo.distill.rows import DistillContext, DistillMethod
 from nemo_train.nemo.distill.zoo_members import ZooClassifier
-from nemo_train.nemo.interventions import CounterfactualScorer
 from nemo_train.nemo.methods import trivial
 from nemo_train.nemo.methods.base import Method
-from nemo_train.nemo.shift_benchmark import build_shift_benchmark
+from nemo_train.scoring.interventions import CounterfactualScorer
+from nemo_train.scoring.shift_benchmark import build_shift_benchmark
 
 
 class _TrivialRow(DistillMethod):

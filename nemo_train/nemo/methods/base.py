@@ -6,11 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import torch
-
 from nemo_train.backends.providers import object_schema
-from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
-from nemo_train.nemo.interventions import Trial
+from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark
+from nemo_train.scoring.interventions import Trial
 
 
 @dataclass
@@ -70,17 +68,3 @@ def ask_causes_batch(
                 causes.append(text.strip())
         out.append(causes)
     return out
-
-
-def select_by_cei(
-    scorer, sample: ErrorSample, candidates: Sequence[str], class_names: Sequence[str]
-) -> tuple[Trial | None, list[Trial]]:
-    """Score every candidate with ``scorer`` (one batch) and return the argmax-CEI trial and all trials.
-
-    Ties go to the earlier candidate (``argmax`` returns the first maximum), as in Alg. 1 (strict ``>``).
-    """
-    trials = scorer.score(sample, list(candidates), class_names)
-    if not trials:
-        return None, []
-    best = int(torch.tensor([t.cei for t in trials]).argmax())
-    return trials[best], trials

@@ -12,8 +12,8 @@ from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
 from nemo_train.backends.messages import user_message
 from nemo_train.errors import UserInputError
 from nemo_train.nemo import prompts
-from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
 from nemo_train.nemo.methods.base import Explanation, ask_causes_batch
+from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark
 
 
 def gradcam_overlay(

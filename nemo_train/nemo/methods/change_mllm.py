@@ -11,9 +11,9 @@ import torch
 from datamodules.fact_sheets import DEFAULT_FACTS
 from nemo_train.backends.messages import user_message
 from nemo_train.nemo import prompts
-from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
 from nemo_train.nemo.methods.base import Explanation, ask_causes_batch
 from nemo_train.nemo.methods.scitx import reference_index
+from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark
 
 #: The correctly classified reference an error is compared with: the nearest one of the true or the
 #: predicted class (``either``, as in the NEMO paper), of only one of them (``true`` / ``predicted``), or the

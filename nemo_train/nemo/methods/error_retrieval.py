@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from datamodules.captions import CaptionVocabulary
 from nemo_train.artefacts import source_identity
 from nemo_train.errors import UserInputError
-from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
 from nemo_train.nemo.methods.base import Explanation
+from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark
 
 #: A small corpus of generic failure causes, in our own words.
 DEFAULT_CORPUS: tuple[str, ...] = (

@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from nemo_train.backends.messages import user_message
 from nemo_train.errors import UserInputError
 from nemo_train.nemo import prompts
-from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
 from nemo_train.nemo.methods.base import Explanation
+from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark
 
 
 def summarize_explanations(backend, explanations: Sequence[str], max_items: int = 200) -> str:

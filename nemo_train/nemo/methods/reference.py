@@ -4,9 +4,9 @@ names an irrelevant factor. They bound the table and check that CEI separates ri
 from __future__ import annotations
 
 from nemo_train.errors import UserInputError
-from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
 from nemo_train.nemo.methods.base import Explanation
-from nemo_train.nemo.structured import EDIT_MARK, format_edit, hypothesis_sentence
+from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark
+from nemo_train.scoring.structured import EDIT_MARK, format_edit, hypothesis_sentence
 
 
 def _cause(benchmark: NemoBenchmark, sample: ErrorSample) -> dict:

@@ -6,7 +6,7 @@
 2. **Hypothesis** — ``m`` candidate failure causes from a hypothesizer: an MLLM in a failure-analyst
    role (:class:`MLLMHypothesizer`), or offline, for generated data, :class:`AttributeContrastHypothesizer`.
 3. **Experiment** — every hypothesis becomes an intervention; the original and all ``m`` counterfactuals
-   are classified in one batch (:class:`~nemo_train.nemo.interventions.CounterfactualScorer`).
+   are classified in one batch (:class:`~nemo_train.scoring.interventions.CounterfactualScorer`).
 4. **Conclusion** — the hypothesis with the largest CEI is the explanation.
 """
 
@@ -24,10 +24,10 @@ from datamodules.fact_sheets import DEFAULT_EDITABLE, DEFAULT_FACTS
 from nemo_train.backends.messages import user_message
 from nemo_train.errors import UserInputError
 from nemo_train.nemo import prompts
-from nemo_train.nemo.batched_scoring import select_many
-from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark, ReferenceSet
 from nemo_train.nemo.methods.base import Explanation, ask_causes_batch
 from nemo_train.nemo.retrieval import ReferenceIndex
+from nemo_train.scoring.batched_scoring import select_many
+from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark, ReferenceSet
 from nemo_train.vocabulary import BIAS_PROMPT
 
 

@@ -18,10 +18,10 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 
 from nemo_train.errors import UserInputError
-from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
 from nemo_train.nemo.methods.base import Explanation
-from nemo_train.nemo.structured import EDIT_MARK, format_edit, hypothesis_sentence
-from nemo_train.nemo.text_edits import restore_value
+from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark
+from nemo_train.scoring.structured import EDIT_MARK, format_edit, hypothesis_sentence
+from nemo_train.scoring.text_edits import restore_value
 
 #: causes that are not one factor (``label_causes``): never a prior
 UNEXPLAINED = frozenset({"none", "several"})

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from nemo_train.errors import UserInputError
-from nemo_train.nemo.batched_scoring import select_many
-from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark
 from nemo_train.nemo.methods.base import Explanation
+from nemo_train.scoring.batched_scoring import select_many
+from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark
 
 
 class WithValidation:

@@ -22,7 +22,6 @@ from datamodules.shifts import FACTS, ShiftsDataModule  # noqa: E402
 from nemo_train.backends.scripted import ScriptedBackend  # noqa: E402
 from nemo_train.errors import UserInputError  # noqa: E402
 from nemo_train.models.vlm import EXPLAINER_META  # noqa: E402
-from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark, ReferenceSet  # noqa: E402
 from nemo_train.nemo.distill.evidence import ClassifierEvidence  # noqa: E402
 from nemo_train.nemo.distill.lineage import distilled_classifiers  # noqa: E402
 from nemo_train.nemo.distill.pairs import LabelledErrors, pairs_from_labels  # noqa: E402
@@ -35,6 +34,7 @@ from nemo_train.nemo.distill.rows import (  # noqa: E402
     StudentSciTX,
 )
 from nemo_train.nemo.distill.student_eval import distill_eval  # noqa: E402
+from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark, ReferenceSet  # noqa: E402
 
 TRUE, MISREAD = 3, 8
 TYPICAL = {f.name: f.typical_stored for f in FACTS.factors if f.typical is not None}

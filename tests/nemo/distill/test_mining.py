@@ -11,8 +11,8 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 from nemo_train.errors import UserInputError  # noqa: E402
 from nemo_train.models.targets import ClassifierTarget  # noqa: E402
-from nemo_train.nemo.benchmark import build_cmnist_benchmark, build_synthetic_benchmark  # noqa: E402
 from nemo_train.nemo.distill.mining import check_disjoint_files, mine_synthetic_errors  # noqa: E402
+from nemo_train.scoring.benchmark import build_cmnist_benchmark, build_synthetic_benchmark  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -34,7 +34,7 @@ from nemo_train.nemo.distill.rows import (  # noqa: E402
     student_distill_methods,
 )
 from nemo_train.nemo.distill.student_eval import distill_eval  # noqa: E402
-from nemo_train.nemo.structured import StructuredEditDeriver  # noqa: E402
+from nemo_train.scoring.structured import StructuredEditDeriver  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 PRESETS = sorted((ROOT / "configs" / "distill").glob("*.yaml"))

@@ -39,12 +39,12 @@ from nemo_train.errors import UserInputError
 from nemo_train.explainer import ExplainerModule
 from nemo_train.models.specs import TimmModel
 from nemo_train.models.targets import ClassMapping
-from nemo_train.nemo.components import DiffusersEdit
 from nemo_train.nemo.distill.rows import KnownCause, StudentGreedy
 from nemo_train.nemo.distill.student_eval import distill_eval, edit_scorers
-from nemo_train.nemo.folder_benchmark import build_folder_benchmark
-from nemo_train.nemo.judges import LLMJudge
-from nemo_train.nemo.structured import split_answer
+from nemo_train.scoring.editors import DiffusersEdit
+from nemo_train.scoring.folder_benchmark import build_folder_benchmark
+from nemo_train.scoring.judges import LLMJudge
+from nemo_train.scoring.structured import split_answer
 from tests.explainer.tiny_real import build
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -158,9 +158,9 @@ def test_derive_many_asks_once_for_all_errors_and_matches_one_at_a_time():
     from nemo_toys import solid
 
     from nemo_train.backends.scripted import ScriptedBackend
-    from nemo_train.nemo.batched_scoring import derive_many
-    from nemo_train.nemo.benchmark import ErrorSample
-    from nemo_train.nemo.interventions import LLMInstructionDeriver
+    from nemo_train.scoring.batched_scoring import derive_many
+    from nemo_train.scoring.benchmark import ErrorSample
+    from nemo_train.scoring.interventions import LLMInstructionDeriver
 
     def instruction(messages):
         text = messages[-1]["content"] if isinstance(messages[-1]["content"], str) else str(messages[-1]["content"])

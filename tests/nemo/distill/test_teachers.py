@@ -13,10 +13,10 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 from nemo_toys import VOCAB, RedGreenTarget, SolidRenderer, solid  # noqa: E402
 
-from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark, ReferenceSet  # noqa: E402
 from nemo_train.nemo.distill.teachers import ExhaustiveAttributeTeacher, SciTXTeacher  # noqa: E402
-from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor  # noqa: E402
-from nemo_train.nemo.structured import (  # noqa: E402
+from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark, ReferenceSet  # noqa: E402
+from nemo_train.scoring.interventions import CounterfactualScorer, ExactAttributeEditor  # noqa: E402
+from nemo_train.scoring.structured import (  # noqa: E402
     StructuredEditDeriver,
     format_answer,
     parse_attribute_edit,

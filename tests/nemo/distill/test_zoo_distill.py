@@ -17,7 +17,7 @@ from nemo_train.nemo.distill.student_eval import edit_scorers
 from nemo_train.nemo.distill.trivial_rows import ClassPrior
 from nemo_train.nemo.distill.zoo_members import zoo_members
 from nemo_train.nemo.methods import trivial
-from nemo_train.nemo.shift_benchmark import build_shift_benchmark
+from nemo_train.scoring.shift_benchmark import build_shift_benchmark
 
 pytestmark = pytest.mark.slow  # the tiny zoo takes about 30 s to train
 

@@ -9,10 +9,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from nemo_train.nemo.benchmark import ErrorSample
 from nemo_train.nemo.distill.edit_rows import BudgetExplainer, StudentEdits
 from nemo_train.nemo.distill.zoo_report import budget_points, plot_budget, pooled_scores
-from nemo_train.nemo.interventions import Trial
+from nemo_train.scoring.benchmark import ErrorSample
+from nemo_train.scoring.interventions import Trial
 
 
 def _records(target: str, values: list[float], method: str = "row", edits: int = 0) -> list[dict]:

@@ -24,7 +24,7 @@ from nemo_train.backends.base import _STRICT_JSON, ChatBackend, MalformedReplyEr
 from nemo_train.backends.messages import assistant_message, system_message, user_message
 from nemo_train.backends.providers import object_schema
 from nemo_train.errors import UserInputError
-from nemo_train.nemo.criteria import (
+from nemo_train.scoring.criteria import (
     CRITERIA,
     GROUNDED_PROMPT,
     JUDGE_PROMPT,
@@ -36,7 +36,7 @@ from nemo_train.nemo.criteria import (
     snap_grounding,
     snap_score,
 )
-from nemo_train.nemo.grounding import ClaimParser
+from nemo_train.scoring.grounding import ClaimParser
 
 __all__ = [
     "CRITERIA",
@@ -308,16 +308,16 @@ class KeywordJudge(Judge):
 class GroundedJudge(Judge):
     """OFFLINE STAND-IN, NOT A LANGUAGE MODEL: checks an explanation against the image's known attributes.
 
-    A rule-based :class:`~nemo_train.nemo.grounding.ClaimParser` over the benchmark's fact sheet finds the
+    A rule-based :class:`~nemo_train.scoring.grounding.ClaimParser` over the benchmark's fact sheet finds the
     factors the explanation blames (negations read), the factors its ``Edit:`` line changes and its checkable
     claims (attribute values, true and predicted class). Against the item's own ``cause``, by the rubric of
-    docs/GRADING.md (:meth:`~nemo_train.nemo.claims.Reading.match`): 1 if the cause is the only blamed factor,
+    docs/GRADING.md (:meth:`~nemo_train.scoring.claims.Reading.match`): 1 if the cause is the only blamed factor,
     0.5 if it is blamed with exactly one other (not every factor of the sheet), 0 otherwise; a false claim or
     an Edit line that changes another factor than the text blames gives 0. ``grounding`` is the share of true
     claims. An item without ``cause`` is graded against the benchmark criterion's factor (or, when no factor of
     the sheet matches the criterion, by :class:`KeywordJudge`'s keywords), false claims still giving 0. Without
     ``attributes`` only class claims are checked. The parser's rules are listed in
-    :mod:`nemo_train.nemo.grounding`; it reads no meaning beyond them. Its agreement with hand labels is
+    :mod:`nemo_train.scoring.grounding`; it reads no meaning beyond them. Its agreement with hand labels is
     measured by ``nemo-train judge`` on the shipped labelled set (docs/GRADING.md).
     """
 
@@ -378,4 +378,4 @@ class GroundedJudge(Judge):
         return f"GroundedJudge(facts={facts!r}, criterion={getattr(self.criterion, 'name', None)!r})"
 
 
-from nemo_train.nemo.panel import JudgePanel, PanelJudgement  # noqa: E402  (the panel reads the judges above)
+from nemo_train.scoring.panel import JudgePanel, PanelJudgement  # noqa: E402  (the panel reads the judges above)

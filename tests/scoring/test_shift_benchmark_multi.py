@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from datamodules.shifts import CAUSE_FACTORS, ShiftsDataModule
-from nemo_train.nemo.shift_benchmark import build_shift_benchmark
+from nemo_train.scoring.shift_benchmark import build_shift_benchmark
 from tests.shift_oracles import TYPICAL, AttributeOracle, off_typical, restorations
 
 SIZE = 150

@@ -20,11 +20,11 @@ rubric they serve is written in docs/GRADING.md):
   factor only when no other factor is mentioned within :data:`WINDOW` tokens of it in its clause: in
   ``the red strokes`` the strokes carry the colour and blame no stroke style.
 * A negated mention blames nothing: ``not the colour but the rotation`` blames the rotation,
-  ``the colour did not matter`` nothing (:meth:`~nemo_train.nemo.clauses.Sentence.negated`). A hedge
+  ``the colour did not matter`` nothing (:meth:`~nemo_train.scoring.clauses.Sentence.negated`). A hedge
   (``may``, ``perhaps``, ``either ... or``) still blames every factor it names: ``the colour or the
   rotation`` blames two.
 * When some sentence assigns blame (a cue such as ``because``, ``caused``, ``misled``: see
-  :data:`~nemo_train.nemo.clauses.BLAME_CUES`) and names a factor, only such sentences blame; the others
+  :data:`~nemo_train.scoring.clauses.BLAME_CUES`) and names a factor, only such sentences blame; the others
   describe the image (their claims are still checked). Otherwise every sentence blames what it names.
 * A counted value is a claim about the image unless it sits in a counterfactual or negated stretch of its
   clause (from ``if``, ``would``, ``were``, ``instead``, ``than``, ``training``, ``not``, ``unlike`` ... to the
@@ -47,8 +47,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from datamodules.facts import DatasetFacts, Factor
-from nemo_train.nemo.claims import Claim, Reading, split_edit
-from nemo_train.nemo.clauses import COMMON_WORDS, HEDGES, WINDOW, Sentence, phrase, sentences, tokenize
+from nemo_train.scoring.claims import Claim, Reading, split_edit
+from nemo_train.scoring.clauses import COMMON_WORDS, HEDGES, WINDOW, Sentence, phrase, sentences, tokenize
 
 __all__ = [
     "CARRIERS",

@@ -20,7 +20,7 @@ import torch
 from datamodules.captions import CAPTION_NAMES, TILT_WORDS, VOCABULARIES, tilt_index
 from datamodules.fact_sheets import SHEETS
 from nemo_train.errors import UserInputError
-from nemo_train.nemo.benchmark import ErrorSample
+from nemo_train.scoring.benchmark import ErrorSample
 
 #: Per generator: the class prompt with the attributes an explanation names, in the word order of the
 #: CLIP's training captions ("a {color} digit {digit} {tilt}"); a bracketed part stays only when the

@@ -9,7 +9,7 @@ the exact editor re-renders with. Builders:
   bias-conflicting errors of a CMNIST (cause: colour) or CLEVR (cause: material) classifier on the full
   attribute grid of the test split, whose true cause is known; the rest of the grid is the reference
   database.
-* :func:`~nemo_train.nemo.folder_benchmark.build_folder_benchmark` — ImageNet-R / ObjectNet / ImageNet-D style ``root/<class>/<image>``
+* :func:`~nemo_train.scoring.folder_benchmark.build_folder_benchmark` — ImageNet-R / ObjectNet / ImageNet-D style ``root/<class>/<image>``
   folders: the images the target gets wrong are sampled (``n`` per dataset, seeded), the rest plus an
   optional ImageNet subset folder form the reference database (NEMO paper, Sec. 4.1.1 and App. B.1).
 """
@@ -195,7 +195,7 @@ SYNTHETIC: dict[str, dict[str, Any]] = {
 #: Every generated benchmark, by name, and its fact sheet: the grid benchmarks above and the shifts digits, whose
 #: errors have their own causes. Each is graded against its sheet (the grounded judge checks every claim about the
 #: image against its attributes), and the sheet gives the Constant row and the reference explainers. Image-folder
-#: benchmarks have no sheet: they are graded against their criterion (:data:`~nemo_train.nemo.criteria.CRITERIA`).
+#: benchmarks have no sheet: they are graded against their criterion (:data:`~nemo_train.scoring.criteria.CRITERIA`).
 FACT_SHEETS: dict[str, DatasetFacts] = {
     **{name: spec["facts"] for name, spec in SYNTHETIC.items()},
     "shifts": SHEETS["shifts"],

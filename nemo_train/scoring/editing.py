@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from nemo_train.backends.messages import to_pil
 from nemo_train.errors import UserInputError
-from nemo_train.nemo.benchmark import ErrorSample
+from nemo_train.scoring.benchmark import ErrorSample
 
 #: How images are resized to the edit size and back.
 RESIZE: dict[str, Any] = {"mode": "bilinear", "antialias": True}

@@ -12,9 +12,9 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 from nemo_train.errors import UserInputError  # noqa: E402
 from nemo_train.models.targets import ClassifierTarget, Target  # noqa: E402
-from nemo_train.nemo.benchmark import build_cmnist_benchmark  # noqa: E402
-from nemo_train.nemo.folder_benchmark import build_folder_benchmark  # noqa: E402
-from nemo_train.nemo.interventions import ExactAttributeEditor  # noqa: E402
+from nemo_train.scoring.benchmark import build_cmnist_benchmark  # noqa: E402
+from nemo_train.scoring.folder_benchmark import build_folder_benchmark  # noqa: E402
+from nemo_train.scoring.interventions import ExactAttributeEditor  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +114,7 @@ def test_folder_benchmark_keeps_misclassified_and_builds_reference(tmp_path):
 
 def test_clevr_benchmark_and_exact_material_edit():
     from nemo_train.models import ClassifierModule
-    from nemo_train.nemo.benchmark import build_synthetic_benchmark
+    from nemo_train.scoring.benchmark import build_synthetic_benchmark
 
     torch.manual_seed(0)
     target = ClassifierTarget(ClassifierModule(backbone="bias_cnn", num_classes=3), ["cube", "cylinder", "sphere"])

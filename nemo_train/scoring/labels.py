@@ -1,6 +1,6 @@
 """How a judge panel's LLM Match is named wherever its numbers go, so that a rule's score never reads as a model's.
 
-A language-model judge (:class:`~nemo_train.nemo.judges.LLMJudge`) is named ``llm:<model>``; every other judge
+A language-model judge (:class:`~nemo_train.scoring.judges.LLMJudge`) is named ``llm:<model>``; every other judge
 (the grounded judge's attribute parser, the keyword judge) stands in for a language model and is named by
 what it is. A panel of stand-ins only reports ``rule_match`` instead of ``llm_match``; table columns and recap
 rows also name the stand-ins, each marked "not a model".

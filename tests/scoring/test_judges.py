@@ -11,7 +11,7 @@ import pytest
 
 from nemo_train.backends import ScriptedBackend
 from nemo_train.errors import UserInputError
-from nemo_train.nemo.judges import (
+from nemo_train.scoring.judges import (
     CRITERIA,
     Judge,
     JudgeItem,
@@ -154,7 +154,7 @@ def test_panel_scores_an_empty_explanation_zero_without_asking():
 
 
 def test_llm_judges_read_the_rubric_and_the_whole_explanation():
-    from nemo_train.nemo.criteria import RUBRIC
+    from nemo_train.scoring.criteria import RUBRIC
 
     backend = ScriptedBackend([json.dumps({"reasoning": "r", "score": 0})] * 2)
     judge = LLMJudge(backend, "cmnist")

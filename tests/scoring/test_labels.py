@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from nemo_train.backends import ScriptedBackend
-from nemo_train.nemo.judges import GroundedJudge, KeywordJudge, LLMJudge
-from nemo_train.nemo.labels import match_key, match_label, stand_in_judges
+from nemo_train.scoring.judges import GroundedJudge, KeywordJudge, LLMJudge
+from nemo_train.scoring.labels import match_key, match_label, stand_in_judges
 
 GROUNDED = GroundedJudge().name
 KEYWORD = KeywordJudge().name

@@ -15,22 +15,24 @@ import torch
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 
-from nemo_toys import COLORS, VOCAB, RedGreenTarget, SolidRenderer, solid  # noqa: E402
-
 from nemo_train.backends import ScriptedBackend  # noqa: E402
 from nemo_train.errors import UserInputError  # noqa: E402
-from nemo_train.nemo.batched_scoring import score_many, select_many  # noqa: E402
-from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark, ReferenceSet  # noqa: E402
-from nemo_train.nemo.components import DiffusersEdit  # noqa: E402
-from nemo_train.nemo.editing import DiffusersEditor, tiny_random_instruct_pix2pix  # noqa: E402
-from nemo_train.nemo.interventions import (  # noqa: E402
+from nemo_train.nemo.methods.scitx import SciTX  # noqa: E402
+from nemo_train.scoring.batched_scoring import (  # noqa: E402
+    score_many,
+    select_by_cei,  # noqa: E402
+    select_many,
+)
+from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark, ReferenceSet  # noqa: E402
+from nemo_train.scoring.editing import DiffusersEditor, tiny_random_instruct_pix2pix  # noqa: E402
+from nemo_train.scoring.editors import DiffusersEdit  # noqa: E402
+from nemo_train.scoring.interventions import (  # noqa: E402
     CounterfactualScorer,
     ExactAttributeEditor,
     KeywordAttributeDeriver,
     LLMInstructionDeriver,
 )
-from nemo_train.nemo.methods.base import select_by_cei  # noqa: E402
-from nemo_train.nemo.methods.scitx import SciTX  # noqa: E402
+from tests.nemo.nemo_toys import COLORS, VOCAB, RedGreenTarget, SolidRenderer, solid  # noqa: E402
 
 #: Largest difference allowed between an edit made alone and in a batch (float32 summation order).
 EDIT_ATOL = 1e-5

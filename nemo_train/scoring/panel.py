@@ -15,7 +15,7 @@ from nemo_train.errors import UserInputError
 from nemo_train.metrics.nemo import judge_mean
 
 if TYPE_CHECKING:
-    from nemo_train.nemo.judges import Judge, JudgeItem
+    from nemo_train.scoring.judges import Judge, JudgeItem
 
 __all__ = ["JudgePanel", "PanelJudgement"]
 

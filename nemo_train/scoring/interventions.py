@@ -10,11 +10,11 @@ from ``e`` alone. Three steps, each behind a small interface:
    :class:`KeywordAttributeDeriver`, the offline deriver for closed-vocabulary synthetic data: a rule-based
    parser that looks for attribute words (``colour``, ``red``, ``rotated`` ...) in the explanation.
 2. **Intervention**: an image editor (:class:`ExactAttributeEditor` re-renders a synthetic image with one
-   attribute changed; :class:`~nemo_train.nemo.editing.DiffusersEditor` runs an instruction-following
+   attribute changed; :class:`~nemo_train.scoring.editing.DiffusersEditor` runs an instruction-following
    diffusion editor) or, for zero-shot targets, a prompt swap.
 3. **Estimation**: :class:`CounterfactualScorer` classifies the original and all ``M`` counterfactuals of
    one error in a single batch and returns one :class:`Trial` per explanation
-   (:func:`~nemo_train.nemo.batched_scoring.score_many` edits and classifies the errors of a chunk together).
+   (:func:`~nemo_train.scoring.batched_scoring.score_many` edits and classifies the errors of a chunk together).
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from datamodules.fact_sheets import DEFAULT_EDITABLE, FACTOR_STEMS, NEUTRAL_VALU
 from nemo_train.backends.messages import user_message
 from nemo_train.errors import UserInputError
 from nemo_train.metrics.nemo import cei_points
-from nemo_train.nemo import prompts
-from nemo_train.nemo.benchmark import ErrorSample
-from nemo_train.nemo.structured import parse_attribute_edit, split_answer
+from nemo_train.scoring import edit_prompts
+from nemo_train.scoring.benchmark import ErrorSample
+from nemo_train.scoring.structured import parse_attribute_edit, split_answer
 
 Instruction = Any  # str (edit / prompt) or {"attribute": str, "value": ...}
 
@@ -194,7 +194,7 @@ class LLMInstructionDeriver(_LanguageModelDeriver):
             raise UserInputError(f"intervention kind {kind!r}; expected 'image' or 'prompt'")
         self.backend = backend
         self.kind = kind
-        self.template = template or (prompts.EDIT_INSTRUCTION if kind == "image" else prompts.PROMPT_REWRITE)
+        self.template = template or (edit_prompts.EDIT_INSTRUCTION if kind == "image" else edit_prompts.PROMPT_REWRITE)
         self.prompt_template = prompt_template
         self.class_prompts = None if class_prompts is None else list(class_prompts)
 
@@ -239,7 +239,7 @@ class LLMAttributeDeriver(_LanguageModelDeriver):
 
     def conversation(self, sample: ErrorSample, hypothesis: str, class_names: Sequence[str]) -> list[dict]:
         vocab = "\n".join(f"- {a}: {', '.join(map(str, self.vocabulary[a]))}" for a in self.editable)
-        text = prompts.ATTRIBUTE_INSTRUCTION.format(
+        text = edit_prompts.ATTRIBUTE_INSTRUCTION.format(
             true_name=class_names[sample.label],
             pred_name=class_names[sample.prediction],
             hypothesis=hypothesis,

@@ -25,7 +25,7 @@ import torch
 from datamodules.shifts import FACTS, ShiftsDataModule, label_causes
 from nemo_train.console import print_table
 from nemo_train.errors import UserInputError
-from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark, ReferenceSet, check_classes, classify
+from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark, ReferenceSet, check_classes, classify
 
 #: Which split the errors come from: the held-out test pool, or the mining split (training handwriting pool).
 ShiftSplit = Literal["test", "mining"]

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 from nemo_train.backends.jsonparse import extract_json
-from nemo_train.nemo.clauses import phrase
+from nemo_train.scoring.clauses import phrase
 
 __all__ = ["Claim", "Reading", "split_edit"]
 

@@ -2,7 +2,7 @@
 
 The NEMO paper derives the counterfactual intervention *from the explanation*. On generated data the offline
 route reads the explanation's sentence (the part before ``Edit:``) with the grounded judge's parser
-(:class:`~nemo_train.nemo.grounding.ClaimParser`), takes the factor it blames (the first mentioned when it blames
+(:class:`~nemo_train.scoring.grounding.ClaimParser`), takes the factor it blames (the first mentioned when it blames
 two) and sets that factor back to its training-typical value (:func:`restore_value`); a sentence that blames three
 or more factors, or every factor of the sheet, describes no error (the grading rubric) and gets no edit. An
 ``Edit:`` line (``... Edit: color -> white``) is a hint: when it edits a factor the sentence blames, its value is
@@ -24,9 +24,9 @@ from typing import Any
 
 from datamodules.facts import DatasetFacts
 from nemo_train.errors import UserInputError
-from nemo_train.nemo.benchmark import ErrorSample
-from nemo_train.nemo.grounding import ClaimParser
-from nemo_train.nemo.structured import parse_attribute_edit, split_answer
+from nemo_train.scoring.benchmark import ErrorSample
+from nemo_train.scoring.grounding import ClaimParser
+from nemo_train.scoring.structured import parse_attribute_edit, split_answer
 
 _STATED = re.compile(r"^\s*(?P<attribute>[\w ]+?)\s*->\s*(?P<value>.+?)\s*\.?\s*$", re.S)
 

@@ -31,7 +31,7 @@ from datamodules.sentences import (  # noqa: F401  (re-exported: NEMO's callers 
     value_name,
 )
 from nemo_train.backends.jsonparse import extract_json
-from nemo_train.nemo.benchmark import ErrorSample
+from nemo_train.scoring.benchmark import ErrorSample
 
 _ATTRIBUTE_EDIT = re.compile(r"^(?P<attribute>[a-z_]+)\s*->\s*(?P<value>[-+]?[\w. ]+?)$")
 

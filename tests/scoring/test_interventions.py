@@ -10,14 +10,11 @@ import torch
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 
-from nemo_toys import VOCAB, RedGreenTarget, SolidRenderer, solid  # noqa: E402
-from tiny_recipe import tiny_instruct_pix2pix  # noqa: E402
-
 from nemo_train.backends import ScriptedBackend  # noqa: E402
 from nemo_train.errors import UserInputError  # noqa: E402
 from nemo_train.models.zero_shot import tiny_random_clip  # noqa: E402
-from nemo_train.nemo.benchmark import ErrorSample  # noqa: E402
-from nemo_train.nemo.interventions import (  # noqa: E402
+from nemo_train.scoring.benchmark import ErrorSample  # noqa: E402
+from nemo_train.scoring.interventions import (  # noqa: E402
     CounterfactualScorer,
     ExactAttributeEditor,
     KeywordAttributeDeriver,
@@ -25,6 +22,8 @@ from nemo_train.nemo.interventions import (  # noqa: E402
     LLMInstructionDeriver,
     Trial,
 )
+from tests.nemo.nemo_toys import VOCAB, RedGreenTarget, SolidRenderer, solid  # noqa: E402
+from tests.nemo.tiny_recipe import tiny_instruct_pix2pix  # noqa: E402
 
 
 def green_sample(angle: int = 10) -> ErrorSample:
@@ -194,7 +193,7 @@ def test_prompt_mode_needs_zero_shot_target():
 
 # ------------------------------------------------------------------ diffusers editor
 def test_diffusers_editor_is_batched_seeded_and_keeps_size():
-    from nemo_train.nemo.editing import DiffusersEditor
+    from nemo_train.scoring.editing import DiffusersEditor
 
     pipeline = tiny_instruct_pix2pix()
     calls = []
@@ -225,7 +224,7 @@ def test_diffusers_editor_options_reach_kontext_and_qwen_pipelines(name):
 
     import diffusers
 
-    from nemo_train.nemo.editing import DiffusersEditor
+    from nemo_train.scoring.editing import DiffusersEditor
 
     calls = []
 

@@ -13,8 +13,8 @@ from datamodules.fact_sheets import SHEETS
 from datamodules.facts import DatasetFacts, Factor
 from nemo_train.backends import ScriptedBackend
 from nemo_train.errors import UserInputError
-from nemo_train.nemo.grounding import ClaimParser, tokenize
-from nemo_train.nemo.judges import (
+from nemo_train.scoring.grounding import ClaimParser, tokenize
+from nemo_train.scoring.judges import (
     GroundedJudge,
     JudgeItem,
     JudgePanel,

@@ -22,7 +22,7 @@ from nemo_train.cli import main, run_pipeline
 from nemo_train.errors import UserInputError
 from nemo_train.models.specs import CaptionZeroShotModel
 from nemo_train.models.zero_shot import ZeroShotTarget, tiny_random_clip
-from nemo_train.nemo.prompt_rule import CaptionPromptRule
+from nemo_train.scoring.prompt_rule import CaptionPromptRule
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESET = ROOT / "configs" / "nemo" / "cmnist_clip_prompt.yaml"

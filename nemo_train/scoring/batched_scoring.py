@@ -1,6 +1,6 @@
 """Counterfactual tests of many errors' hypotheses: one derivation round, shared edits, one forward.
 
-:class:`~nemo_train.nemo.interventions.CounterfactualScorer` tests one error at a time: it derives, edits
+:class:`~nemo_train.scoring.interventions.CounterfactualScorer` tests one error at a time: it derives, edits
 and classifies that error's hypotheses (one batched request, one editor call, one forward). For a chunk of
 ``B`` errors:
 
@@ -14,7 +14,8 @@ and classifies that error's hypotheses (one batched request, one editor call, on
   editor's ``batch_size`` edits, and the originals and all edits classified in one forward pass per image
   size. With any other editor it scores each error alone, so the exact editor's results on generated data
   stay bit for bit those of the per-error path.
-* :func:`select_many` is :func:`~nemo_train.nemo.methods.base.select_by_cei` over such a chunk.
+* :func:`select_by_cei` keeps the argmax-CEI trial of one error's candidates (SciTX's validation step);
+  :func:`select_many` is the same over such a chunk.
 
 The trials are those :meth:`CounterfactualScorer.score` gives per error (diffusers edits and batched
 classification up to float rounding).
@@ -28,9 +29,22 @@ from typing import Any
 
 import torch
 
-from nemo_train.nemo.benchmark import ErrorSample
-from nemo_train.nemo.interventions import CounterfactualScorer, Trial, trial_list
-from nemo_train.nemo.methods.base import select_by_cei
+from nemo_train.scoring.benchmark import ErrorSample
+from nemo_train.scoring.interventions import CounterfactualScorer, Trial, trial_list
+
+
+def select_by_cei(
+    scorer, sample: ErrorSample, candidates: Sequence[str], class_names: Sequence[str]
+) -> tuple[Trial | None, list[Trial]]:
+    """Score every candidate with ``scorer`` (one batch) and return the argmax-CEI trial and all trials.
+
+    Ties go to the earlier candidate (``argmax`` returns the first maximum), as in Alg. 1 (strict ``>``).
+    """
+    trials = scorer.score(sample, list(candidates), class_names)
+    if not trials:
+        return None, []
+    best = int(torch.tensor([t.cei for t in trials]).argmax())
+    return trials[best], trials
 
 
 def derive_many(
@@ -126,7 +140,7 @@ def select_many(
     candidates: Sequence[Sequence[str]],
     class_names: Sequence[str],
 ) -> list[tuple[Trial | None, list[Trial]]]:
-    """:func:`~nemo_train.nemo.methods.base.select_by_cei` of each error (its argmax-CEI trial and all its
+    """:func:`select_by_cei` of each error (its argmax-CEI trial and all its
     trials), the chunk tested together by :func:`score_many`."""
     scored = score_many(scorer, samples, candidates, class_names)
     return [select_by_cei(_Scored(t), s, list(c), class_names) for s, c, t in zip(samples, candidates, scored)]

@@ -11,9 +11,9 @@ from datamodules.clevr import CLEVRDataModule
 from datamodules.cmnist import CMNISTDataModule, CMNISTRenderer
 from datamodules.fact_sheets import FACTOR_STEMS, NEUTRAL_VALUES, SHEETS, _by_factor_name
 from datamodules.facts import DatasetFacts, Factor
-from nemo_train.nemo.benchmark import SYNTHETIC
-from nemo_train.nemo.criteria import CRITERIA
-from nemo_train.nemo.interventions import KeywordAttributeDeriver
+from nemo_train.scoring.benchmark import SYNTHETIC
+from nemo_train.scoring.criteria import CRITERIA
+from nemo_train.scoring.interventions import KeywordAttributeDeriver
 
 
 def test_stems_and_neutral_values_are_gathered_by_factor_name_from_the_sheets():

@@ -11,12 +11,12 @@ import torch
 from training_seed import TRAINING_SEED
 
 from nemo_train.models.targets import load_checkpoint_target
-from nemo_train.nemo.benchmark import FACT_SHEETS
 from nemo_train.nemo.evaluation import score_explanation
-from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
-from nemo_train.nemo.judges import GroundedJudge, JudgePanel
 from nemo_train.nemo.methods.reference import ConstantExplainer, KnownCauseExplainer
-from nemo_train.nemo.shift_benchmark import UNEXPLAINED, build_shift_benchmark, cause_shares, cause_table
+from nemo_train.scoring.benchmark import FACT_SHEETS
+from nemo_train.scoring.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
+from nemo_train.scoring.judges import GroundedJudge, JudgePanel
+from nemo_train.scoring.shift_benchmark import UNEXPLAINED, build_shift_benchmark, cause_shares, cause_table
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +141,7 @@ def test_on_cmnist_the_old_constant_gets_zero_and_the_teacher_full_marks():
 
     from datamodules.cmnist import COLOR_NAMES, FACTS
     from datamodules.sentences import hypothesis_sentence
-    from nemo_train.nemo.judges import JudgeItem
+    from nemo_train.scoring.judges import JudgeItem
 
     judge = GroundedJudge().for_benchmark("cmnist", FACTS)
     attrs = {"digit": 0, "color": COLOR_NAMES.index("green"), "angle": 10}

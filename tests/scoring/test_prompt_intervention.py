@@ -8,16 +8,16 @@ import math
 
 import pytest
 import torch
-from nemo_toys import RedGreenTarget
 
 from datamodules import clevr, cmnist
 from nemo_train.backends import ScriptedBackend
 from nemo_train.errors import UserInputError
 from nemo_train.models.zero_shot import ZeroShotTarget
-from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark, ReferenceSet
-from nemo_train.nemo.components.editors import PromptEdit
-from nemo_train.nemo.interventions import CounterfactualScorer, LLMInstructionDeriver
-from nemo_train.nemo.prompt_rule import CaptionPromptRule
+from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark, ReferenceSet
+from nemo_train.scoring.editors import PromptEdit
+from nemo_train.scoring.interventions import CounterfactualScorer, LLMInstructionDeriver
+from nemo_train.scoring.prompt_rule import CaptionPromptRule
+from tests.nemo.nemo_toys import RedGreenTarget
 
 CMNIST_VOCAB = {"digit": list(range(10)), "color": list(cmnist.COLOR_NAMES), "angle": list(cmnist.ANGLES)}
 GREEN, RED = cmnist.COLOR_NAMES.index("green"), cmnist.COLOR_NAMES.index("red")

@@ -1,7 +1,7 @@
 """Tokens, sentences and clauses of an explanation, with the scopes the claim parser reads.
 
 :class:`Sentence` marks, per token, its clause and whether it is hedged (a counterfactual or negated stretch:
-nothing in it is a claim about the image), and answers the two questions :mod:`nemo_train.nemo.grounding`
+nothing in it is a claim about the image), and answers the two questions :mod:`nemo_train.scoring.grounding`
 asks of a factor mention: is it negated (``not the colour``, ``the colour did not matter``: the factor is not
 blamed), and does its sentence carry a blame cue (``because``, ``caused``, ``misled`` ...)?
 """

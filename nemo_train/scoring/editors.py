@@ -14,11 +14,11 @@ from typing import Any, Literal
 from datamodules.fact_sheets import DEFAULT_EDITABLE
 from nemo_train.backends.base import ChatBackend
 from nemo_train.errors import UserInputError
-from nemo_train.nemo import interventions as iv
-from nemo_train.nemo.benchmark import NemoBenchmark
-from nemo_train.nemo.editing import DiffusersEditor
-from nemo_train.nemo.prompt_rule import CaptionPromptRule
-from nemo_train.nemo.text_edits import TextEditDeriver, reader_for
+from nemo_train.scoring import interventions as iv
+from nemo_train.scoring.benchmark import NemoBenchmark
+from nemo_train.scoring.editing import DiffusersEditor
+from nemo_train.scoring.prompt_rule import CaptionPromptRule
+from nemo_train.scoring.text_edits import TextEditDeriver, reader_for
 
 
 class EditorSpec(ABC):
@@ -132,7 +132,7 @@ class PromptEdit(EditorSpec):
 
     Args:
         deriver: who rewrites the prompt: ``llm`` (the explainer), ``caption_rule`` (offline, generated
-            benchmarks only: :class:`~nemo_train.nemo.prompt_rule.CaptionPromptRule` writes the values the
+            benchmarks only: :class:`~nemo_train.scoring.prompt_rule.CaptionPromptRule` writes the values the
             explanation names in the word order of the small CLIP's training captions; a rule, not a model)
             or ``auto`` (``llm`` when an explainer is configured, else ``caption_rule``).
     """

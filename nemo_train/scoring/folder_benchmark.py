@@ -24,7 +24,7 @@ from datamodules.folder import (
 )
 from datamodules.imagenet import imagenet_val_files, imagenet_wnids
 from nemo_train.errors import UserInputError
-from nemo_train.nemo.benchmark import (
+from nemo_train.scoring.benchmark import (
     ErrorSample,
     NemoBenchmark,
     ReferenceSet,

@@ -7,12 +7,12 @@ import torch
 
 from datamodules.facts import DatasetFacts, Factor
 from datamodules.shifts_render import FACTS as SHIFTS
-from nemo_train.nemo.benchmark import ErrorSample, NemoBenchmark, ReferenceSet
 from nemo_train.nemo.evaluation import score_explanation
-from nemo_train.nemo.interventions import CounterfactualScorer, ExactAttributeEditor
-from nemo_train.nemo.judges import GroundedJudge, JudgePanel
 from nemo_train.nemo.methods.base import Explanation
-from nemo_train.nemo.text_edits import ExplanationReader, TextEditDeriver, reader_for, restore_value
+from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark, ReferenceSet
+from nemo_train.scoring.interventions import CounterfactualScorer, ExactAttributeEditor
+from nemo_train.scoring.judges import GroundedJudge, JudgePanel
+from nemo_train.scoring.text_edits import ExplanationReader, TextEditDeriver, reader_for, restore_value
 from tests.nemo.nemo_toys import VOCAB, RedGreenTarget, SolidRenderer, solid
 
 #: a sheet over the toy generator: red is the training-typical colour, upright the typical rotation
