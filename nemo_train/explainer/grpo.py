@@ -47,7 +47,7 @@ class GRPOModule(ExplainerModule):
         reward: scores answers (``class_path`` / ``init_args``; e.g. ``nemo_train.nemo.reward.VerifiedEditReward``).
         group_size: answers sampled per error (at least 2: the advantage is relative to the group).
         kl_coef: weight of the KL penalty to the reference policy (0: no reference forward pass).
-        temperature, top_p: sampling of the answers (log-probabilities use the same temperature).
+        temperature, top_p: sampling of the answers (no top-k cut; log-probabilities use the same temperature).
         max_new_tokens: the longest answer sampled.
         std_eps: added to each group's reward std.
         table_every_n_steps: steps between tables of sampled answers (W&B logger only; 0: never).
@@ -143,7 +143,9 @@ class GRPOModule(ExplainerModule):
         hp = self.hparams
         tokenizer = self.processor.tokenizer
         sampling = (
-            {"do_sample": False} if greedy else {"do_sample": True, "temperature": hp.temperature, "top_p": hp.top_p}
+            {"do_sample": False}
+            if greedy
+            else {"do_sample": True, "temperature": hp.temperature, "top_p": hp.top_p, "top_k": 0}
         )
         was_training = self.model.training
         self.model.eval()
