@@ -52,8 +52,8 @@ from nemo_train.nemo.report import (
     summarize,
 )
 from nemo_train.runs import Device, OutDir, Seed, run_command
-from nemo_train.scoring.benchmark import FACT_SHEETS
 from nemo_train.scoring.editors import EditorSpec, ExactEdit
+from nemo_train.scoring.explanations import judge_panel
 from nemo_train.scoring.judges import GroundedJudge, Judge, JudgePanel, LLMJudge
 from nemo_train.scoring.shift_benchmark import print_causes
 from nemo_train.sharding import ShardedResultStore, Strategy, current_ranks, merge_shards
@@ -126,12 +126,11 @@ def nemo_eval(
     store = ShardedResultStore(out / "results.jsonl", ranks.rank, ranks.world_size)
     ranks.barrier()  # every process has read the finished work before any writes
     _attach_caches(explainer, panel_judges, out / "llm_cache")
-    facts = FACT_SHEETS.get(benchmark.name)
     _note_offline_parts(explainer, judges, editor)
     mapping, class_names = benchmark.classes()
     parts = _Parts(
         benchmark, mapping, seed, editor, explainer, run, list(methods) if methods else default_methods(),
-        JudgePanel([j.for_benchmark(benchmark.name, facts) for j in panel_judges]),
+        judge_panel(benchmark.name, panel_judges),
         {
             "benchmark": {**benchmark.settings(), "seed": seed},  # which errors are drawn
             "explainer": explainer.fingerprint() if explainer is not None else None,
