@@ -126,7 +126,8 @@ class DistillContext:
 
     benchmark: NemoBenchmark
     target: Any
-    student: ChatBackend
+    #: the student (``None`` when the run asks none: only rows with ``uses_student`` false)
+    student: ChatBackend | None
     #: reads the edit a structured answer states (``... Edit: color -> red``)
     structured: CounterfactualScorer
     #: derives an edit from a free sentence by keywords (a rule-based parser, not a model); generated data only
@@ -136,6 +137,9 @@ class DistillContext:
     #: the training zoo's members (``distill-eval`` over a held-out zoo): what a student distilled on the training
     #: zoo saw, e.g. the source of the Class prior row's prior
     training_zoo: list[ZooClassifier] | None = None
+    #: the run's extra datamodule arguments (e.g. the shifts ``test_shift``): a row that renders its own split
+    #: (Class prior's mining split) follows them unless it is given its own
+    data_kwargs: dict[str, Any] | None = None
 
 
 class DistillMethod(ABC):

@@ -100,7 +100,7 @@ def eval_stand_ins(arguments: dict) -> list[str]:
 
 @run_command("distill-eval", eval_stand_ins)
 def distill_eval(
-    student: str,
+    student: str | None,
     targets: list[str | ClassifierSpec] | None = None,
     biases: list[str] | None = None,
     zoo: str | None = None,
@@ -133,7 +133,9 @@ def distill_eval(
     is recomputed); ``seed`` also samples the held-out errors; the targets run on ``device``.
 
     Args:
-        student: the distilled explainer's adapter folder (``<fit root>/adapter``).
+        student: the distilled explainer's adapter folder (``<fit root>/adapter``); ``null`` runs only rows that
+            ask no student (the teacher, KnownCause, the trivial rows, the Evidence rule): a benchmark's bars
+            measured before any student is trained.
         targets: classifier checkpoints, or classifier specs (``TimmModel`` with hub or local weights) for folder
             data; the ones the student was not distilled on are the generalisation report (biases it never saw).
         biases: the bias preset of each target (which errors are bias-conflicting; default: the dataset's).
@@ -176,7 +178,11 @@ def distill_eval(
     out, ranks = Path(out_dir), current_ranks()
     store = ShardedResultStore(out / "results.jsonl", ranks.rank, ranks.world_size)
     ranks.barrier()  # every process has read the finished rows before any writes
-    backend = StudentBackend(student, cache=out / "llm_cache", batch_size=error_batch, max_new_tokens=max_new_tokens)
+    backend = None
+    if student is not None:
+        backend = StudentBackend(
+            student, cache=out / "llm_cache", batch_size=error_batch, max_new_tokens=max_new_tokens
+        )
     for judge in judges or []:
         if isinstance(judge, LLMJudge):
             judge.backend.attach_cache(out / "llm_cache")
@@ -184,7 +190,7 @@ def distill_eval(
     panel = JudgePanel([j.for_benchmark(criterion or dataset, facts) for j in judges or [GroundedJudge()]])
     mapping = ClassMapping.for_folder(evaluation_root, mapping_file) if folder else None
     draw = _HeldOut(dataset, n, seed, test_styles, data_kwargs, evaluation_root, criterion, mapping, mapping_file)
-    student_digest = path_digest(student)
+    student_digest = path_digest(student) if student is not None else None
     started, progress, constant, cause_counts = time.perf_counter(), Progress(), None, None
     for i, (spec, target_name) in enumerate(zip(specs, unique_names(specs))):
         target = spec.build(None if mapping is None else mapping.class_names, mapping).to(device)
@@ -193,10 +199,10 @@ def distill_eval(
             cause_counts = dict(bench.cause_counts)
             print_causes(bench.cause_counts, target_name)
         structured, keyword = edit_scorers(bench, target, editor, seed)
-        ctx = DistillContext(bench, target, backend, structured, keyword, seed, training.members)
+        ctx = DistillContext(bench, target, backend, structured, keyword, seed, training.members, data_kwargs)
         shared = {
             "target": spec.identity(),
-            "student": backend.fingerprint(),
+            "student": backend.fingerprint() if backend is not None else None,
             "student_sha256": student_digest,  # an adapter replaced at the same path recomputes its rows
             "errors": errors,
             "data_kwargs": data_kwargs or {},
@@ -215,8 +221,10 @@ def distill_eval(
     ranks.barrier()
     if not ranks.is_main:
         return None
-    seen = distilled_on or ", ".join(distilled_classifiers(student) or [])
+    seen = distilled_on or ", ".join((distilled_classifiers(student) if student is not None else None) or [])
     title = f"Distilled explainer on held-out {dataset} errors" + (f" (distilled on {seen})" if seen else "")
+    if student is None:
+        title = f"Rows without a student on held-out {dataset} errors"
     return _finish(store, progress, panel, title, started, constant, cause_counts, out, rows)
 
 
@@ -224,12 +232,22 @@ def _checked_inputs(student, targets, biases, folder: bool, methods, evaluation_
                     zoo=None, zoo_split="heldout"):  # fmt: skip
     """The rows, the classifier specs, their biases and the training zoo; one-line errors before anything is
     loaded or written."""
-    if not Path(student).exists():
-        raise UserInputError(f"student adapter folder {student!r} does not exist; run the distilled explainer's fit")
     targets, biases, training = zoo_targets(targets, biases, zoo, zoo_split, folder)
     rows = list(methods) if methods else (student_distill_methods() if folder else default_distill_methods())
+    if student is None:
+        asking = [type(row).__name__ for row in rows if row.uses_student]
+        if asking:
+            raise UserInputError(f"student is null but rows {asking} ask the student; give its adapter folder")
+        return _checked_targets(rows, targets, biases, training, folder, evaluation_root, criterion, judges, editor)
+    if not Path(student).exists():
+        raise UserInputError(f"student adapter folder {student!r} does not exist; run the distilled explainer's fit")
     if any(row.uses_student for row in rows):  # a missing or damaged adapter file: one line before any work
         check_adapter_folder(student, "student")
+    return _checked_targets(rows, targets, biases, training, folder, evaluation_root, criterion, judges, editor)
+
+
+def _checked_targets(rows, targets, biases, training, folder: bool, evaluation_root, criterion, judges, editor):
+    """The classifier specs checked (and the folder settings): one-line errors before anything is loaded."""
     specs = [as_classifier(t) for t in targets]
     for spec in specs:
         spec.check()

@@ -54,7 +54,8 @@ class ClassPrior(_TrivialRow):
     reading the classifier in front of it, so this row is the bar such a student has to clear.
 
     Args:
-        data_kwargs: the shifts datamodule options of the mining split (as the run's ``data_kwargs``).
+        data_kwargs: the shifts datamodule options of the mining split (default: the run's ``data_kwargs``, so the
+            mining split has as many factors off per image as the held-out errors).
         mining_size: images of each mining split classified.
     """
 
@@ -63,17 +64,16 @@ class ClassPrior(_TrivialRow):
         self._zoo_priors: dict[tuple, tuple[dict[int, str], str | None]] = {}
 
     def build(self, ctx: DistillContext) -> tuple[Method, CounterfactualScorer]:
+        data_kwargs = self.data_kwargs if self.data_kwargs is not None else ctx.data_kwargs
         if ctx.training_zoo:
-            key = (tuple(m.name for m in ctx.training_zoo), ctx.seed)
+            key = (tuple(m.name for m in ctx.training_zoo), ctx.seed, repr(data_kwargs))
             if key not in self._zoo_priors:  # one prior for every held-out member of the run
-                self._zoo_priors[key] = training_zoo_prior(ctx.training_zoo, ctx.seed, self.data_kwargs,
+                self._zoo_priors[key] = training_zoo_prior(ctx.training_zoo, ctx.seed, data_kwargs,
                                                            self.mining_size)  # fmt: skip
             prior, overall = self._zoo_priors[key]
             fallback = overall or most_frequent_cause(ctx.benchmark)
         else:
-            prior, fallback = mined_prior(
-                ctx.benchmark, ctx.target, "gaps_a", ctx.seed, self.data_kwargs, self.mining_size
-            )
+            prior, fallback = mined_prior(ctx.benchmark, ctx.target, "gaps_a", ctx.seed, data_kwargs, self.mining_size)
         return trivial.ClassPriorExplainer(prior, fallback), self.scorer(ctx)
 
     def settings(self) -> dict[str, Any]:

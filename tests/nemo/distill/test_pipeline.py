@@ -57,6 +57,19 @@ def test_distill_presets_parse(path):
         rows = parser.instantiate_classes(config).methods
         assert [type(r) for r in rows] == [ExhaustiveTeacher, StudentChangeMLLM, KnownCause]
         assert rows[1].reference_class == "prototype"
+    elif function is distill_eval and "bars" in path.stem:  # the held-out zoo's bars: no student at all
+        rows = parser.instantiate_classes(config).methods
+        assert config.student is None and not any(r.uses_student for r in rows)
+        assert config.zoo_split == "heldout" and config.data_kwargs == {"test_shift": "multi3"}
+        assert [type(r).__name__ for r in rows] == [
+            "ExhaustiveTeacher",
+            "KnownCause",
+            "EvidenceRule",
+            "OddOneOut",
+            "ClassPrior",
+            "ClassFreeConstant",
+            "Everything",
+        ]
     elif function is distill_eval and "zoo" in path.stem:  # the held-out zoo: the budget rows beside the teacher
         rows = parser.instantiate_classes(config).methods
         assert config.zoo_split == "heldout" and not config.targets

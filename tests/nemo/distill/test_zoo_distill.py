@@ -11,10 +11,11 @@ from datamodules.explanations import read_records
 from nemo_train.errors import UserInputError
 from nemo_train.models.zoo_run import zoo
 from nemo_train.nemo.distill import trivial_rows
+from nemo_train.nemo.distill.evidence_rule import EvidenceRule
 from nemo_train.nemo.distill.labelling import distill_teacher
-from nemo_train.nemo.distill.rows import DistillContext
-from nemo_train.nemo.distill.student_eval import edit_scorers
-from nemo_train.nemo.distill.trivial_rows import ClassPrior
+from nemo_train.nemo.distill.rows import DistillContext, KnownCause
+from nemo_train.nemo.distill.student_eval import distill_eval, edit_scorers
+from nemo_train.nemo.distill.trivial_rows import ClassPrior, OddOneOut
 from nemo_train.nemo.distill.zoo_members import zoo_members
 from nemo_train.nemo.methods import trivial
 from nemo_train.scoring.shift_benchmark import build_shift_benchmark
@@ -89,3 +90,36 @@ def test_class_prior_on_a_held_out_member_is_the_training_zoos_prior(tiny_zoo, m
         pooled += [(s.prediction, s.cause) for s in mined.errors]
     prior, overall = trivial.class_prior(pooled)
     assert method.prior == prior and method.fallback == overall
+
+
+def test_class_prior_mines_as_the_run_draws_when_given_no_split_of_its_own(tiny_zoo, monkeypatch):
+    train, (heldout,) = zoo_members(tiny_zoo, "train"), zoo_members(tiny_zoo, "heldout")
+    target = heldout.spec.build()
+    bench = build_shift_benchmark(target, heldout.gaps, n=4, seed=0, size=200, datamodule_kwargs=DATA)
+    drawn_with = []
+
+    def spy(target, gaps, **kwargs):
+        drawn_with.append(kwargs["datamodule_kwargs"])
+        return build_shift_benchmark(target, gaps, **kwargs)
+
+    monkeypatch.setattr(trivial_rows, "build_shift_benchmark", spy)
+    structured, keyword = edit_scorers(bench, target, None, 0)
+    run = {"test_shift": "multi3", "train_size": 400}
+    ctx = DistillContext(bench, target, None, structured, keyword, seed=0, training_zoo=train, data_kwargs=run)
+    ClassPrior(mining_size=100).build(ctx)
+    assert drawn_with == [run, run]
+    ClassPrior(data_kwargs=DATA, mining_size=100).build(ctx)  # its own split wins
+    assert drawn_with[2:] == [DATA, DATA]
+
+
+def test_distill_eval_without_a_student_runs_the_rows_that_need_none(tiny_zoo, tmp_path):
+    rows = [KnownCause(), EvidenceRule(), OddOneOut()]
+    out = tmp_path / "bars"
+    result = distill_eval(student=None, zoo=str(tiny_zoo), dataset="shifts", methods=rows, n=4, seed=0,
+                          data_kwargs={"test_shift": "multi3", "train_size": 400}, out_dir=str(out),
+                          device="cpu")  # fmt: skip
+    methods = {key.split("|")[0] for key in result["summary"]}
+    assert {"Evidence rule (not a model)", "Odd-one-out"} <= methods
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert records and all(r["settings"]["student"] is None for r in records)
+    assert all(r["settings"]["data_kwargs.test_shift"] == "multi3" for r in records)

@@ -1,0 +1,96 @@
+"""The Evidence rule row of ``distill-eval``: what the classifier evidence in the student's prompt tells, read by a rule.
+
+The evidence view (:mod:`nemo_train.nemo.distill.evidence`) shows the explainer references of the error's true
+class that share one unusual trait of the error each, and how the classifier under explanation read them. A
+reader that takes that evidence at its word blames the trait whose reference the classifier misread. This row is
+that reader written as a rule (not a model): with no edit of the error image (the references are forward passes
+of the classifier, as in the student's prompt), it names
+
+1. the unusual factor whose single-trait reference was misread; when several were,
+2. those read as the error's own predicted class first; then
+3. a pick drawn with the command's seed and the error's id among what is left.
+
+When no single-trait reference was misread the evidence points nowhere and the pick is drawn among all of the
+image's unusual factors (as Odd-one-out does). The sentence states the image's own value of the factor and the
+edit back to its typical value, so every claim in it is true (:func:`~nemo_train.nemo.methods.trivial.blame_sentence`).
+Its score is the ceiling of what the evidence alone can tell an explainer at 0 edits: the row a student reading
+that evidence is to be compared with.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from nemo_train.errors import UserInputError
+from nemo_train.nemo.distill.evidence import ClassifierEvidence, Evidence, check_evidence_benchmark
+from nemo_train.nemo.distill.rows import DistillContext, DistillMethod
+from nemo_train.nemo.methods.base import Explanation, Method
+from nemo_train.nemo.methods.trivial import blame_sentence, off_typical
+from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark
+from nemo_train.scoring.interventions import CounterfactualScorer
+
+__all__ = ["EvidenceRule", "EvidenceRuleExplainer", "evidence_pick"]
+
+
+def evidence_pick(evidence: Evidence, sample: ErrorSample, unusual: Sequence[str], seed: int) -> str | None:
+    """The factor the evidence blames (see the module docstring): a misread single-trait reference's factor,
+    those read as ``sample``'s predicted class first, ties drawn with ``seed`` and the error's id; among
+    ``unusual`` when no single-trait reference was misread; ``None`` when there is nothing to pick from."""
+    misread = [
+        (factor, predicted)
+        for factor, predicted in zip(evidence.shared, evidence.predictions)
+        if factor is not None and predicted != sample.label
+    ]
+    same = [factor for factor, predicted in misread if predicted == sample.prediction]
+    pool = same or [factor for factor, _ in misread] or list(unusual)
+    if not pool:
+        return None
+    return random.Random(f"{seed}:{sample.sample_id}").choice(sorted(set(pool), key=pool.index))
+
+
+class EvidenceRuleExplainer:
+    """Blames the factor the classifier evidence points at (:func:`evidence_pick`); a rule, not a model.
+
+    Args:
+        target: the classifier under explanation (it reads the references).
+        evidence: draws the references (the student's evidence view draws the same ones for the same seed).
+        seed: the seed of tie-breaking picks.
+    """
+
+    name = "Evidence rule (not a model)"
+
+    def __init__(self, target, evidence: ClassifierEvidence | None = None, seed: int = 0) -> None:
+        self.target, self.evidence, self.seed = target, evidence or ClassifierEvidence(), seed
+
+    def explain(self, sample: ErrorSample, benchmark: NemoBenchmark) -> Explanation:
+        return self.explain_batch([sample], benchmark)[0]
+
+    def explain_batch(self, samples: Sequence[ErrorSample], benchmark: NemoBenchmark) -> list[Explanation]:
+        check_evidence_benchmark(benchmark)
+        found = self.evidence.gather_many(samples, benchmark, self.target)
+        out = []
+        for sample, evidence in zip(samples, found):
+            factor = evidence_pick(evidence, sample, off_typical(sample, benchmark), self.seed)
+            if factor is None:  # nothing unusual: the first factor that is not a distractor
+                factor = next(f.name for f in benchmark.facts.factors if not f.distractor)
+            text = blame_sentence(sample, benchmark, factor)
+            out.append(Explanation(text, [text]))
+        return out
+
+
+class EvidenceRule(DistillMethod):
+    """The Evidence rule row: the factor whose single-trait reference the classifier misread, named in a true
+    sentence (:class:`EvidenceRuleExplainer`; a rule, not a model). Asks the classifier to read the evidence
+    references (forward passes), never the student, and applies no edit before answering."""
+
+    uses_student: ClassVar[bool] = False
+
+    def build(self, ctx: DistillContext) -> tuple[Method, CounterfactualScorer]:
+        if ctx.keyword is None:
+            raise UserInputError("EvidenceRule needs a generated benchmark (a fact sheet and a renderer)")
+        return EvidenceRuleExplainer(ctx.target, seed=ctx.seed), ctx.keyword
+
+    def settings(self) -> dict[str, Any]:
+        return {"class": type(self).__name__}
