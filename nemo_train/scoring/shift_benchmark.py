@@ -29,6 +29,11 @@ from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark, ReferenceSe
 
 #: Which split the errors come from: the held-out test pool, or the mining split (training handwriting pool).
 ShiftSplit = Literal["test", "mining"]
+#: How the ``n`` errors are drawn among the single-cause ones: ``uniform`` (every such error equally likely, so
+#: the causes come in the classifier's own proportions) or ``by_cause`` (the causes in turn, each error drawn
+#: uniformly within its cause, so every cause gets an equal share as far as the classifier makes such errors; a
+#: constant answer then scores about one over the number of causes whatever the classifier's commonest cause).
+ErrorSampling = Literal["uniform", "by_cause"]
 #: Cause labels of errors that are not explained (no single factor fixes them, or several do).
 UNEXPLAINED = ("none", "several")
 
@@ -64,6 +69,7 @@ def build_shift_benchmark(
     split: ShiftSplit = "test",
     size: int = 3000,
     datamodule_kwargs: dict[str, Any] | None = None,
+    error_sampling: ErrorSampling = "uniform",
 ) -> NemoBenchmark:
     """``n`` errors of ``target`` on the shift distribution, each with the cause the generator established.
 
@@ -75,6 +81,7 @@ def build_shift_benchmark(
         split: ``test`` (held-out handwriting) or ``mining`` (training handwriting, for a distillation teacher).
         size: images of the split that are classified.
         datamodule_kwargs: more :class:`~datamodules.shifts.ShiftsDataModule` arguments.
+        error_sampling: how the ``n`` errors are drawn (:data:`ErrorSampling`).
     """
     if n < 1:
         raise UserInputError(f"n={n}; expected at least one error to sample")
@@ -92,7 +99,7 @@ def build_shift_benchmark(
     single = [(int(i), c) for i, c in zip(wrong, causes) if c not in UNEXPLAINED]
     if not single:
         raise UserInputError(f"the classifier makes no error with a single cause on the shifts {split} split")
-    order = torch.randperm(len(single), generator=torch.Generator().manual_seed(seed))[:n].sort().values
+    order = sample_errors([c for _, c in single], n, seed, error_sampling)
     prefix = "shifts" if split == "test" else "mine-shifts"
     errors = []
     for j in order.tolist():
@@ -128,6 +135,26 @@ def build_shift_benchmark(
         facts=FACTS,
         cause_counts=counts,
     )
+
+
+def sample_errors(causes: list[str], n: int, seed: int, error_sampling: ErrorSampling = "uniform") -> torch.Tensor:
+    """Indices (sorted) of ``n`` of the errors whose ``causes`` are given, drawn with ``seed`` as ``error_sampling``
+    says (:data:`ErrorSampling`)."""
+    gen = torch.Generator().manual_seed(seed)
+    if error_sampling == "uniform":
+        return torch.randperm(len(causes), generator=gen)[:n].sort().values
+    if error_sampling != "by_cause":
+        raise UserInputError(f"error_sampling={error_sampling!r}; expected 'uniform' or 'by_cause'")
+    queues = []
+    for cause in sorted(set(causes)):
+        rows = torch.tensor([i for i, c in enumerate(causes) if c == cause])
+        queues.append(rows[torch.randperm(len(rows), generator=gen)].tolist())
+    picked: list[int] = []
+    while len(picked) < n and any(queues):
+        for queue in queues:  # one of each cause in turn; a cause that runs out drops out
+            if queue and len(picked) < n:
+                picked.append(queue.pop(0))
+    return torch.tensor(sorted(picked), dtype=torch.long)
 
 
 def training_like_references(dm: ShiftsDataModule, target) -> ReferenceSet:

@@ -64,7 +64,7 @@ from nemo_train.scoring.editors import DiffusersEdit
 from nemo_train.scoring.folder_benchmark import build_folder_benchmark
 from nemo_train.scoring.interventions import CounterfactualScorer, ExactAttributeEditor, KeywordAttributeDeriver
 from nemo_train.scoring.judges import CriterionName, GroundedJudge, Judge, JudgePanel, LLMJudge
-from nemo_train.scoring.shift_benchmark import build_shift_benchmark, print_causes
+from nemo_train.scoring.shift_benchmark import ErrorSampling, build_shift_benchmark, print_causes
 from nemo_train.scoring.structured import StructuredEditDeriver
 from nemo_train.scoring.text_edits import TextEditDeriver, reader_for
 from nemo_train.sharding import ShardedResultStore, Strategy, current_ranks, merge_shards
@@ -111,6 +111,7 @@ def distill_eval(
     seed: Seed = 0,
     test_styles: PositiveInt = 2,
     data_kwargs: dict | None = None,
+    error_sampling: ErrorSampling = "uniform",
     evaluation_root: str | None = None,
     mapping_file: str | None = None,
     criterion: CriterionName | None = None,
@@ -152,6 +153,9 @@ def distill_eval(
         n: held-out errors (test grid) per target.
         test_styles: exemplars / views per cell of the test attribute grid.
         data_kwargs: extra datamodule arguments (e.g. ``{image_size: 32}`` for CLEVR).
+        error_sampling: shifts: how the ``n`` held-out errors are drawn among the single-cause ones: ``uniform``
+            (the classifier's own cause proportions) or ``by_cause`` (every cause an equal share as far as there
+            are such errors; :data:`~nemo_train.scoring.shift_benchmark.ErrorSampling`).
         evaluation_root: folder data: the evaluation folder ``<root>/<class>/<image>`` (the one the teacher's
             mining folder was checked against).
         mapping_file: folder data: class mapping JSON ``{class: [imagenet ids]}`` (default: the folder names
@@ -189,7 +193,8 @@ def distill_eval(
     facts = FACT_SHEETS.get(dataset)
     panel = JudgePanel([j.for_benchmark(criterion or dataset, facts) for j in judges or [GroundedJudge()]])
     mapping = ClassMapping.for_folder(evaluation_root, mapping_file) if folder else None
-    draw = _HeldOut(dataset, n, seed, test_styles, data_kwargs, evaluation_root, criterion, mapping, mapping_file)
+    draw = _HeldOut(dataset, n, seed, test_styles, data_kwargs, evaluation_root, criterion, mapping, mapping_file,
+                    error_sampling)  # fmt: skip
     student_digest = path_digest(student) if student is not None else None
     started, progress, constant, cause_counts = time.perf_counter(), Progress(), None, None
     for i, (spec, target_name) in enumerate(zip(specs, unique_names(specs))):
@@ -271,6 +276,7 @@ class _HeldOut:
     criterion: str | None
     mapping: ClassMapping | None
     mapping_file: str | None
+    error_sampling: ErrorSampling = "uniform"
 
     def errors(self, target, bias: str | dict | None) -> tuple[NemoBenchmark, dict]:
         """The target's held-out errors and what identifies them in the records' settings."""
@@ -284,8 +290,10 @@ class _HeldOut:
             return bench, {"folder": root, "mapping_file": self.mapping_file, "n": n, "seed": seed}
         if self.dataset == "shifts":
             gaps = bias or "gaps_a"
-            bench = build_shift_benchmark(target, gaps, n=n, seed=seed, datamodule_kwargs=self.data_kwargs)
-            return bench, {"dataset": self.dataset, "gaps": gaps, "n": n, "seed": seed}
+            bench = build_shift_benchmark(target, gaps, n=n, seed=seed, datamodule_kwargs=self.data_kwargs,
+                                          error_sampling=self.error_sampling)  # fmt: skip
+            drawn = {"error_sampling": self.error_sampling} if self.error_sampling != "uniform" else {}
+            return bench, {"dataset": self.dataset, "gaps": gaps, "n": n, "seed": seed, **drawn}
         bench = build_synthetic_benchmark(
             self.dataset, target=target, n=n, seed=seed, bias=bias, test_styles=self.test_styles,
             datamodule_kwargs=self.data_kwargs,
