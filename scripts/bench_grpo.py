@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import lightning as L
@@ -32,21 +33,21 @@ from nemo_train.models.vlm import TINY_MODEL, attach_adapter, load_processor, lo
 from nemo_train.nemo.reward import VerifiedEditReward
 
 
+def steps_per_second(ends: list[float]) -> float:
+    """Steps per second after the first step (the first is warm-up), from the wall time each step ended."""
+    return (len(ends) - 1) / (ends[-1] - ends[0]) if len(ends) > 1 else float("nan")
+
+
 class StepRewards(L.Callback):
-    """The mean reward and the wall time of every training step."""
+    """The mean reward of every training step and the wall time it ended."""
 
     def __init__(self) -> None:
         self.rewards: list[float] = []
-        self.started: float | None = None
-        self.finished: float | None = None
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        if self.started is None:
-            self.started = time.perf_counter()
+        self.ends: list[float] = []
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self.rewards.append(float(trainer.callback_metrics["train/reward"]))
-        self.finished = time.perf_counter()
+        self.ends.append(time.perf_counter())
 
 
 def data(args: argparse.Namespace) -> ErrorPromptsDataModule:
@@ -74,7 +75,7 @@ def ours(args: argparse.Namespace, reward: VerifiedEditReward) -> tuple[list[flo
             module, data(args), max_epochs=-1, max_steps=args.steps, callbacks=[steps], default_root_dir=root,
             limit_val_batches=0,
         )  # fmt: skip
-    return steps.rewards, (len(steps.rewards) - 1) / (steps.finished - steps.started)
+    return steps.rewards, steps_per_second(steps.ends)
 
 
 def trl_dataset(args: argparse.Namespace):
@@ -99,7 +100,7 @@ def trl_dataset(args: argparse.Namespace):
 
 def trl(args: argparse.Namespace, reward: VerifiedEditReward) -> tuple[list[float], float]:
     """TRL's ``GRPOTrainer`` with matched settings: (mean reward per step, steps per second)."""
-    from transformers import TrainerCallback
+    from transformers import PrinterCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     def reward_func(prompts, completions, classifier, sample_id, label, prediction, **kwargs) -> list[float]:
@@ -109,17 +110,16 @@ def trl(args: argparse.Namespace, reward: VerifiedEditReward) -> tuple[list[floa
             {"classifier": c, "sample_id": s, "label": y, "prediction": p}
             for c, s, y, p in zip(classifier, sample_id, label, prediction)
         ]
-        return reward(errors, [t.strip() for t in texts])[0]
+        texts = [t.strip() for t in texts]
+        if args.show_answers:
+            print("TRL answer:", texts[0])
+        return reward(errors, texts)[0]
 
     class Clock(TrainerCallback):
-        started = finished = None
-
-        def on_step_begin(self, *a, **k):
-            if self.started is None:
-                self.started = time.perf_counter()
+        ends: list[float] = []
 
         def on_step_end(self, *a, **k):
-            self.finished = time.perf_counter()
+            self.ends.append(time.perf_counter())
 
     dataset = trl_dataset(args)
     torch.manual_seed(args.seed)
@@ -158,9 +158,10 @@ def trl(args: argparse.Namespace, reward: VerifiedEditReward) -> tuple[list[floa
             processing_class=processor,
             callbacks=[clock],
         )
+        trainer.remove_callback(PrinterCallback)  # quiet: the curves are printed at the end
         trainer.train()
     rewards = [entry["reward"] for entry in trainer.state.log_history if "reward" in entry]
-    return rewards, (len(rewards) - 1) / (clock.finished - clock.started)
+    return rewards, steps_per_second(clock.ends)
 
 
 def main() -> None:
@@ -177,8 +178,11 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=10, help="steps averaged at the end of each curve")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu", help="where the reward's classifiers run")
+    parser.add_argument("--show_answers", action="store_true", help="print one TRL answer per step")
     args = parser.parse_args()
+    warnings.filterwarnings("ignore", category=FutureWarning)  # transformers' renamed-option notices
     reward = VerifiedEditReward(args.teacher, device=args.device)
+    reward.load()  # the teacher's classifiers and errors, before either loop is timed
     ours_curve, ours_speed = ours(args, reward)
     trl_curve, trl_speed = trl(args, reward)
     rows = [

@@ -131,7 +131,7 @@ class VerifiedEditReward:
         parts (:data:`PARTS`)."""
         if len(errors) != len(texts):
             raise UserInputError(f"{len(texts)} explanations for {len(errors)} errors; expected one per error")
-        self._load()
+        self.load()
         found = [self._find(error) for error in errors]
         rows: list[dict[str, float] | None] = [None] * len(texts)
         by_classifier: dict[str, list[int]] = {}
@@ -164,8 +164,8 @@ class VerifiedEditReward:
                 )
         return name, sample
 
-    def _load(self) -> None:
-        """Rebuild the teacher's classifiers and mined errors (once)."""
+    def load(self) -> None:
+        """Rebuild the teacher's classifiers and mined errors (once; the first call does it otherwise)."""
         if self._loaded:
             return
         settings = teacher_settings(self.teacher)
