@@ -38,6 +38,14 @@ from nemo_train.explainer.rewards import ExplanationReward, checked_output, nan_
 
 #: Batch keys aligned with the token sequence besides ids and mask (extended with zeros over the answer).
 _TOKEN_ALIGNED = ("mm_token_type_ids", "token_type_ids")
+#: Config attributes naming image / video tokens (Qwen2-VL family, Llama-3.2-Vision, LLaVA-style models).
+_MEDIA_TOKENS = (
+    "image_token_id",
+    "video_token_id",
+    "vision_start_token_id",
+    "vision_end_token_id",
+    "image_token_index",
+)
 
 
 class GRPOModule(ExplainerModule):
@@ -136,6 +144,18 @@ class GRPOModule(ExplainerModule):
         ids = {tokenizer.eos_token_id} | set(ends if isinstance(ends, (list, tuple)) else [ends])
         return {int(i) for i in ids if i is not None}
 
+    def media_token_ids(self) -> list[int]:
+        """The image / video placeholder and delimiter tokens of the model, never sampled: an answer holding one would
+        be read as another image in the forward pass that scores it."""
+        config = getattr(self.model, "config", None)
+        found = []
+        for source in (config, getattr(config, "text_config", None)):
+            for name in _MEDIA_TOKENS:
+                value = getattr(source, name, None)
+                if isinstance(value, int) and value >= 0:
+                    found.append(value)
+        return sorted(set(found))
+
     @torch.no_grad()
     def sample(self, inputs: dict[str, torch.Tensor], greedy: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """``(answer ids [N, T], mask [N, T])``: one answer per conversation; the mask keeps each answer up to and
@@ -151,7 +171,11 @@ class GRPOModule(ExplainerModule):
         self.model.eval()
         try:
             out = self.model.generate(
-                **inputs, max_new_tokens=hp.max_new_tokens, pad_token_id=tokenizer.pad_token_id, **sampling
+                **inputs,
+                max_new_tokens=hp.max_new_tokens,
+                pad_token_id=tokenizer.pad_token_id,
+                suppress_tokens=self.media_token_ids() or None,
+                **sampling,
             )
         finally:
             self.model.train(was_training)

@@ -122,6 +122,8 @@ def test_a_step_makes_the_rewarded_answers_more_likely_and_keeps_the_reference(p
         return (logp * mask).sum(1)
 
     before = answer_logp()
+    media = module.media_token_ids()  # never sampled: the scoring forward pass would read them as images
+    assert module.model.config.image_token_id in media and not torch.isin(answer, torch.tensor(media)).any()
     optimizer = torch.optim.SGD([p for p in module.parameters() if p.requires_grad], lr=0.5)
     loss, stats = module.grpo_loss(inputs, answer, mask, sampled["rewards"])
     loss.backward()
