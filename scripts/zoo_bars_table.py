@@ -5,7 +5,8 @@ and what each row blamed) of each run given, and prints, per run:
 
 * the pooled table: LLM Match ``[errors] [classifiers]``, exact-match share, CEI ``[errors] [classifiers]``, the
   share of errors whose blamed factor is the established cause;
-* the causes of the pooled errors (share of each factor).
+* the causes of the pooled errors (share of each factor);
+* with ``--per_classifier``, LLM Match / CEI of every row on every classifier.
 
     python scripts/zoo_bars_table.py /tmp/hz/eval_balanced_multi3 /tmp/hz/eval_gaps_a_multi
 """
@@ -61,11 +62,32 @@ def run_table(folder: Path) -> str:
     return "\n".join(lines)
 
 
+def per_classifier(folder: Path) -> str:
+    """LLM Match / CEI of every row on every classifier (one column per row)."""
+    summary = json.loads((folder / "summary.json").read_text())
+    cells = {tuple(key.split("|", 1)): cell for key, cell in summary["summary"].items()}
+    methods = list(dict.fromkeys(m for m, _ in cells))
+    targets = summary.get("pooled_targets") or list(dict.fromkeys(t for _, t in cells))
+    lines = ["| classifier | " + " | ".join(methods) + " |", "| --- |" + " --- |" * len(methods)]
+    for target in targets:
+        shown = []
+        for method in methods:
+            cell = cells.get((method, target)) or {}
+            match, cei = cell.get("llm_match"), cell.get("cei")
+            shown.append("-" if match is None else f"{match:.3f} / {cei:.1f}")
+        lines.append(f"| {target} | " + " | ".join(shown) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, help="distill-eval out_dir folders")
-    for folder in parser.parse_args().runs:
+    parser.add_argument("--per_classifier", action="store_true", help="also every row on every classifier")
+    args = parser.parse_args()
+    for folder in args.runs:
         print(run_table(folder))
+        if args.per_classifier:
+            print(per_classifier(folder))
 
 
 if __name__ == "__main__":
