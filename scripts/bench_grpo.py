@@ -7,7 +7,8 @@ Both start from the same explainer (the tiny embedded model with ``--adapter``, 
 ``configs/explainer/grpo_shifts.yaml`` does), answer the same errors (the teacher's ``pairs/train.jsonl``: picture
 and question as distilled) and are rewarded by the same :class:`~nemo_train.nemo.reward.VerifiedEditReward` over
 the teacher's classifiers. The settings are matched: ``--batch_size`` errors per step, ``--group_size`` answers per
-error, sampling at temperature 1 without top-k / top-p, AdamW at ``--lr`` with a linear decay, the per-answer-mean
+error, sampling at temperature 1 without top-k / top-p, AdamW at ``--lr`` with a linear decay and gradients clipped
+to norm 1 (TRL's default), the KL reference a frozen copy of the starting adapter in both, the per-answer-mean
 GRPO loss (TRL's ``loss_type="grpo"``), rewards scaled by each group's std, KL weight ``--kl_coef``, one update per
 sampled batch. The errors are drawn in each trainer's own seeded order. Prints the mean reward of each step side by
 side, the mean of the last ``--window`` steps, and steps per second of each training loop (model loading excluded).
@@ -73,7 +74,7 @@ def ours(args: argparse.Namespace, reward: VerifiedEditReward) -> tuple[list[flo
     with tempfile.TemporaryDirectory() as root:
         fit_quietly(
             module, data(args), max_epochs=-1, max_steps=args.steps, callbacks=[steps], default_root_dir=root,
-            limit_val_batches=0,
+            limit_val_batches=0, gradient_clip_val=1.0,
         )  # fmt: skip
     return steps.rewards, steps_per_second(steps.ends)
 
