@@ -10,8 +10,10 @@ the teacher's classifiers. The settings are matched: ``--batch_size`` errors per
 error, sampling at temperature 1 without top-k / top-p, AdamW at ``--lr`` with a linear decay and gradients clipped
 to norm 1 (TRL's default), the KL reference a frozen copy of the starting adapter in both, the per-answer-mean
 GRPO loss (TRL's ``loss_type="grpo"``), rewards scaled by each group's std, KL weight ``--kl_coef``, one update per
-sampled batch. The errors are drawn in each trainer's own seeded order. Prints the mean reward of each step side by
-side, the mean of the last ``--window`` steps, and steps per second of each training loop (model loading excluded).
+sampled batch. With ``--order file`` (default) both loops see the same batches of errors, in the pair file's order
+(``shuffled``: each loop's own seeded order); the answers are sampled from each loop's own random stream. Prints the
+mean reward of each step side by side, the mean of the last ``--window`` steps, and steps per second of each
+training loop (model loading and the first step excluded).
 """
 
 from __future__ import annotations
@@ -53,7 +55,9 @@ class StepRewards(L.Callback):
 
 def data(args: argparse.Namespace) -> ErrorPromptsDataModule:
     pairs = Path(args.teacher) / "pairs" / "train.jsonl"
-    return ErrorPromptsDataModule(str(pairs), batch_size=args.batch_size, max_errors=args.max_errors)
+    return ErrorPromptsDataModule(
+        str(pairs), batch_size=args.batch_size, max_errors=args.max_errors, shuffle=args.order == "shuffled"
+    )
 
 
 def ours(args: argparse.Namespace, reward: VerifiedEditReward) -> tuple[list[float], float]:
@@ -149,6 +153,7 @@ def trl(args: argparse.Namespace, reward: VerifiedEditReward) -> tuple[list[floa
             use_cpu=True,
             save_strategy="no",
             disable_tqdm=True,
+            shuffle_dataset=args.order == "shuffled",
         )
         clock = Clock()
         trainer = GRPOTrainer(
@@ -178,6 +183,12 @@ def main() -> None:
     parser.add_argument("--kl_coef", type=float, default=0.04)
     parser.add_argument("--window", type=int, default=10, help="steps averaged at the end of each curve")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--order",
+        choices=["file", "shuffled"],
+        default="file",
+        help="errors in the pair file's order (the same batches in both loops) or each loop's own seeded shuffle",
+    )
     parser.add_argument("--device", default="cpu", help="where the reward's classifiers run")
     parser.add_argument("--show_answers", action="store_true", help="print one TRL answer per step")
     args = parser.parse_args()

@@ -94,6 +94,7 @@ class ErrorPromptsDataModule(L.LightningDataModule):
         system_prompt, prompt: overrides of the context turn and the question (default: each record's own).
         batch_size: errors per step (each is answered ``group_size`` times by the module).
         max_errors: use only the first this many errors of each file (``None``: all).
+        shuffle: draw the training errors in a seeded random order (else in file order).
         num_workers: data loader processes.
     """
 
@@ -106,6 +107,7 @@ class ErrorPromptsDataModule(L.LightningDataModule):
         prompt: str | None = None,
         batch_size: int = 4,
         max_errors: int | None = None,
+        shuffle: bool = True,
         num_workers: int = 0,
     ) -> None:
         super().__init__()
@@ -139,7 +141,7 @@ class ErrorPromptsDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         self.setup("fit")
-        return self._loader(self.train_set, shuffle=True)
+        return self._loader(self.train_set, shuffle=self.hparams.shuffle)
 
     def val_dataloader(self) -> DataLoader | list:
         self.setup("fit")
