@@ -7,6 +7,8 @@ is known without training anything and no answer that ignores the classifier can
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -15,7 +17,7 @@ from nemo_train.errors import UserInputError
 from nemo_train.explainer.rewards import ExplanationReward, checked_output, nan_mean
 from nemo_train.nemo.methods.reference import KnownCauseExplainer
 from nemo_train.nemo.methods.trivial import ClassFreeExplainer, EverythingExplainer, OddOneOutExplainer
-from nemo_train.nemo.reward import RewardWeights, VerifiedEditReward
+from nemo_train.nemo.reward import RewardWeights, VerifiedEditReward, teacher_settings
 from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark, ReferenceSet
 from tests.shift_oracles import TYPICAL, AttributeOracle, restorations
 
@@ -135,3 +137,15 @@ def test_a_teacher_folder_without_provenance_is_one_line(tmp_path):
     reward = VerifiedEditReward(teacher=str(tmp_path))  # nothing is read until the first call
     with pytest.raises(UserInputError, match="distill-teacher"):
         reward([{"classifier": "a", "sample_id": "b"}], ["x"])
+
+
+def test_the_teachers_classifiers_are_read_from_its_provenance(tmp_path):
+    record = {"command": "distill-teacher", "settings": {"classifier": str(tmp_path / "gone" / "best.ckpt"),
+              "dataset": "shifts", "n": 4}, "run": {"seed": 1}}  # fmt: skip
+    (tmp_path / "provenance.json").write_text(json.dumps(record))
+    assert teacher_settings(tmp_path)["seed"] == 1  # a run argument, not a setting
+    with pytest.raises(UserInputError, match="gone"):  # the classifier it names is checked before any work
+        VerifiedEditReward(teacher=str(tmp_path)).load()
+    (tmp_path / "provenance.json").write_text(json.dumps({**record, "command": "nemo-eval"}))
+    with pytest.raises(UserInputError, match="expected distill-teacher"):
+        teacher_settings(tmp_path)
