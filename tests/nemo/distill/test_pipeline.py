@@ -61,6 +61,7 @@ def test_distill_presets_parse(path):
         rows = parser.instantiate_classes(config).methods
         assert config.student is None and not any(r.uses_student for r in rows)
         assert config.zoo_split == "heldout" and config.data_kwargs == {"test_shift": "multi3"}
+        assert config.error_sampling == "by_cause"
         assert [type(r).__name__ for r in rows] == [
             "ExhaustiveTeacher",
             "KnownCause",
