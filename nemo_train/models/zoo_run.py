@@ -176,13 +176,7 @@ def zoo(
         config = fit_config(
             member, folder, seed + k, max_epochs, stacked.member_hparams(), datamodule.member_hparams(k)
         )
-        zoo_record = {
-            "name": member.name,
-            "split": member.split,
-            "index": k,
-            "seed": seed,
-            "members": len(members),
-        }
+        zoo_record = {"name": member.name, "split": member.split, "index": k, "seed": seed, "members": len(members)}
         path = write_member(
             folder, stacked.best_states[k], config, zoo_record, trainer.current_epoch, trainer.global_step
         )
