@@ -1,4 +1,5 @@
-"""The trivial rows of ``distill-eval`` (generated data): Everything, Class-free constant, Class prior, Odd-one-out.
+"""The trivial rows of ``distill-eval`` (generated data): Everything, Class-free constant, Class prior, Odd-one-out,
+Distractor.
 
 The same explainers as ``nemo-eval``'s (:mod:`nemo_train.nemo.methods.trivial`); none asks the student or the
 classifier about the error it explains, and each answer's edit is derived from its sentence like every row's.
@@ -17,6 +18,7 @@ from nemo_train.nemo.distill.rows import DistillContext, DistillMethod
 from nemo_train.nemo.distill.zoo_members import ZooClassifier
 from nemo_train.nemo.methods import trivial
 from nemo_train.nemo.methods.base import Method
+from nemo_train.nemo.methods.reference import DistractorExplainer
 from nemo_train.scoring.interventions import CounterfactualScorer
 from nemo_train.scoring.shift_benchmark import build_shift_benchmark
 
@@ -101,3 +103,22 @@ class OddOneOut(_TrivialRow):
 
     def build(self, ctx: DistillContext) -> tuple[Method, CounterfactualScorer]:
         return trivial.OddOneOutExplainer(ctx.seed), self.scorer(ctx)
+
+
+class Distractor(_TrivialRow):
+    """Blames a factor that is never a cause (the benchmark's distractor, e.g. the digit's position on shifts).
+
+    Its sentence is true of the image, so it shows what a well-grounded explanation of the wrong factor scores.
+
+    Args:
+        attribute: the factor to blame (default: the benchmark's distractor).
+    """
+
+    def __init__(self, attribute: str | None = None) -> None:
+        self.attribute = attribute
+
+    def build(self, ctx: DistillContext) -> tuple[Method, CounterfactualScorer]:
+        attribute = self.attribute or (ctx.benchmark.cause or {}).get("distractor")
+        if attribute is None:
+            raise UserInputError(f"benchmark {ctx.benchmark.name!r} names no distractor; give Distractor an attribute")
+        return DistractorExplainer(attribute), self.scorer(ctx)

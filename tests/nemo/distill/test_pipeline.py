@@ -70,6 +70,7 @@ def test_distill_presets_parse(path):
             "ClassPrior",
             "ClassFreeConstant",
             "Everything",
+            "Distractor",
         ]
     elif function is distill_eval and "zoo" in path.stem:  # the held-out zoo: the budget rows beside the teacher
         rows = parser.instantiate_classes(config).methods
@@ -83,6 +84,7 @@ def test_distill_presets_parse(path):
             trivial_rows.ClassPrior,
             trivial_rows.OddOneOut,
             trivial_rows.Everything,
+            trivial_rows.Distractor,
         }
         assert wanted <= {type(r) for r in rows}
     elif function is distill_eval and "evidence" in path.stem:  # the evidence student is asked its own view
