@@ -32,7 +32,7 @@ from typing import Any
 
 from nemo_train.errors import UserInputError
 from nemo_train.models.specs import as_classifier
-from nemo_train.nemo.distill.labelling import _mined
+from nemo_train.nemo.distill.labelling import mined_errors
 from nemo_train.nemo.distill.zoo_members import zoo_members
 from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark
 from nemo_train.scoring.explanations import ExplanationScore, ExplanationScorer
@@ -182,7 +182,7 @@ class VerifiedEditReward:
             raise UserInputError(f"the teacher at {self.teacher!r} names no classifier")
         for spec, bias in members:
             spec.check()
-            target, bench = _mined(spec, bias, dataset, int(settings.get("n", 300)), int(settings["seed"]),
+            target, bench = mined_errors(spec, bias, dataset, int(settings.get("n", 300)), int(settings["seed"]),
                                    int(settings.get("styles", 2)), settings.get("data_kwargs"), self.device,
                                    None, None, None)  # fmt: skip
             self.add(spec.label, bench, target)

@@ -151,7 +151,7 @@ def distill_teacher(
     started, computed, failed, groups, rows = time.perf_counter(), 0, [], [], []
     cei_groups: list[list[float]] = []  # the CEI of every labelled error, per classifier
     for spec, member_bias in members:
-        target, bench = _mined(spec, member_bias, dataset, n, seed, styles, data_kwargs, device,
+        target, bench = mined_errors(spec, member_bias, dataset, n, seed, styles, data_kwargs, device,
                                mining_root, evaluation_root, mapping_file)  # fmt: skip
         if "evidence" in views:  # refused before any labelling
             check_evidence_benchmark(bench)
@@ -236,9 +236,12 @@ def checked_views(views: list[View] | None, zoo: str | None, dataset: str) -> li
     return views
 
 
-def _mined(spec, member_bias, dataset, n, seed, styles, data_kwargs, device, mining_root, evaluation_root,
+def mined_errors(spec, member_bias, dataset, n, seed, styles, data_kwargs, device, mining_root, evaluation_root,
            mapping_file):  # fmt: skip
-    """The classifier (on ``device``) and its mined errors, on a split disjoint from every evaluation error."""
+    """The classifier (on ``device``) and its mined errors, on a split disjoint from every evaluation error.
+
+    The teacher mines with it, and the verified-edit reward (:mod:`nemo_train.nemo.reward`) rebuilds a teacher's
+    errors with it from the teacher's recorded settings, so both find the same errors."""
     if dataset == "folder":
         mapping = ClassMapping.for_folder(mining_root, mapping_file)
         target = build_target(spec, mapping).to(device)
