@@ -42,6 +42,26 @@ DISTILL_EVIDENCE_PROMPT = (
     'Reply in JSON: {{"cause_of_error": "the cause. Edit: the change that fixes it"}}'
 )
 
+#: The same question with the classifier's readings of the references tallied per unusual trait of the error,
+#: the trait named (``{legend}`` and ``{tallies}``: :func:`evidence_tallies`); the montage shows one exemplar's
+#: references.
+DISTILL_TALLY_PROMPT = (
+    'Left: a "{true_name}" the classifier called a "{pred_name}". Right: "{true_name}"s with its unusual traits. '
+    '{legend}: {tallies}. Reply in JSON: {{"cause_of_error": "the cause. Edit: the change that fixes it"}}'
+)
+
+
+def evidence_tallies(tallies: Mapping[str, tuple[int, int]], exemplars: int, paired: bool) -> tuple[str, str]:
+    """``("Misread with the trait alone, read right without it", "colour 3/3 0/3; size 0/3 3/3")``: the legend
+    and, per trait word, its ``alone`` references misread and (``paired``) its ``restored`` ones read right, out
+    of ``exemplars``."""
+    legend = "Misread with the trait alone" + (", read right without it" if paired else "")
+    parts = [
+        f"{word} {alone}/{exemplars}" + (f" {restored}/{exemplars}" if paired else "")
+        for word, (alone, restored) in tallies.items()
+    ]
+    return legend, "; ".join(parts)
+
 
 def evidence_readings(predictions: Sequence[int], label: int, class_names: Sequence[str]) -> str:
     """``got 1 right, read 2 as a "5", got 3 right``: the classifier's reading of each numbered reference."""

@@ -28,6 +28,7 @@ from jsonargparse.typing import NonNegativeInt, PositiveInt
 
 from nemo_train.backends.base import ChatBackend
 from nemo_train.backends.messages import user_message
+from nemo_train.nemo.distill.evidence import ClassifierEvidence, EvidenceView
 from nemo_train.nemo.distill.rows import DistillContext, DistillMethod, EvidenceQuestions, StudentView
 from nemo_train.nemo.methods.base import Explanation, Method, ask_causes_batch
 from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark
@@ -148,6 +149,8 @@ class StudentEdits(DistillMethod):
         accept: what confirms a tested hypothesis: ``cei`` (its CEI reaches ``accept_cei``) or ``true_class`` (the
             edited image is read as the true class: how the benchmark establishes a cause; a weak classifier's true
             cause can earn little CEI).
+        evidence: the evidence view's references and question (:class:`~nemo_train.nemo.distill.evidence.EvidenceView`;
+            the one the student's teacher pairs were drawn with).
     """
 
     def __init__(
@@ -158,23 +161,25 @@ class StudentEdits(DistillMethod):
         temperature: float = 1.0,
         accept_cei: float = 20.0,
         accept: Acceptance = "cei",
+        evidence: EvidenceView | None = None,
     ) -> None:
         self.edits, self.view, self.samples, self.temperature, self.accept_cei = (
             edits, view, samples, temperature, accept_cei,
         )  # fmt: skip
-        self.accept = accept
+        self.accept, self.evidence = accept, evidence or EvidenceView()
 
     @property
     def name(self) -> str:
         """The row's name in the tables: ``Student (2 edits, evidence)``."""
-        suffix = (", evidence" if self.view == "evidence" else "") + (
+        view = f"evidence {self.evidence.label}".strip()
+        suffix = (f", {view}" if self.view == "evidence" else "") + (
             ", true-class test" if self.accept != "cei" else ""
         )
         return f"Student ({self.edits} edit{'' if self.edits == 1 else 's'}{suffix})"
 
     def build(self, ctx: DistillContext) -> tuple[Method, CounterfactualScorer]:
         if self.view == "evidence":
-            questions = EvidenceQuestions(ctx.target, ctx.benchmark)
+            questions = EvidenceQuestions(ctx.target, ctx.benchmark, ClassifierEvidence(view=self.evidence))
         else:
             questions = ErrorQuestions(ctx.benchmark)
         method = BudgetExplainer(
@@ -187,4 +192,5 @@ class StudentEdits(DistillMethod):
         found: dict[str, Any] = {"class": type(self).__name__, "edits": self.edits, "view": self.view}
         if self.edits:
             found.update(samples=self.samples, temperature=self.temperature, accept_cei=self.accept_cei)
-        return found | ({"accept": self.accept} if self.accept != "cei" else {})
+        found |= {"accept": self.accept} if self.accept != "cei" else {}
+        return found | ({"evidence": self.evidence.settings()} if self.evidence.settings() else {})

@@ -10,6 +10,11 @@ of the classifier, as in the student's prompt), it names
 2. those read as the error's own predicted class first; then
 3. a pick drawn with the command's seed and the error's id among what is left.
 
+With another evidence view (:class:`~nemo_train.nemo.distill.evidence.EvidenceView`: several exemplars, the
+leave-one-trait-out references) it reads the tallies the named question shows: the trait whose references
+without it were read right most often (the benchmark's test of a cause), then whose references with it alone were
+misread most often; ties drawn as in 3.
+
 When no single-trait reference was misread the evidence points nowhere and the pick is drawn among all of the
 image's unusual factors (as Odd-one-out does). The sentence states the image's own value of the factor and the
 edit back to its typical value, so every claim in it is true (:func:`~nemo_train.nemo.methods.trivial.blame_sentence`).
@@ -24,7 +29,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from nemo_train.errors import UserInputError
-from nemo_train.nemo.distill.evidence import ClassifierEvidence, Evidence, check_evidence_benchmark
+from nemo_train.nemo.distill.evidence import ClassifierEvidence, Evidence, EvidenceView, check_evidence_benchmark
 from nemo_train.nemo.distill.rows import DistillContext, DistillMethod
 from nemo_train.nemo.methods.base import Explanation, Method
 from nemo_train.nemo.methods.trivial import blame_sentence, off_typical
@@ -38,6 +43,8 @@ def evidence_pick(evidence: Evidence, sample: ErrorSample, unusual: Sequence[str
     """The factor the evidence blames (see the module docstring): a misread single-trait reference's factor,
     those read as ``sample``'s predicted class first, ties drawn with ``seed`` and the error's id; among
     ``unusual`` when no single-trait reference was misread; ``None`` when there is nothing to pick from."""
+    if evidence.view != EvidenceView():
+        return _tally_pick(evidence, sample, unusual, seed)
     misread = [
         (factor, predicted)
         for factor, predicted in zip(evidence.shared, evidence.predictions)
@@ -48,6 +55,18 @@ def evidence_pick(evidence: Evidence, sample: ErrorSample, unusual: Sequence[str
     if not pool:
         return None
     return random.Random(f"{seed}:{sample.sample_id}").choice(sorted(set(pool), key=pool.index))
+
+
+def _tally_pick(evidence: Evidence, sample: ErrorSample, unusual: Sequence[str], seed: int) -> str | None:
+    """The trait with the most ``restored`` references read right, then the most ``alone`` ones misread."""
+    tallies = evidence.tallies(sample.label)
+    paired = evidence.view.references == "paired"
+    keys = {name: (restored, alone) if paired else (alone,) for name, (alone, restored) in tallies.items()}
+    best = max(keys.values(), default=None)
+    pool = [name for name, key in keys.items() if key == best] if best and any(best) else list(unusual)
+    if not pool:
+        return None
+    return random.Random(f"{seed}:{sample.sample_id}").choice(pool)
 
 
 class EvidenceRuleExplainer:
@@ -63,6 +82,8 @@ class EvidenceRuleExplainer:
 
     def __init__(self, target, evidence: ClassifierEvidence | None = None, seed: int = 0) -> None:
         self.target, self.evidence, self.seed = target, evidence or ClassifierEvidence(), seed
+        if self.evidence.view.label:  # rows reading other views are told apart in the tables
+            self.name = f"Evidence rule (not a model; {self.evidence.view.label})"
 
     def explain(self, sample: ErrorSample, benchmark: NemoBenchmark) -> Explanation:
         return self.explain_batch([sample], benchmark)[0]
@@ -83,14 +104,23 @@ class EvidenceRuleExplainer:
 class EvidenceRule(DistillMethod):
     """The Evidence rule row: the factor whose single-trait reference the classifier misread, named in a true
     sentence (:class:`EvidenceRuleExplainer`; a rule, not a model). Asks the classifier to read the evidence
-    references (forward passes), never the student, and applies no edit before answering."""
+    references (forward passes), never the student, and applies no edit before answering.
+
+    Args:
+        evidence: the evidence view it reads (the student rows' ``evidence``; default the single-trait view).
+    """
 
     uses_student: ClassVar[bool] = False
+
+    def __init__(self, evidence: EvidenceView | None = None) -> None:
+        self.evidence = evidence or EvidenceView()
 
     def build(self, ctx: DistillContext) -> tuple[Method, CounterfactualScorer]:
         if ctx.keyword is None:
             raise UserInputError("EvidenceRule needs a generated benchmark (a fact sheet and a renderer)")
-        return EvidenceRuleExplainer(ctx.target, seed=ctx.seed), ctx.keyword
+        found = ClassifierEvidence(view=self.evidence)
+        return EvidenceRuleExplainer(ctx.target, found, seed=ctx.seed), ctx.keyword
 
     def settings(self) -> dict[str, Any]:
-        return {"class": type(self).__name__}
+        view = self.evidence.settings()
+        return {"class": type(self).__name__, **({"evidence": view} if view else {})}

@@ -33,7 +33,7 @@ from nemo_train.metrics.bootstrap import format_with_interval, grouped_mean_inte
 from nemo_train.metrics.nemo import score_mean
 from nemo_train.models.specs import ClassifierSpec, as_classifier
 from nemo_train.models.targets import ClassMapping
-from nemo_train.nemo.distill.evidence import check_evidence_benchmark
+from nemo_train.nemo.distill.evidence import EvidenceView, check_evidence_benchmark
 from nemo_train.nemo.distill.mining import mine_folder_errors, mine_synthetic_errors
 from nemo_train.nemo.distill.pairs import LabelledErrors, ReferenceClass, pairs_from_labels
 from nemo_train.nemo.distill.teacher_parts import (  # noqa: F401  (build_target, PoolClassifier: this module's API)
@@ -78,6 +78,7 @@ def distill_teacher(
     k: int = 8,
     min_cei: float = 20.0,
     views: list[View] | None = None,
+    evidence: EvidenceView | None = None,
     reference_class: ReferenceClass = "either",
     val_fraction: float = 0.1,
     error_batch: PositiveInt = 8,
@@ -126,6 +127,9 @@ def distill_teacher(
             references of its true class that share one unusual trait of it each, and how the labelled classifier
             read them: :mod:`nemo_train.nemo.distill.evidence`; generated data whose fact sheet names typical
             values, e.g. shifts).
+        evidence: the ``evidence`` view's references and question (:class:`~nemo_train.nemo.distill.evidence.EvidenceView`:
+            handwriting exemplars, the leave-one-trait-out references, tallies naming the traits); the student rows
+            of ``distill-eval`` take the same.
         reference_class: the ``change`` view's reference: the nearest correctly classified image of the true or
             the predicted class (``either``, as ChangeMLLM), of one of them (``true`` / ``predicted``), or the
             ``prototype`` of the true class (the correctly classified one with the largest ``P(y)``: it shows
@@ -184,7 +188,7 @@ def distill_teacher(
     merge_shards(store.path)
     failed = [reason for found in reasons for reason in found]
     _check_kept(groups, failed, min_cei)
-    paths = pairs_from_labels(groups, out / "pairs", views, val_fraction, seed, reference_class)
+    paths = pairs_from_labels(groups, out / "pairs", views, val_fraction, seed, reference_class, evidence)
     _print_labels(rows, min_cei, computed, time.perf_counter() - started, paths, failed)
     mean = score_mean([row[4] for row in rows if row[2]], weights=[row[2] for row in rows if row[2]])
     return {

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from datamodules.explanations import ExplanationRecord, to_pil, write_records
-from nemo_train.nemo.distill.evidence import ClassifierEvidence, check_evidence_benchmark
+from nemo_train.nemo.distill.evidence import ClassifierEvidence, EvidenceView, check_evidence_benchmark
 from nemo_train.nemo.distill.teachers import View, view_inputs
 from nemo_train.nemo.methods.change_mllm import ReferenceClass
 from nemo_train.scoring.benchmark import NemoBenchmark
@@ -37,6 +37,13 @@ def _save(image: torch.Tensor, path: Path) -> str:
     return str(path.resolve())
 
 
+def reference_name(shared: str | None, kind: str) -> str:
+    """How a pair's provenance names a reference: ``typical``, the shared factor, or ``without <factor>``."""
+    if shared is None:
+        return "typical"
+    return f"without {shared}" if kind == "restored" else shared
+
+
 def pairs_from_labels(
     groups: list[LabelledErrors],
     out_dir: Path,
@@ -44,6 +51,7 @@ def pairs_from_labels(
     val_fraction: float,
     seed: int,
     reference_class: ReferenceClass = "either",
+    evidence_view: EvidenceView | None = None,
 ) -> dict[str, Path]:
     """Write the kept labels as explanation-record pairs, one per view, split by error into train / val.
 
@@ -51,12 +59,14 @@ def pairs_from_labels(
     nearest of the true or predicted class, of only one of them, or the true class's ``prototype``. ``seed`` also
     draws the ``evidence`` view's references (:class:`~nemo_train.nemo.distill.evidence.ClassifierEvidence`), which
     its records carry as ``counterfactual`` (the montage beside the error); their provenance also keeps the factor
-    each reference shares with the error (``typical``: none) and the classifier's readings, never shown to a student.
+    each reference shares with the error (``typical``: none; ``without <factor>``: a leave-one-trait-out reference)
+    and the classifier's readings, never shown to a student. ``evidence_view``: which references and question
+    (default: one exemplar's single-trait references).
     """
     if "evidence" in views:
         for group in groups:
             check_evidence_benchmark(group.benchmark)
-    evidence = ClassifierEvidence(seed)
+    evidence = ClassifierEvidence(seed, view=evidence_view)
     images_dir = out_dir / "images"
     images_dir.mkdir(parents=True, exist_ok=True)
     errors = [(group, label) for group in groups for label in group.labels]
@@ -72,8 +82,9 @@ def pairs_from_labels(
             hidden = {}
             if view == "evidence":  # the provenance also keeps what each reference shares with the error (unseen)
                 found = evidence.gather(sample, bench, group.target)
-                built = sample.image, found.montage, found.question(sample, bench.class_names)
-                hidden = {"references": [name or "typical" for name in found.shared], "readings": found.predictions}
+                built = sample.image, found.montage, found.question(sample, bench.class_names, bench.facts)
+                hidden = {"references": [reference_name(n, k) for n, k in zip(found.shared, found.kinds)],
+                          "readings": found.predictions}  # fmt: skip
             else:
                 built = view_inputs(view, sample, bench, group.target, reference_class)
             if built is None:

@@ -17,7 +17,7 @@ from jsonargparse.typing import PositiveInt
 
 from nemo_train.backends.base import ChatBackend
 from nemo_train.backends.messages import user_message
-from nemo_train.nemo.distill.evidence import ClassifierEvidence, check_evidence_benchmark
+from nemo_train.nemo.distill.evidence import ClassifierEvidence, EvidenceView, check_evidence_benchmark
 from nemo_train.nemo.distill.teachers import ExhaustiveAttributeTeacher
 from nemo_train.nemo.distill.zoo_members import ZooClassifier
 from nemo_train.nemo.methods.base import Explanation, Method, ask_causes_batch
@@ -80,7 +80,8 @@ class EvidenceQuestions:
     def conversations(self, samples: Sequence[ErrorSample]) -> list[list]:
         names = self.benchmark.class_names
         found = self.evidence.gather_many(samples, self.benchmark, self.target)
-        return [[user_message(e.question(s, names), [s.image, e.montage])] for s, e in zip(samples, found)]
+        facts = self.benchmark.facts
+        return [[user_message(e.question(s, names, facts), [s.image, e.montage])] for s, e in zip(samples, found)]
 
 
 class EvidencePassExplainer:
@@ -118,6 +119,14 @@ class EvidenceHypothesizer:
 
 #: What the student is shown: the error image alone, or the error beside the classifier's evidence.
 StudentView = Literal["error", "evidence"]
+
+
+def view_settings(view: StudentView, evidence: EvidenceView) -> dict[str, Any]:
+    """A student row's view in its stored settings: nothing for the error view, the evidence view's options
+    only where they are not the default (so stored rows of before resume)."""
+    if view == "error":
+        return {}
+    return {"view": view, **({"evidence": evidence.settings()} if evidence.settings() else {})}
 
 
 @dataclass
@@ -173,19 +182,21 @@ class StudentGreedy(DistillMethod):
     Args:
         view: ``error`` (the error image alone) or ``evidence`` (beside the classifier's readings of references
             sharing one unusual trait of the error each; for a student distilled on that view).
+        evidence: which references the evidence view draws and how its question reads them (the teacher's).
     """
 
-    def __init__(self, view: StudentView = "error") -> None:
-        self.view = view
+    def __init__(self, view: StudentView = "error", evidence: EvidenceView | None = None) -> None:
+        self.view, self.evidence = view, evidence or EvidenceView()
 
     def build(self, ctx: DistillContext) -> tuple[Method, CounterfactualScorer]:
         if self.view == "evidence":
-            questions = EvidenceQuestions(ctx.target, ctx.benchmark)
-            return EvidencePassExplainer(ctx.student, questions, "Student (greedy, evidence)"), ctx.structured
+            questions = EvidenceQuestions(ctx.target, ctx.benchmark, ClassifierEvidence(view=self.evidence))
+            name = f"Student (greedy, {f'evidence {self.evidence.label}'.strip()})"
+            return EvidencePassExplainer(ctx.student, questions, name), ctx.structured
         return OnePassExplainer(ctx.student), ctx.structured
 
     def settings(self) -> dict[str, Any]:
-        return {"class": type(self).__name__, **({"view": self.view} if self.view != "error" else {})}
+        return {"class": type(self).__name__, **view_settings(self.view, self.evidence)}
 
 
 class StudentSciTX(DistillMethod):
@@ -195,16 +206,23 @@ class StudentSciTX(DistillMethod):
         k: observations retrieved per error; m: sampled hypotheses per error.
         temperature: sampling temperature of the hypotheses.
         view: what the student is asked: ``error`` (the error image alone) or ``evidence`` (as :class:`StudentGreedy`).
+        evidence: the evidence view's references and question (as :class:`StudentGreedy`).
     """
 
     def __init__(
-        self, k: PositiveInt = 8, m: PositiveInt = 4, temperature: float = 0.7, view: StudentView = "error"
+        self,
+        k: PositiveInt = 8,
+        m: PositiveInt = 4,
+        temperature: float = 0.7,
+        view: StudentView = "error",
+        evidence: EvidenceView | None = None,
     ) -> None:
         self.k, self.m, self.temperature, self.view = k, m, temperature, view
+        self.evidence = evidence or EvidenceView()
 
     def build(self, ctx: DistillContext) -> tuple[Method, CounterfactualScorer]:
         if self.view == "evidence":
-            questions = EvidenceQuestions(ctx.target, ctx.benchmark)
+            questions = EvidenceQuestions(ctx.target, ctx.benchmark, ClassifierEvidence(view=self.evidence))
             hypothesizer = EvidenceHypothesizer(ctx.student, questions, temperature=self.temperature)
         else:
             hypothesizer = MLLMHypothesizer(ctx.student, temperature=self.temperature, template=DISTILL_PROMPT)
@@ -214,7 +232,7 @@ class StudentSciTX(DistillMethod):
 
     def settings(self) -> dict[str, Any]:
         settings = {"class": type(self).__name__, "k": self.k, "m": self.m, "temperature": self.temperature}
-        return settings | ({"view": self.view} if self.view != "error" else {})
+        return settings | view_settings(self.view, self.evidence)
 
 
 class StudentCamMLLM(DistillMethod):

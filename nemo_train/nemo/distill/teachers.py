@@ -205,7 +205,7 @@ def view_inputs(
     true_name, pred_name = names[sample.label], names[sample.prediction]
     if view == "evidence":
         found = (evidence or ClassifierEvidence()).gather(sample, benchmark, target)
-        return sample.image, found.montage, found.question(sample, names)
+        return sample.image, found.montage, found.question(sample, names, benchmark.facts)
     if view == "error":
         return sample.image, None, DISTILL_PROMPT.format(true_name=true_name, pred_name=pred_name)
     if view == "gradcam":
