@@ -49,26 +49,35 @@ class EvidenceView:
         references: ``single_trait`` or ``paired`` (adds the leave-one-trait-out references).
         named: the question gives, per unusual trait, how many of its references the classifier misread (alone)
             and read right (restored), naming the trait; otherwise it numbers the montage's references.
+        ranked: the named question lists the traits strongest evidence first (:meth:`Evidence.strength`), not in
+            the montage's seeded order: the comparison of the tallies is then made by the toolkit, and what is
+            left to the explainer is to read the list and the image.
     """
 
     exemplars: PositiveInt = 1
     references: ReferenceSet = "single_trait"
     named: bool = False
+    ranked: bool = False
 
     def __post_init__(self) -> None:
-        if self.exemplars > 1 and not self.named:
+        if (self.exemplars > 1 or self.ranked) and not self.named:
             raise UserInputError(
-                f"evidence exemplars={self.exemplars} needs named: true (the montage shows one exemplar's references)"
+                f"evidence exemplars={self.exemplars}, ranked={self.ranked} needs named: true (the montage shows one "
+                "exemplar's references, in a seeded order)"
             )
 
     @property
     def label(self) -> str:
         """How a row's name tells the view: empty for the default, else ``paired x3``."""
-        return "" if self == EvidenceView() else f"{self.references.replace('_', '-')} x{self.exemplars}"
+        if self == EvidenceView():
+            return ""
+        return f"{self.references.replace('_', '-')} x{self.exemplars}" + (" ranked" if self.ranked else "")
 
     def settings(self) -> dict[str, Any]:
         """What identifies the view in stored records (empty for the default, so stored rows resume)."""
-        return {} if self == EvidenceView() else asdict(self)
+        if self == EvidenceView():
+            return {}
+        return {k: v for k, v in asdict(self).items() if k != "ranked" or v}  # rows stored before ``ranked`` resume
 
 
 @dataclass
@@ -109,7 +118,16 @@ class Evidence:
             counts = found.setdefault(name, [0, 0])
             counts[0] += kind == "alone" and predicted != label
             counts[1] += kind == "restored" and predicted == label
-        return {name: (alone, restored) for name, (alone, restored) in found.items()}
+        tallies = {name: (alone, restored) for name, (alone, restored) in found.items()}
+        if self.view.ranked:
+            tallies = dict(sorted(tallies.items(), key=lambda item: self.strength(item[1]), reverse=True))
+        return tallies
+
+    def strength(self, counts: tuple[int, int]) -> tuple[int, ...]:
+        """How strongly a trait's tallies (alone misread, restored read right) point at it: the restored references
+        read right first (the benchmark's test of a cause), then the ones with it alone misread."""
+        alone, restored = counts
+        return (restored, alone) if self.view.references == "paired" else (alone,)
 
     def question(self, sample: ErrorSample, class_names: Sequence[str], facts=None) -> str:
         """The evidence view's question: the classes and, per reference, right or what it was read as (or, with a

@@ -59,9 +59,7 @@ def evidence_pick(evidence: Evidence, sample: ErrorSample, unusual: Sequence[str
 
 def _tally_pick(evidence: Evidence, sample: ErrorSample, unusual: Sequence[str], seed: int) -> str | None:
     """The trait with the most ``restored`` references read right, then the most ``alone`` ones misread."""
-    tallies = evidence.tallies(sample.label)
-    paired = evidence.view.references == "paired"
-    keys = {name: (restored, alone) if paired else (alone,) for name, (alone, restored) in tallies.items()}
+    keys = {name: evidence.strength(counts) for name, counts in evidence.tallies(sample.label).items()}
     best = max(keys.values(), default=None)
     pool = [name for name, key in keys.items() if key == best] if best and any(best) else list(unusual)
     if not pool:

@@ -146,3 +146,21 @@ def test_paired_pairs_name_the_restored_references_and_carry_the_tally_question(
     }  # fmt: skip
     with Image.open(record.counterfactual) as montage:
         assert montage.size == (32 * 5, 32)
+
+
+def test_a_ranked_question_lists_the_strongest_evidence_first_and_the_rule_reads_it_alike():
+    ranked = EvidenceView(exemplars=2, references="paired", named=True, ranked=True)
+    rows = [(None, "typical", TRUE), ("color", "alone", MISREAD), ("color", "alone", MISREAD)]
+    rows += [("scale", "alone", TRUE), ("scale", "restored", TRUE), ("background", "restored", TRUE)]
+    rows += [("background", "restored", TRUE), ("background", "alone", MISREAD)]
+    shown, ordered = _evidence(rows), _evidence(rows, ranked)
+    assert list(shown.tallies(TRUE)) == ["color", "scale", "background"]  # the montage's order
+    assert ordered.tallies(TRUE) == {"background": (1, 2), "scale": (0, 1), "color": (2, 0)}
+    question = ordered.question(_sample(), [str(d) for d in range(10)], FACTS)
+    assert "without it: background 1/2 2/2; size 0/2 1/2; colour 2/2 0/2." in question
+    unusual = ["color", "background", "scale"]
+    assert evidence_pick(shown, _sample(), unusual, 0) == evidence_pick(ordered, _sample(), unusual, 0) == "background"
+    assert ranked.label == "paired x2 ranked" and ranked.settings()["ranked"] is True
+    assert "ranked" not in PAIRED.settings()  # rows stored before the option resume
+    with pytest.raises(UserInputError, match="named: true"):
+        EvidenceView(ranked=True)
