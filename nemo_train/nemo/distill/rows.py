@@ -15,8 +15,10 @@ from typing import Any, ClassVar, Literal
 
 from jsonargparse.typing import PositiveInt
 
+from datamodules.fact_sheets import DEFAULT_EDITABLE, DEFAULT_FACTS
 from nemo_train.backends.base import ChatBackend
 from nemo_train.backends.messages import user_message
+from nemo_train.errors import UserInputError
 from nemo_train.nemo.distill.evidence import ClassifierEvidence, EvidenceView, check_evidence_benchmark
 from nemo_train.nemo.distill.teachers import ExhaustiveAttributeTeacher
 from nemo_train.nemo.distill.zoo_members import ZooClassifier
@@ -24,7 +26,7 @@ from nemo_train.nemo.methods.base import Explanation, Method, ask_causes_batch
 from nemo_train.nemo.methods.cam_mllm import CamMLLM
 from nemo_train.nemo.methods.change_mllm import ChangeMLLM, ReferenceClass
 from nemo_train.nemo.methods.reference import KnownCauseExplainer
-from nemo_train.nemo.methods.scitx import MLLMHypothesizer, SciTX
+from nemo_train.nemo.methods.scitx import AttributeContrastHypothesizer, MLLMHypothesizer, SciTX
 from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark
 from nemo_train.scoring.interventions import CounterfactualScorer, Trial
 from nemo_train.scoring.structured import DISTILL_CAM_PROMPT, DISTILL_CHANGE_PROMPT, DISTILL_PROMPT
@@ -282,3 +284,32 @@ def default_distill_methods() -> list[DistillMethod]:
     """Every row: the teacher, the student's greedy pass, SciTX / CamMLLM / ChangeMLLM driven by the student,
     and KnownCause."""
     return [ExhaustiveTeacher(), *student_distill_methods(), KnownCause()]
+
+
+class SciTXTemplate(DistillMethod):
+    """SciTX with the attribute-contrast template as its hypothesis source (a rule, not a model): ``k``
+    references of the true and predicted class retrieved, ``m`` template hypotheses from how the error's
+    attributes differ from the true-class references', the one with the highest CEI kept; its edits per error
+    are the hypotheses it tested. Generated data only (it reads the generator's attributes); its sentences are
+    read by the keyword deriver, like the trivial rows'.
+
+    Args:
+        k: observations retrieved per error; m: template hypotheses tested per error.
+    """
+
+    uses_student: ClassVar[bool] = False
+
+    def __init__(self, k: PositiveInt = 8, m: PositiveInt = 3) -> None:
+        self.k, self.m = k, m
+
+    def build(self, ctx: DistillContext) -> tuple[Method, CounterfactualScorer]:
+        bench = ctx.benchmark
+        if bench.vocabulary is None or ctx.keyword is None:
+            raise UserInputError("SciTXTemplate needs a generated benchmark (a fact sheet and its vocabulary)")
+        cause = bench.cause or {}
+        hypothesizer = AttributeContrastHypothesizer(
+            bench.vocabulary, cause.get("editable", DEFAULT_EDITABLE), cause.get("object", DEFAULT_FACTS.object_word)
+        )
+        method = SciTX(ctx.target, hypothesizer, ctx.keyword, k=self.k, m=self.m)
+        method.name = f"SciTX (template, not a model; M={self.m})"
+        return method, ctx.keyword

@@ -164,3 +164,21 @@ def test_a_ranked_question_lists_the_strongest_evidence_first_and_the_rule_reads
     assert "ranked" not in PAIRED.settings()  # rows stored before the option resume
     with pytest.raises(UserInputError, match="named: true"):
         EvidenceView(ranked=True)
+
+
+def test_the_scitx_template_row_asks_no_student_and_tests_its_template_hypotheses_by_keyword(shifts):
+    from nemo_train.nemo.distill.rows import DistillContext, SciTXTemplate
+    from nemo_train.nemo.methods.scitx import AttributeContrastHypothesizer
+
+    error = _error(shifts, color=RED, background=STRIPES)
+    keyword = object()  # stands for the keyword scorer: the row must hand it to SciTX and to the table
+    ctx = DistillContext(_bench_with_vocabulary(shifts, [error]), ColourBlind(), None, structured=None, keyword=keyword)
+    method, scorer = SciTXTemplate(k=6, m=2).build(ctx)
+    assert not SciTXTemplate.uses_student and scorer is keyword and method.scorer is keyword
+    assert isinstance(method.hypothesizer, AttributeContrastHypothesizer)
+    assert (method.k, method.m, method.name) == (6, 2, "SciTX (template, not a model; M=2)")
+    assert method.hypothesizer.attributes == [f.name for f in FACTS.factors]  # every shifts factor, not CMNIST's two
+    assert SciTXTemplate().settings() == {"class": "SciTXTemplate", "k": 8, "m": 3}
+    with pytest.raises(UserInputError, match="generated benchmark") as info:
+        SciTXTemplate().build(DistillContext(_bench(shifts, [error]), ColourBlind(), None, None, keyword=None))
+    assert "\n" not in str(info.value)
