@@ -28,6 +28,7 @@ from jsonargparse.typing import NonNegativeInt, PositiveInt
 
 from nemo_train.backends.base import ChatBackend
 from nemo_train.backends.messages import user_message
+from nemo_train.errors import UserInputError
 from nemo_train.nemo.distill.evidence import ClassifierEvidence, EvidenceView
 from nemo_train.nemo.distill.rows import DistillContext, DistillMethod, EvidenceQuestions, StudentView
 from nemo_train.nemo.methods.base import Explanation, Method, ask_causes_batch
@@ -36,6 +37,8 @@ from nemo_train.scoring.interventions import CounterfactualScorer, Trial
 from nemo_train.scoring.structured import DISTILL_PROMPT
 
 #: What confirms a tested hypothesis (see :class:`StudentEdits`).
+#: Who reads the evidence references: the classifier under explanation, or a training-zoo member (a control).
+EvidenceReader = Literal["target", "training_member"]
 Acceptance = Literal["cei", "true_class"]
 
 
@@ -151,6 +154,9 @@ class StudentEdits(DistillMethod):
             cause can earn little CEI).
         evidence: the evidence view's references and question (:class:`~nemo_train.nemo.distill.evidence.EvidenceView`;
             the one the student's teacher pairs were drawn with).
+        evidence_reader: who reads the references: the classifier under explanation (``target``) or, as a
+            classifier-blind control, a member of the training zoo (``training_member``: the one at the run's seed,
+            the same for every target), so the student is shown evidence about a classifier that made no such error.
     """
 
     def __init__(
@@ -162,11 +168,12 @@ class StudentEdits(DistillMethod):
         accept_cei: float = 20.0,
         accept: Acceptance = "cei",
         evidence: EvidenceView | None = None,
+        evidence_reader: EvidenceReader = "target",
     ) -> None:
         self.edits, self.view, self.samples, self.temperature, self.accept_cei = (
             edits, view, samples, temperature, accept_cei,
         )  # fmt: skip
-        self.accept, self.evidence = accept, evidence or EvidenceView()
+        self.accept, self.evidence, self.evidence_reader = accept, evidence or EvidenceView(), evidence_reader
 
     @property
     def name(self) -> str:
@@ -175,11 +182,14 @@ class StudentEdits(DistillMethod):
         suffix = (f", {view}" if self.view == "evidence" else "") + (
             ", true-class test" if self.accept != "cei" else ""
         )
+        if self.evidence_reader != "target":
+            suffix += ", another classifier's evidence"
         return f"Student ({self.edits} edit{'' if self.edits == 1 else 's'}{suffix})"
 
     def build(self, ctx: DistillContext) -> tuple[Method, CounterfactualScorer]:
         if self.view == "evidence":
-            questions = EvidenceQuestions(ctx.target, ctx.benchmark, ClassifierEvidence(view=self.evidence))
+            reader = ctx.target if self.evidence_reader == "target" else _training_member(ctx)
+            questions = EvidenceQuestions(reader, ctx.benchmark, ClassifierEvidence(view=self.evidence))
         else:
             questions = ErrorQuestions(ctx.benchmark)
         method = BudgetExplainer(
@@ -193,4 +203,13 @@ class StudentEdits(DistillMethod):
         if self.edits:
             found.update(samples=self.samples, temperature=self.temperature, accept_cei=self.accept_cei)
         found |= {"accept": self.accept} if self.accept != "cei" else {}
+        found |= {"evidence_reader": self.evidence_reader} if self.evidence_reader != "target" else {}
         return found | ({"evidence": self.evidence.settings()} if self.evidence.settings() else {})
+
+
+def _training_member(ctx: DistillContext):
+    """The classifier-blind control's reader: the training-zoo member at the run's seed."""
+    if not ctx.training_zoo:
+        raise UserInputError("evidence_reader: training_member needs distill-eval over a held-out zoo (zoo: <folder>)")
+    member = ctx.training_zoo[ctx.seed % len(ctx.training_zoo)]
+    return member.spec.build().to(next(ctx.target.parameters(), torch.empty(0)).device)

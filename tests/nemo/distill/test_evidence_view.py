@@ -182,3 +182,28 @@ def test_the_scitx_template_row_asks_no_student_and_tests_its_template_hypothese
     with pytest.raises(UserInputError, match="generated benchmark") as info:
         SciTXTemplate().build(DistillContext(_bench(shifts, [error]), ColourBlind(), None, None, keyword=None))
     assert "\n" not in str(info.value)
+
+
+def test_the_classifier_blind_control_shows_a_training_members_readings(shifts):
+    from types import SimpleNamespace
+
+    from nemo_train.nemo.distill.rows import DistillContext
+    from tests.nemo.distill.test_evidence import BackgroundBlind
+
+    error = _error(shifts, color=RED, background=STRIPES)
+    bench = _bench(shifts, [error])
+    members = [SimpleNamespace(spec=SimpleNamespace(build=BackgroundBlind))]
+    ctx = DistillContext(bench, ColourBlind(), None, structured=None, keyword=None, training_zoo=members)
+    row = StudentEdits(edits=0, evidence=PAIRED, evidence_reader="training_member")
+    method, _ = row.build(ctx)
+    (conversation,) = method.questions.conversations([error])
+    text = " ".join(part["text"] for part in conversation[0]["content"] if part.get("type") == "text")
+    assert "background 2/2 2/2" in text and "colour 0/2 0/2" in text  # the member's blind spot, not the target's
+    own, _ = StudentEdits(edits=0, evidence=PAIRED).build(ctx)
+    (conversation,) = own.questions.conversations([error])
+    assert "colour 2/2 2/2" in " ".join(p["text"] for p in conversation[0]["content"] if p.get("type") == "text")
+    assert row.name == "Student (0 edits, evidence paired x2, another classifier's evidence)"
+    assert row.settings()["evidence_reader"] == "training_member"
+    assert "evidence_reader" not in StudentEdits(edits=0).settings()
+    with pytest.raises(UserInputError, match="held-out zoo"):
+        row.build(DistillContext(bench, ColourBlind(), None, structured=None, keyword=None))
