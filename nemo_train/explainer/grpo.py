@@ -32,6 +32,7 @@ import torch
 from lightning.pytorch.loggers import WandbLogger
 
 from datamodules.explanations import build_messages, processor_images
+from nemo_train.backends.jsonparse import extract_json
 from nemo_train.errors import UserInputError
 from nemo_train.explainer.module import ExplainerModule
 from nemo_train.explainer.rewards import ExplanationReward, checked_output, nan_mean
@@ -59,6 +60,10 @@ class GRPOModule(ExplainerModule):
         max_new_tokens: the longest answer sampled.
         std_eps: added to each group's reward std.
         table_every_n_steps: steps between tables of sampled answers (W&B logger only; 0: never).
+        answer_key: the JSON key the evaluation tables read an answer's explanation from (``cause_of_error``, as
+            ``ask_causes_batch``); an answer without it (malformed JSON, a misspelt key) is rewarded as an empty
+            explanation, as the tables count it, so a policy cannot earn by drifting out of the format. ``null``:
+            the raw text is the explanation.
         **kwargs: :class:`ExplainerModule`'s arguments (``model_name_or_path``, ``adapter``, LoRA settings, ``lr``...).
     """
 
@@ -72,6 +77,7 @@ class GRPOModule(ExplainerModule):
         max_new_tokens: int = 48,
         std_eps: float = 1e-4,
         table_every_n_steps: int = 50,
+        answer_key: str | None = "cause_of_error",
         **kwargs: Any,
     ) -> None:
         if group_size < 2:
@@ -192,6 +198,14 @@ class GRPOModule(ExplainerModule):
 
     # ---------------------------------------------------------------------------------- log-probabilities
 
+    def explanations(self, answers: Sequence[str]) -> list[str]:
+        """The explanation each answer gives as the evaluation reads it: its ``answer_key`` string ('' without)."""
+        key = self.hparams.answer_key
+        if key is None:
+            return list(answers)
+        found = [extract_json(answer) for answer in answers]
+        return [f[key].strip() if isinstance(f, dict) and isinstance(f.get(key), str) else "" for f in found]
+
     def answer_logits(self, inputs: dict[str, torch.Tensor], answer: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """``float[N, T, V]``: the model's logits (divided by the sampling temperature) for each answer token."""
         length = answer.shape[1]
@@ -277,7 +291,7 @@ class GRPOModule(ExplainerModule):
     def validation_step(self, batch: list[dict[str, Any]], batch_idx: int) -> None:
         inputs = self.prompt_inputs(batch)
         answer, mask = self.sample(inputs, greedy=True)
-        texts = self.decode(answer, mask)
+        texts = self.explanations(self.decode(answer, mask))
         rewards, parts = checked_output(self.reward([item["error"] for item in batch], texts), len(texts))
         n = len(batch)
         self.log("val/reward", sum(rewards) / n, prog_bar=True, batch_size=n, sync_dist=True)

@@ -189,3 +189,19 @@ def test_the_preset_runs_with_fast_dev_run(pairs, explainer_cache, tmp_path):
         ]
     )
     assert (tmp_path / "adapter" / "adapter_config.json").is_file()
+
+
+def test_an_answer_out_of_the_tables_format_is_rewarded_as_no_explanation():
+    """The tables read ``cause_of_error`` from an answer's JSON; a policy that drifts out of the format (a misspelt
+    key, broken JSON) must not be paid for the sentence inside it."""
+    module = GRPOModule(reward=PayFirst(4), group_size=4)
+    answers = [
+        '{"cause_of_error": " The digit is red. Edit: color -> white "}',
+        '{"cause_error": "The digit is red. Edit: color -> white"}',
+        '{"cause__error 5 because of the small size. Edit: angle -> normal_of_error"}',
+        "The digit is red. Edit: color -> white",
+        '{"cause_of_error": 3}',
+    ]
+    assert module.explanations(answers) == ["The digit is red. Edit: color -> white", "", "", "", ""]
+    raw = GRPOModule(reward=PayFirst(4), group_size=4, answer_key=None)
+    assert raw.explanations(answers) == answers
