@@ -115,9 +115,11 @@ def caption_accuracy(generated: Sequence[str], references: Sequence[str], facts:
     return result
 
 
-def _caption_images(size: int, shifted_share: float, seed: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """``size`` shifts images (uint8) and their attributes: a ``shifted_share`` from the shift distribution, the
-    rest from the gap-free training distribution, both on the training handwriting pool."""
+def _caption_images(
+    size: int, shifted_share: float, seed: int, shift: str = "single"
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """``size`` shifts images (uint8) and their attributes: a ``shifted_share`` from the shift distribution (``shift``
+    factors off per image), the rest from the gap-free training distribution, both on the training handwriting pool."""
     from datamodules.shifts import ShiftsDataModule
 
     n_shifted = round(shifted_share * size)
@@ -126,14 +128,19 @@ def _caption_images(size: int, shifted_share: float, seed: int) -> tuple[torch.T
     data.setup()
     parts = [data.train_set] if n_typical else []
     if n_shifted:
-        parts.append(data.shifted_split("train", n_shifted, seed + 1))
+        parts.append(data.shifted_split("train", n_shifted, seed + 1, shift=shift))
     images = torch.cat([p.images for p in parts])[:size]
     attrs = {k: torch.cat([p.attrs[k] for p in parts])[:size] for k in parts[0].attrs}
     return images, attrs
 
 
 def build_shift_caption_pairs(
-    out_dir: str | Path, size: int = 2000, seed: int = 0, val_fraction: float = 0.1, shifted_share: float = 0.5
+    out_dir: str | Path,
+    size: int = 2000,
+    seed: int = 0,
+    val_fraction: float = 0.1,
+    shifted_share: float = 0.5,
+    shift: str = "single",
 ) -> dict[str, Path]:
     """Write shifts caption pairs (``train.jsonl`` / ``val.jsonl`` and PNGs under ``out_dir``).
 
@@ -145,7 +152,7 @@ def build_shift_caption_pairs(
     if not 0.0 <= shifted_share <= 1.0:
         raise UserInputError(f"shifted_share={shifted_share}; expected a value in [0, 1]")
     facts = facts_named("shifts")
-    images, attrs = _caption_images(size, shifted_share, seed)
+    images, attrs = _caption_images(size, shifted_share, seed, shift)
     out = Path(out_dir)
     (out / "images").mkdir(parents=True, exist_ok=True)
     records = []

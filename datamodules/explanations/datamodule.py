@@ -30,6 +30,7 @@ from datamodules.explanations.encoding import (
     record_image,
 )
 from datamodules.explanations.records import ExplanationRecord, read_records
+from datamodules.shifts import TestShift
 from nemo_train.errors import UserInputError
 from nemo_train.vocabulary import CAUSES
 
@@ -120,7 +121,8 @@ class ExplanationDataModule(L.LightningDataModule):
         data_dir: where the embedded pairs go (default ``<trainer.default_root_dir>/pairs``, else ``./pairs``).
         recipe: ``six_causes`` (CMNIST images with one of six corruptions, ``per_cause`` each) or
             ``shift_captions`` (``caption_pairs`` shifts digits captioned from their attributes, a
-            ``shifted_share`` of them from the shift distribution).
+            ``shifted_share`` of them from the shift distribution, with ``caption_shift``'s number of factors off
+            per image: ``single``, ``multi``, ``multi3``, ``multi4``; :data:`datamodules.shifts.TestShift`).
         per_cause, seed, severity_range, caption_pairs, shifted_share: size, seed and settings of the embedded
             pairs (rebuilt when these change).
         use_counterfactual: show the counterfactual beside the image when a pair has one.
@@ -142,6 +144,7 @@ class ExplanationDataModule(L.LightningDataModule):
         severity_range: tuple[float, float] = (0.75, 1.0),
         caption_pairs: int = 2000,
         shifted_share: float = 0.5,
+        caption_shift: TestShift = "single",
         use_counterfactual: bool = False,
         system_prompt: str | None = None,
         prompt: str | None = None,
@@ -183,7 +186,8 @@ class ExplanationDataModule(L.LightningDataModule):
     def _embedded_recipe(self) -> dict[str, Any]:
         hp = self.hparams
         if hp.recipe == "shift_captions":
-            return {"recipe": hp.recipe, "size": hp.caption_pairs, "seed": hp.seed, "shifted_share": hp.shifted_share}
+            found = {"recipe": hp.recipe, "size": hp.caption_pairs, "seed": hp.seed, "shifted_share": hp.shifted_share}
+            return found | ({"caption_shift": hp.caption_shift} if hp.caption_shift != "single" else {})
         return {"per_cause": hp.per_cause, "seed": hp.seed, "severity_range": list(hp.severity_range)}
 
     def _embedded_ready(self) -> bool:
@@ -197,7 +201,7 @@ class ExplanationDataModule(L.LightningDataModule):
             recipe = self._embedded_recipe()
             if hp.recipe == "shift_captions":
                 build_shift_caption_pairs(
-                    self.data_dir(), size=hp.caption_pairs, seed=hp.seed, shifted_share=hp.shifted_share
+                    self.data_dir(), hp.caption_pairs, hp.seed, shifted_share=hp.shifted_share, shift=hp.caption_shift
                 )
             else:
                 build_six_cause_pairs(
