@@ -120,7 +120,8 @@ def test_parser_error_summary_drops_type_noise():
 
 @pytest.mark.slow
 def test_killed_run_resumes_from_last(tmp_path):
-    config = small_config(tmp_path, train_size=1500, max_epochs=4)
+    # four 64-image steps an epoch: the hold (not the data's size) makes the kill land after the first epoch
+    config = small_config(tmp_path, train_size=256, max_epochs=4)
     last = tmp_path / "run" / "checkpoints" / "last.ckpt"
     proc = subprocess.Popen(
         [sys.executable, "-m", "nemo_train.cli", "fit", "--config", str(config)],
