@@ -98,6 +98,58 @@ def model_a_checkpoint(trained_cmnist_classifier, tmp_path_factory) -> str:
     return _save_lightning_checkpoint(module, tmp_path_factory.mktemp("ckpt") / "model_a" / "best.ckpt")
 
 
+@pytest.fixture(scope="session")
+def tiny_nico_classifier(tmp_path_factory) -> str:
+    """The tiny ``lbee`` run's classifier (``tests/lbee_runs.py``): a bias CNN fitted for one epoch on the tiny
+    NICO-like data, saved as a Lightning checkpoint."""
+    from lbee_runs import DATA
+
+    from datamodules.nico import NICODataModule
+    from nemo_train.models import ClassifierModule
+    from nemo_train.models.trainer import fit_quietly
+
+    L.seed_everything(TRAINING_SEED, verbose=False)
+    module = ClassifierModule(backbone="bias_cnn", num_classes=6, lr=3e-3)
+    fit_quietly(module, NICODataModule(**DATA), 1, limit_val_batches=0)
+    return _save_lightning_checkpoint(module, tmp_path_factory.mktemp("nico_cnn") / "checkpoints" / "best.ckpt")
+
+
+@pytest.fixture(scope="session")
+def lbee_one_process_run(tiny_nico_classifier, tmp_path_factory) -> tuple[Path, str]:
+    """The tiny ``lbee`` run (``tests/lbee_runs.py``) on one process, uninterrupted, through the command line:
+    ``(out_dir, what it printed)``. The reference of the multi-process and kill tests; made once per session."""
+    from lbee_runs import run_lbee, write_lbee_config
+
+    folder = tmp_path_factory.mktemp("lbee_one_process")
+    out = folder / "run"
+    stdout = run_lbee(write_lbee_config(tiny_nico_classifier, folder / "lbee.yaml"), out, devices=1)
+    return out, stdout
+
+
+@pytest.fixture(scope="session")
+def untrained_cmnist_pair(tmp_path_factory) -> str:
+    """Two untrained CMNIST classifiers (seeds 0 and 1: their accuracies differ condition by condition), saved as
+    ``model_a`` and ``model_b`` Lightning checkpoints: a ``--targets`` list."""
+    from nemo_train.models import ClassifierModule
+
+    folder, paths = tmp_path_factory.mktemp("pair"), []
+    for name, seed in (("model_a", 0), ("model_b", 1)):
+        L.seed_everything(seed, verbose=False)
+        module = ClassifierModule(backbone="bias_cnn", num_classes=10, lr=1e-3)
+        paths.append(_save_lightning_checkpoint(module, folder / name / "checkpoints" / "best.ckpt"))
+    return f"[{paths[0]}, {paths[1]}]"
+
+
+@pytest.fixture(scope="session")
+def differences_one_process_run(untrained_cmnist_pair, tmp_path_factory) -> tuple[Path, str]:
+    """The small ``differences`` run (``tests/differences_runs.py``) on one process, uninterrupted, through the
+    command line: ``(out_dir, what it printed)``. The reference of the multi-process and kill tests."""
+    from differences_runs import run_differences
+
+    out = tmp_path_factory.mktemp("differences_one_process") / "run"
+    return out, run_differences(untrained_cmnist_pair, out, devices=1)
+
+
 @pytest.fixture(autouse=True)
 def _no_wandb_run_outlives_its_test():
     """Finish a W&B run a test left open: Lightning's WandbLogger would otherwise adopt it in a later test."""

@@ -5,13 +5,11 @@ and the run equals the one-process run (same results.json, same table, same Diff
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import lightning as L
 import pytest
+from differences_runs import run_differences
 from distributed_runs import printed_table
 
 from nemo_train.differences.diff_model import DiffModel
@@ -19,10 +17,6 @@ from nemo_train.differences.generators import CMNIST_SPACE, CMNISTGenerator
 from nemo_train.differences.models import SpecClassifier
 from nemo_train.models import ClassifierModule
 from nemo_train.sharding import Ranks
-
-ROOT = Path(__file__).resolve().parents[2]
-NEMO_TRAIN = str(Path(sys.executable).with_name("nemo-train"))
-ENV = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
 
 
 class RankOf(Ranks):
@@ -56,32 +50,6 @@ def test_shares_of_a_sweep_are_disjoint_and_equal_the_whole_sweep(tmp_path):
     assert len(set(values.values())) > 1  # the values differ from condition to condition
 
 
-@pytest.fixture(scope="module")
-def targets(tmp_path_factory, lightning_checkpoint) -> str:
-    """Two untrained CMNIST classifiers (their accuracies differ condition by condition)."""
-    folder = tmp_path_factory.mktemp("pair")
-    paths = []
-    for name, seed in (("model_a", 0), ("model_b", 1)):
-        L.seed_everything(seed, verbose=False)
-        module = ClassifierModule(backbone="bias_cnn", num_classes=10, lr=1e-3)
-        paths.append(lightning_checkpoint(module, folder / name / "checkpoints" / "best.ckpt"))
-    return f"[{paths[0]}, {paths[1]}]"
-
-
-def run(targets: str, out: Path, devices: int) -> str:
-    args = [
-        NEMO_TRAIN, "differences", "--config", str(ROOT / "configs/differences/cmnist.yaml"), "--out_dir", str(out),
-        "--wandb", "false", "--device", "cpu", "--targets", targets, "--devices", str(devices),
-        "--sampling.samples_per_condition", "2", "--sampling.images_per_batch", "50",  # several chunks per process
-        "--protocol.test_conditions", "16", "--protocol.observed_conditions", "9",
-        "--protocol.attribution_questions", "4", "--optimization.iterations", "2",
-        "--optimization.conditions_per_iteration", "3", "--optimization.initial_conditions", "5",
-    ]  # fmt: skip
-    done = subprocess.run(args, capture_output=True, text=True, timeout=600, env=ENV, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
-
-
 def results(out: Path) -> dict:
     saved = json.loads((out / "results.json").read_text())
     saved.pop("files")  # paths under each run's own folder
@@ -89,10 +57,10 @@ def results(out: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_two_processes_give_the_one_process_result(targets, tmp_path):
-    one_stdout = run(targets, tmp_path / "one", 1)
-    two_stdout = run(targets, tmp_path / "two", 2)
-    one, two = tmp_path / "one", tmp_path / "two"
+def test_two_processes_give_the_one_process_result(untrained_cmnist_pair, differences_one_process_run, tmp_path):
+    one, one_stdout = differences_one_process_run
+    two = tmp_path / "two"
+    two_stdout = run_differences(untrained_cmnist_pair, two, 2)
     assert results(two) == results(one)
     assert [r["method"] for r in results(one)["rows"]] == ["raw_differences", "summarization", "optimization"]
     title = "Model differences"

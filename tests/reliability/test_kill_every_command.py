@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from differences_runs import differences_argv
 from distributed_runs import holding, run_to_end
-from training_seed import TRAINING_SEED
+from lbee_runs import write_lbee_config
 
 pytestmark = [pytest.mark.fault, pytest.mark.slow]
 
@@ -170,44 +171,17 @@ def test_distill_eval_killed_mid_run_resumes_to_the_uninterrupted_rows(
 
 
 @pytest.fixture(scope="module")
-def model_pair(tmp_path_factory, lightning_checkpoint) -> str:
-    """Two untrained CMNIST classifiers (their accuracies differ condition by condition), as ``--targets``."""
-    import lightning as L
-
-    from nemo_train.models import ClassifierModule
-
-    folder, paths = tmp_path_factory.mktemp("pair"), []
-    for name, seed in (("model_a", 0), ("model_b", 1)):
-        L.seed_everything(seed, verbose=False)
-        module = ClassifierModule(backbone="bias_cnn", num_classes=10, lr=1e-3)
-        paths.append(lightning_checkpoint(module, folder / name / "checkpoints" / "best.ckpt"))
-    return f"[{paths[0]}, {paths[1]}]"
-
-
-def differences_argv(targets: str, out: Path) -> list[str]:
-    """The sizes of ``test_differences_distributed.py``; the heat map measures the whole 1,300-condition grid."""
-    return command(
-        "differences", "--generator", "nemo_train.differences.generators.CMNISTGenerator", "--targets", targets,
-        "--out_dir", str(out), "--wandb", "false", "--device", "cpu",
-        "--sampling.samples_per_condition", "2", "--sampling.images_per_batch", "50",
-        "--protocol.test_conditions", "16", "--protocol.observed_conditions", "9",
-        "--protocol.attribution_questions", "4", "--optimization.iterations", "2",
-        "--optimization.conditions_per_iteration", "3", "--optimization.initial_conditions", "5",
-    )  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def differences_reference(model_pair, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("differences") / "run"
-    run_to_end(differences_argv(model_pair, out), environment(), out.parent)
-    return out
+def differences_reference(differences_one_process_run) -> Path:
+    """``tests/differences_runs.py``'s run (also ``test_differences_distributed.py``'s) uninterrupted (made once
+    per session, shared with that module); the heat map measures the whole 1,300-condition grid."""
+    return differences_one_process_run[0]
 
 
 def test_differences_killed_mid_run_measures_the_rest_and_scores_as_uninterrupted(
-    model_pair, differences_reference, tmp_path
+    untrained_cmnist_pair, differences_reference, tmp_path
 ):
     out = tmp_path / "run"
-    argv, cache = differences_argv(model_pair, out), out / "diff_model_cache.json"
+    argv, cache = differences_argv(untrained_cmnist_pair, out), out / "diff_model_cache.json"
     # the first sweep (the test conditions) is saved; later sweeps and the scores are not written yet
     kill_when(
         argv, environment(), tmp_path, lambda: cache.is_file() and not (out / "results.json").exists(), cache.name
@@ -226,46 +200,18 @@ def test_differences_killed_mid_run_measures_the_rest_and_scores_as_uninterrupte
 
 # -------------------------------------------------------------------------------------------------------- lbee
 
-LBEE_DATA = {"correlation": 0.85, "image_size": 16, "train_size": 240, "test_per_pair": 4, "batch_size": 32}
+
+@pytest.fixture(scope="module")
+def lbee_config(tiny_nico_classifier, tmp_path_factory) -> Path:
+    """``tests/lbee_runs.py``'s tiny run (also ``test_lbee_distributed.py``'s): a classifier fitted for one epoch
+    on tiny NICO-like data and a tiny joint space trained into ``<out_dir>/clip`` (the default place)."""
+    return write_lbee_config(tiny_nico_classifier, tmp_path_factory.mktemp("lbee_inputs") / "lbee.yaml")
 
 
 @pytest.fixture(scope="module")
-def lbee_config(tmp_path_factory, lightning_checkpoint) -> Path:
-    """``test_lbee_distributed.py``'s tiny run: a classifier fitted for one epoch on tiny NICO-like data and a
-    tiny joint space trained into ``<out_dir>/clip`` (the default place)."""
-    import lightning as L
-
-    from datamodules.nico import NICODataModule
-    from nemo_train.models import ClassifierModule
-    from nemo_train.models.trainer import fit_quietly
-    from tests.models.tiny_clip import TINY_CLIP
-
-    folder = tmp_path_factory.mktemp("lbee_inputs")
-    L.seed_everything(TRAINING_SEED, verbose=False)
-    module = ClassifierModule(backbone="bias_cnn", num_classes=6, lr=3e-3)
-    fit_quietly(module, NICODataModule(**LBEE_DATA), 1, limit_val_batches=0)
-    tiny = {**TINY_CLIP, "attribute_head_weight": 1.0}
-    config = {
-        "data": {"class_path": "datamodules.nico.NICODataModule", "init_args": LBEE_DATA},
-        "encoder": {
-            "class_path": "nemo_train.lbee.encoders.SyntheticCLIP",
-            "init_args": {"train_per_source": 96, "max_epochs": 1, "batch_size": 32, "group_size": 3, "model": tiny},
-        },
-        "search": {"clustering": {"n_clusters": 4}, "tau": 1.0, "tau_scale": "sentence_z"},
-        "classifier": lightning_checkpoint(module, folder / "nico_cnn" / "checkpoints" / "best.ckpt"),
-        "evaluation": {"sweep": [0.0, 0.5], "batch_size": 16},
-        "device": "cpu",
-    }
-    path = folder / "lbee.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-@pytest.fixture(scope="module")
-def lbee_reference(lbee_config, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("lbee") / "run"
-    run_to_end(command("lbee", "--config", str(lbee_config), "--out_dir", str(out)), environment(), out.parent)
-    return out
+def lbee_reference(lbee_one_process_run) -> Path:
+    """The same run uninterrupted (made once per session, shared with ``test_lbee_distributed.py``)."""
+    return lbee_one_process_run[0]
 
 
 def test_lbee_killed_after_training_its_joint_space_reuses_it_and_scores_as_uninterrupted(
