@@ -44,6 +44,28 @@ def command(name: str, *args: str) -> list[str]:
     return [sys.executable, "-m", "nemo_train.cli", name, *args]
 
 
+def run_uninterrupted(argv: list[str], cwd: Path, cache: Path | None = None) -> None:
+    """Run the command of ``argv`` (:func:`command`) to its end in this process, started in ``cwd``, as the
+    command line runs it (``run_pipeline``): on one thread as the children run (``OMP_NUM_THREADS=1``), W&B off,
+    the tiny explainer's cache in ``cache``. The uninterrupted reference; a child process would spend most of
+    its time importing. The killed run and its rerun are child processes."""
+    import torch
+
+    from nemo_train.cli import run_pipeline
+
+    threads = torch.get_num_threads()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("WANDB_MODE", "disabled")
+        if cache is not None:
+            patch.setenv("NEMO_TRAIN_CACHE", str(cache))
+        patch.chdir(cwd)
+        torch.set_num_threads(1)
+        try:
+            run_pipeline(argv[3], argv[4:])
+        finally:
+            torch.set_num_threads(threads)
+
+
 def kill_when(argv: list[str], env: dict[str, str], cwd: Path, mid_run: Callable[[], bool], hold_after: str) -> None:
     """Start ``argv`` in a new process group, made to stop for good once it has written ``hold_after`` (a file
     name; :func:`distributed_runs.holding`), poll ``mid_run`` every 10 ms, and SIGKILL the group as soon as it
@@ -137,7 +159,7 @@ def distill_eval_argv(student: Path, checkpoint: str, out: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def distill_eval_reference(student, model_a_checkpoint, tiny_cache, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("distill_eval") / "run"
-    run_to_end(distill_eval_argv(student, model_a_checkpoint, out), environment(tiny_cache), out.parent)
+    run_uninterrupted(distill_eval_argv(student, model_a_checkpoint, out), out.parent, tiny_cache)
     return out / "results.jsonl"
 
 
@@ -261,7 +283,7 @@ def counterfactuals_config(model_a_checkpoint, tmp_path_factory) -> Path:
 def counterfactuals_reference(counterfactuals_config, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("counterfactuals") / "run"
     argv = command("counterfactuals", "--config", str(counterfactuals_config), "--out_dir", str(out))
-    run_to_end(argv, environment(), out.parent)
+    run_uninterrupted(argv, out.parent)
     return out
 
 
@@ -323,7 +345,7 @@ def sampled_explain_argv(inputs: tuple[Path, Path], out: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def explain_reference(explain_inputs, tiny_cache, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("explain") / "run"
-    run_to_end(sampled_explain_argv(explain_inputs, out), environment(tiny_cache), out.parent)
+    run_uninterrupted(sampled_explain_argv(explain_inputs, out), out.parent, tiny_cache)
     return out
 
 
