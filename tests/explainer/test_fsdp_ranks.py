@@ -13,9 +13,9 @@ and torch's FSDP, given no device, refuses a machine without an accelerator. :cl
 subclass that passes the check by being another type, wraps the model as Lightning does with ``device_id`` set
 to the CPU, and gathers the checkpoint's weights without ``offload_to_cpu`` (a GPU-to-host copy that on the CPU
 frees memory still in use); the rest (activation checkpointing, optimizer state, checkpoint loading) is
-Lightning's own. The processes are started
-by ``torch.multiprocessing`` and meet through a file store (no port); their process group has a 5-minute
-collective timeout, so a collective that one rank never joins fails the test instead of hanging it.
+Lightning's own. The processes are started by ``torch.multiprocessing``, forked from a server that imported
+this module once (``tests/forked_ranks.py``), and meet through a file store (no port); their process group has
+a 5-minute collective timeout, so a collective that one rank never joins fails the test instead of hanging it.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import lightning as L
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from forked_ranks import start_processes
 from lightning.pytorch.strategies import FSDPStrategy
 from torch.distributed.fsdp import FullStateDictConfig, FullyShardedDataParallel, StateDictType
 
@@ -145,7 +145,7 @@ def _equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
 def test_two_fsdp_ranks_save_the_adapter_reload_it_and_resume(tiny_real, tmp_path, modules_to_save):
     model_path = tiny_real["qwen2_5_vl"]
     args = (str(tmp_path), str(model_path), modules_to_save)
-    mp.spawn(_rank, args=(*args, "first", 1), nprocs=WORLD)
+    start_processes(_rank, (*args, "first", 1), WORLD)
 
     start, end = _load(tmp_path, "first", "start"), _load(tmp_path, "first", "end")
     assert [r["step"] for r in end] == [BATCHES] * WORLD
@@ -170,7 +170,7 @@ def test_two_fsdp_ranks_save_the_adapter_reload_it_and_resume(tiny_real, tmp_pat
     assert _equal(gather_trainable_state(None, single), trained)
 
     # resume from last.ckpt under FSDP for one more epoch: it starts from the saved step and weights, and trains on
-    mp.spawn(_rank, args=(*args, "resumed", 2), nprocs=WORLD)
+    start_processes(_rank, (*args, "resumed", 2), WORLD)
     start, end = _load(tmp_path, "resumed", "start"), _load(tmp_path, "resumed", "end")
     assert [r["step"] for r in start] == [BATCHES] * WORLD and _equal(start[0]["state"], trained)
     assert [r["step"] for r in end] == [2 * BATCHES] * WORLD and not _equal(end[0]["state"], trained)
