@@ -147,9 +147,9 @@ def _accuracy_rank(rank: int, init: str, out: str) -> None:
 
 @pytest.mark.slow
 def test_ranks_with_uneven_shares_make_the_same_number_of_generate_calls(tmp_path):
-    import torch.multiprocessing as mp
+    from forked_ranks import start_processes
 
-    mp.spawn(_accuracy_rank, args=(f"file://{tmp_path / 'store'}", str(tmp_path)), nprocs=2)
+    start_processes(_accuracy_rank, (f"file://{tmp_path / 'store'}", str(tmp_path)), 2)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
     # pairs 0, 2, 4 on rank 0 and 1, 3 on rank 1 (batch 1): rank 1 pads with one dummy call
     assert [[images for images, _ in r["calls"]] for r in ranks][0] == [["img0.png"], ["img2.png"], ["img4.png"]]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from forked_ranks import start_processes
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
 from torch.distributed.fsdp import FullyShardedDataParallel
 
@@ -110,7 +110,7 @@ def _rank(rank: int, world: int, init: str, model_path: str, out: str) -> None:
 
 @pytest.mark.slow
 def test_two_ranks_train_save_and_generate_in_lockstep_with_uneven_shares(tiny_real, tmp_path):
-    mp.spawn(_rank, args=(2, f"file://{tmp_path / 'store'}", str(tiny_real["qwen2_5_vl"]), str(tmp_path)), nprocs=2)
+    start_processes(_rank, (2, f"file://{tmp_path / 'store'}", str(tiny_real["qwen2_5_vl"]), str(tmp_path)), 2)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
     assert all(math.isfinite(r["loss"]) for r in ranks)
     assert [len(r["texts"]) for r in ranks] == [3, 1]  # each rank keeps its own answers; the padding is dropped
