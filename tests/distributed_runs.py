@@ -61,3 +61,27 @@ def printed_table(stdout: str, title: str, *timing: str) -> str:
     start = next(i for i, line in enumerate(lines) if title in line)
     drop = (*timing, "report: ")
     return "\n".join(line for line in lines[start:] if not any(text in line for text in drop))
+
+
+def run_in_process(command: list[str], cwd: Path) -> str:
+    """Run ``command`` (``[nemo-train, name, *args]``) to its end in this process, started in ``cwd``, as the
+    command line runs it (``run_pipeline``), on one thread as the children run (``OMP_NUM_THREADS=1``), W&B off;
+    what it printed. For a one-process reference: a child process would spend most of its time importing."""
+    import contextlib
+    import io
+
+    import pytest
+    import torch
+
+    from nemo_train.cli import run_pipeline
+
+    printed, threads = io.StringIO(), torch.get_num_threads()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(printed):
+        patch.setenv("WANDB_MODE", "disabled")
+        patch.chdir(cwd)
+        torch.set_num_threads(1)
+        try:
+            run_pipeline(command[1], command[2:])
+        finally:
+            torch.set_num_threads(threads)
+    return printed.getvalue()

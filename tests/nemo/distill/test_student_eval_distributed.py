@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from distributed_runs import kill_mid_run, run_to_end
+from distributed_runs import kill_mid_run, run_in_process, run_to_end
 
 from nemo_train.sharding import shard_paths
 
@@ -58,9 +58,9 @@ def student(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def one_process(model_a_checkpoint, student, tmp_path_factory):
+    """The uninterrupted one-process run, in this process (``distributed_runs.run_in_process``)."""
     out = tmp_path_factory.mktemp("one") / "eval"
-    done = run(command(model_a_checkpoint, student, out, 1))
-    return out, done.stdout
+    return out, run_in_process(command(model_a_checkpoint, student, out, 1), out.parent)
 
 
 def test_two_processes_score_as_one(model_a_checkpoint, student, one_process, tmp_path):
