@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from distributed_runs import kill_mid_run, printed_table, run_to_end
+from distributed_runs import kill_mid_run, printed_table, run_in_process, run_to_end
 
 from nemo_train.sharding import shard_paths
 
@@ -55,9 +55,9 @@ def table(stdout: str) -> str:
 
 @pytest.fixture(scope="module")
 def one_process(model_a_checkpoint, tmp_path_factory):
+    """The uninterrupted one-process run, in this process (``distributed_runs.run_in_process``)."""
     out = tmp_path_factory.mktemp("one") / "teacher"
-    done = run(command(model_a_checkpoint, out, 1))
-    return out, done.stdout
+    return out, run_in_process(command(model_a_checkpoint, out, 1), out.parent)
 
 
 def test_two_processes_label_and_pair_as_one(model_a_checkpoint, one_process, tmp_path):
