@@ -116,14 +116,16 @@ def tiny_nico_classifier(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="session")
 def lbee_one_process_run(tiny_nico_classifier, tmp_path_factory) -> tuple[Path, str]:
-    """The tiny ``lbee`` run (``tests/lbee_runs.py``) on one process, uninterrupted, through the command line:
-    ``(out_dir, what it printed)``. The reference of the multi-process and kill tests; made once per session."""
-    from lbee_runs import run_lbee, write_lbee_config
+    """The tiny ``lbee`` run (``tests/lbee_runs.py``) on one process, uninterrupted, in this process as the
+    command line runs it (``distributed_runs.run_in_process``): ``(out_dir, what it printed)``. The reference of
+    the multi-process and kill tests; made once per session."""
+    from distributed_runs import run_in_process
+    from lbee_runs import lbee_argv, write_lbee_config
 
     folder = tmp_path_factory.mktemp("lbee_one_process")
     out = folder / "run"
-    stdout = run_lbee(write_lbee_config(tiny_nico_classifier, folder / "lbee.yaml"), out, devices=1)
-    return out, stdout
+    argv = lbee_argv(write_lbee_config(tiny_nico_classifier, folder / "lbee.yaml"), out, "--devices", "1")
+    return out, run_in_process(argv, folder)
 
 
 @pytest.fixture(scope="session")
@@ -142,12 +144,14 @@ def untrained_cmnist_pair(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="session")
 def differences_one_process_run(untrained_cmnist_pair, tmp_path_factory) -> tuple[Path, str]:
-    """The small ``differences`` run (``tests/differences_runs.py``) on one process, uninterrupted, through the
-    command line: ``(out_dir, what it printed)``. The reference of the multi-process and kill tests."""
-    from differences_runs import run_differences
+    """The small ``differences`` run (``tests/differences_runs.py``) on one process, uninterrupted, in this
+    process as the command line runs it (``distributed_runs.run_in_process``): ``(out_dir, what it printed)``.
+    The reference of the multi-process and kill tests; made once per session."""
+    from differences_runs import differences_argv
+    from distributed_runs import run_in_process
 
     out = tmp_path_factory.mktemp("differences_one_process") / "run"
-    return out, run_differences(untrained_cmnist_pair, out, devices=1)
+    return out, run_in_process(differences_argv(untrained_cmnist_pair, out, "--devices", "1"), out.parent)
 
 
 @pytest.fixture(autouse=True)
