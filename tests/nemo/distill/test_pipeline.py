@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+import yaml
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 
@@ -65,6 +67,8 @@ def test_distill_presets_parse(path):
         assert [type(r).__name__ for r in rows] == [
             "ExhaustiveTeacher",
             "KnownCause",
+            "SciTXTemplate",
+            "EvidenceRule",
             "EvidenceRule",
             "OddOneOut",
             "ClassPrior",
@@ -72,6 +76,8 @@ def test_distill_presets_parse(path):
             "Everything",
             "Distractor",
         ]
+        # the single-trait view of before, then the zoo student's view (zoo_teacher.yaml's evidence)
+        assert [r.evidence.label for r in rows[3:5]] == ["", "paired x3 ranked"]
     elif function is distill_eval and "zoo" in path.stem:  # the held-out zoo: the budget rows beside the teacher
         rows = parser.instantiate_classes(config).methods
         assert config.zoo_split == "heldout" and not config.targets
@@ -87,6 +93,9 @@ def test_distill_presets_parse(path):
             trivial_rows.Distractor,
         }
         assert wanted <= {type(r) for r in rows}
+        teacher = yaml.safe_load((path.parent / "zoo_teacher.yaml").read_text())["evidence"]
+        asked = [r for r in rows if isinstance(r, StudentEdits) or type(r).__name__ == "EvidenceRule"]
+        assert asked and all(asdict(r.evidence) == teacher for r in asked)  # the student asked as it was taught
     elif function is distill_eval and "evidence" in path.stem:  # the evidence student is asked its own view
         rows = parser.instantiate_classes(config).methods
         assert [type(r) for r in rows] == [ExhaustiveTeacher, StudentGreedy, StudentSciTX, KnownCause]
