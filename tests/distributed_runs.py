@@ -63,10 +63,11 @@ def printed_table(stdout: str, title: str, *timing: str) -> str:
     return "\n".join(line for line in lines[start:] if not any(text in line for text in drop))
 
 
-def run_in_process(command: list[str], cwd: Path) -> str:
+def run_in_process(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
     """Run ``command`` (``[nemo-train, name, *args]``) to its end in this process, started in ``cwd``, as the
-    command line runs it (``run_pipeline``), on one thread as the children run (``OMP_NUM_THREADS=1``), W&B off;
-    what it printed. For a one-process reference: a child process would spend most of its time importing."""
+    command line runs it (``run_pipeline``), on one thread as the children run (``OMP_NUM_THREADS=1``), W&B off,
+    with ``env`` set; what it printed. For a one-process reference: a child process would spend most of its time
+    importing."""
     import contextlib
     import io
 
@@ -77,7 +78,8 @@ def run_in_process(command: list[str], cwd: Path) -> str:
 
     printed, threads = io.StringIO(), torch.get_num_threads()
     with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(printed):
-        patch.setenv("WANDB_MODE", "disabled")
+        for name, value in {"WANDB_MODE": "disabled", **(env or {})}.items():
+            patch.setenv(name, value)
         patch.chdir(cwd)
         torch.set_num_threads(1)
         try:

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 from differences_runs import differences_argv
-from distributed_runs import holding, run_to_end
+from distributed_runs import holding, run_in_process, run_to_end
 from lbee_runs import write_lbee_config
 
 pytestmark = [pytest.mark.fault, pytest.mark.slow]
@@ -49,21 +49,7 @@ def run_uninterrupted(argv: list[str], cwd: Path, cache: Path | None = None) -> 
     command line runs it (``run_pipeline``): on one thread as the children run (``OMP_NUM_THREADS=1``), W&B off,
     the tiny explainer's cache in ``cache``. The uninterrupted reference; a child process would spend most of
     its time importing. The killed run and its rerun are child processes."""
-    import torch
-
-    from nemo_train.cli import run_pipeline
-
-    threads = torch.get_num_threads()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("WANDB_MODE", "disabled")
-        if cache is not None:
-            patch.setenv("NEMO_TRAIN_CACHE", str(cache))
-        patch.chdir(cwd)
-        torch.set_num_threads(1)
-        try:
-            run_pipeline(argv[3], argv[4:])
-        finally:
-            torch.set_num_threads(threads)
+    run_in_process(argv[2:], cwd, {"NEMO_TRAIN_CACHE": str(cache)} if cache is not None else None)
 
 
 def kill_when(argv: list[str], env: dict[str, str], cwd: Path, mid_run: Callable[[], bool], hold_after: str) -> None:

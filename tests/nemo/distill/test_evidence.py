@@ -148,16 +148,16 @@ def test_benchmarks_without_typical_values_or_renderer_are_refused_in_one_line(s
         EvidenceQuestions(ColourBlind(), _bench(shifts, [error], renderer=False))
 
 
+def _label(error: ErrorSample) -> dict:
+    """A kept teacher label of ``error`` as ``pairs_from_labels`` reads it (its answer restores the colour)."""
+    answer = '{"cause_of_error": "x. Edit: color -> white"}'
+    return {"sample_id": error.sample_id, "label": TRUE, "prediction": MISREAD, "cei": 60.0, "teacher": "exhaustive",
+            "answer": answer}  # fmt: skip
+
+
 def test_evidence_pairs_carry_the_montage_and_each_classifiers_readings(shifts, tmp_path):
     error = _error(shifts, color=RED, background=STRIPES)
-    label = {
-        "sample_id": error.sample_id,
-        "label": TRUE,
-        "prediction": MISREAD,
-        "cei": 60.0,
-        "teacher": "exhaustive",
-        "answer": '{"cause_of_error": "x. Edit: color -> white"}',
-    }
+    label = _label(error)
     groups = [
         LabelledErrors("colour_blind", [label], _bench(shifts, [error]), ColourBlind()),
         LabelledErrors("background_blind", [label], _bench(shifts, [error]), BackgroundBlind()),

@@ -32,6 +32,7 @@ from tests.nemo.distill.test_evidence import (  # noqa: E402
     ColourBlind,
     _bench,
     _error,
+    _label,
     _unusual,
 )
 from tests.nemo.distill.test_evidence_rule import _bench as _bench_with_vocabulary  # noqa: E402
@@ -129,15 +130,7 @@ def test_the_rule_prefers_a_restoration_that_is_read_right_then_references_misre
 
 def test_paired_pairs_name_the_restored_references_and_carry_the_tally_question(shifts, tmp_path):
     error = _error(shifts, color=RED, background=STRIPES)
-    label = {
-        "sample_id": error.sample_id,
-        "label": TRUE,
-        "prediction": MISREAD,
-        "cei": 60.0,
-        "teacher": "exhaustive",
-        "answer": '{"cause_of_error": "x. Edit: color -> white"}',
-    }
-    groups = [LabelledErrors("colour_blind", [label], _bench(shifts, [error]), ColourBlind())]
+    groups = [LabelledErrors("colour_blind", [_label(error)], _bench(shifts, [error]), ColourBlind())]
     paths = pairs_from_labels(groups, tmp_path / "pairs", ["evidence"], 0.0, seed=0, evidence_view=PAIRED)
     (record,) = read_records(paths["train"])
     assert "colour 2/2 2/2" in record.prompt
@@ -207,3 +200,30 @@ def test_the_classifier_blind_control_shows_a_training_members_readings(shifts):
     assert "evidence_reader" not in StudentEdits(edits=0).settings()
     with pytest.raises(UserInputError, match="held-out zoo"):
         row.build(DistillContext(bench, ColourBlind(), None, structured=None, keyword=None))
+
+
+class ColourBlindProbs(ColourBlind):
+    """:class:`ColourBlind` with the probabilities a counterfactual scorer reads (all mass on its reading)."""
+
+    def predict_proba(self, images: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.one_hot(self.predict(images), 10).float()
+
+    def features(self, images: torch.Tensor) -> torch.Tensor:  # the references' features are zeros: any k will do
+        return torch.ones(len(images), 2)
+
+
+def test_the_scitx_template_row_blames_the_trait_whose_restoration_the_classifier_reads_right(shifts):
+    from nemo_train.nemo.distill.rows import DistillContext, SciTXTemplate
+    from nemo_train.nemo.distill.student_eval import edit_scorers
+
+    error = _error(shifts, color=RED, background=STRIPES, scale=SMALL)
+    bench = _bench_with_vocabulary(shifts, [error])
+    target = ColourBlindProbs()
+    structured, keyword = edit_scorers(bench, target, None, seed=0)
+    method, _ = SciTXTemplate(m=3).build(DistillContext(bench, target, None, structured, keyword))
+    explanation = method.explain(error, bench)
+    tested = {trial.instruction["attribute"]: trial.cei for trial in explanation.trials}
+    # m template hypotheses, each a factor where the error differs from its true-class references, each tested
+    assert len(tested) == 3 and "color" in tested
+    assert tested["color"] == pytest.approx(100.0) and all(cei == 0.0 for f, cei in tested.items() if f != "color")
+    assert "red" in explanation.text.lower()  # the kept hypothesis names the image's own colour
