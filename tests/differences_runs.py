@@ -6,9 +6,10 @@ once per session (``tests/conftest.py``: ``differences_one_process_run``) and is
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
+
+import forked_commands
 
 ROOT = Path(__file__).resolve().parents[1]
 NEMO_TRAIN = str(Path(sys.executable).with_name("nemo-train"))
@@ -27,9 +28,10 @@ def differences_argv(targets: str, out: Path, *args: str) -> list[str]:
 
 
 def run_differences(targets: str, out: Path, devices: int) -> str:
-    """Run it into ``out`` (started in its parent folder) on ``devices`` processes to its end; what it printed."""
+    """Run it into ``out`` (started in its parent folder) on ``devices`` processes to its end (the first forked
+    pre-imported: ``tests/forked_commands.py``); what it printed."""
     out.parent.mkdir(parents=True, exist_ok=True)
     argv = differences_argv(targets, out, "--devices", str(devices))
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=ENV, cwd=out.parent)
+    done = forked_commands.run(argv, ENV, out.parent, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout

@@ -12,6 +12,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import forked_commands
+
 from nemo_train.sharding import shard_paths
 
 HOLD = Path(__file__).resolve().parent / "hold"
@@ -25,13 +27,12 @@ def holding(env: dict, after: str, count: int = 1) -> dict:
 
 
 def kill_mid_run(command: list[str], env: dict, cwd: Path, results: Path, min_lines: int) -> set[str]:
-    """Start ``command`` (a 2-process run) so that each process stops after appending ``min_lines`` records to
-    its shard of ``results``, wait until both shards hold ``min_lines`` records together, SIGKILL one process
-    and then the whole job; the keys the shards kept."""
+    """Start ``command`` (a 2-process run; its first process forked pre-imported: ``tests/forked_commands.py``)
+    so that each process stops after appending ``min_lines`` records to its shard of ``results``, wait until both
+    shards hold ``min_lines`` records together, SIGKILL one process and then the whole job; the keys the shards
+    kept."""
     env = holding(env, f"{results.stem}.rank-*{results.suffix}", min_lines)
-    proc = subprocess.Popen(
-        command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
+    proc = forked_commands.start(command, env, cwd)
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
         shards = shard_paths(results)
@@ -48,8 +49,9 @@ def kill_mid_run(command: list[str], env: dict, cwd: Path, results: Path, min_li
 
 
 def run_to_end(command: list[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:
-    """Run ``command`` to its end (at most 10 minutes); it must exit 0."""
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=cwd)
+    """Run ``command`` to its end (at most 10 minutes) in a process of its own (forked pre-imported:
+    ``tests/forked_commands.py``); it must exit 0."""
+    done = forked_commands.run(command, env, cwd, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 

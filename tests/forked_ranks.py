@@ -12,8 +12,22 @@ from collections.abc import Callable
 import torch.multiprocessing as mp
 
 #: imported by the server; names on the interpreter's own path (Python 3.11's server does not take the parent's
-#: ``sys.path``, so a test module next to the tests cannot be named here: an import that fails is skipped)
-PRELOAD = ["torch", "lightning", "nemo_train.explainer"]
+#: ``sys.path``, so a test module next to the tests cannot be named here: an import that fails is skipped). The
+#: commands' modules are for ``tests/forked_commands.py``, whose commands are forked from the same server.
+PRELOAD = [
+    "torch",
+    "lightning",
+    "nemo_train.explainer",
+    "nemo_train.cli",
+    "nemo_train.lightning_cli",
+    "nemo_train.lbee.pipeline",
+    "nemo_train.differences.pipeline",
+    "nemo_train.nemo.run",
+    "nemo_train.nemo.distill.labelling",
+    "nemo_train.nemo.distill.student_eval",
+    "nemo_train.competency.pipeline",
+    "nemo_train.explainer.explain_command",
+]
 
 
 def start_processes(fn: Callable, args: tuple, nprocs: int) -> None:

@@ -6,10 +6,10 @@ run is made once per session (``tests/conftest.py``: ``lbee_one_process_run``) a
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
+import forked_commands
 import yaml
 
 from tests.models.tiny_clip import TINY_CLIP
@@ -52,10 +52,8 @@ def lbee_argv(config: Path, out: Path, *args: str) -> list[str]:
 
 
 def run_lbee(config: Path, out: Path, devices: int) -> str:
-    """Run the tiny lbee run into ``out`` on ``devices`` processes to its end; what it printed."""
-    done = subprocess.run(
-        lbee_argv(config, out, "--devices", str(devices)), capture_output=True, text=True, timeout=600, env=ENV,
-        cwd=out.parent,
-    )  # fmt: skip
+    """Run the tiny lbee run into ``out`` on ``devices`` processes to its end (the first forked pre-imported:
+    ``tests/forked_commands.py``); what it printed."""
+    done = forked_commands.run(lbee_argv(config, out, "--devices", str(devices)), ENV, out.parent, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout

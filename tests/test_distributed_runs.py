@@ -3,6 +3,7 @@ wrote the named file, so a test that kills it mid-run finds it there however fas
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -10,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import forked_commands
+import pytest
 from distributed_runs import holding
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,3 +44,26 @@ def test_a_command_held_on_another_file_runs_to_its_end(tmp_path):
     proc = run_held(tmp_path, "other.json", 1)
     assert proc.wait(timeout=120) == 0
     assert (tmp_path / "results.jsonl").read_text().count("\n") == 5 and (tmp_path / "done.json").is_file()
+
+
+#: what a fresh interpreter shows of itself (the hold installed when PYTHONPATH names ``tests/hold``: its patch)
+SELF = (
+    "import json, os, pathlib, sys, multiprocessing as mp; print(json.dumps([sys.argv, os.getcwd(), os.environ['X'],"
+    " sys.path[:3], os.getpgid(0) == os.getpid(), mp.current_process().name, mp.get_start_method(),"
+    " pathlib.Path.write_text.__module__])); sys.exit(3)"
+)
+
+
+@pytest.mark.slow
+def test_a_forked_command_starts_as_a_fresh_interpreter_would(tmp_path):
+    """``tests/forked_commands.py``: the same command line, forked pre-imported, sees what it sees in a fresh
+    interpreter started in a session of its own (arguments, folder, environment, path, process group, the hold)."""
+    env = holding({**os.environ, "X": "1", "PYTHONPATH": str(ROOT)}, "never.json")
+    argv = [sys.executable, "-c", SELF, "a"]
+    fresh = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, start_new_session=True)
+    forked = forked_commands.run(argv, env, tmp_path)
+    assert (forked.returncode, forked.stdout) == (fresh.returncode, fresh.stdout) == (3, forked.stdout)
+    assert json.loads(forked.stdout)[:3] == [["-c", "a"], str(tmp_path), "1"]
+    proc = forked_commands.start([sys.executable, "-c", "import time; time.sleep(60)"], env, tmp_path)
+    os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.wait(timeout=60) == -signal.SIGKILL

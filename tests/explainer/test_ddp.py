@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import forked_commands
 import pytest
 import torch
 
@@ -45,14 +45,8 @@ def test_two_process_ddp_on_cpu_trains(six_cause_pairs, explainer_cache, tmp_pat
         "NEMO_TRAIN_CACHE": str(explainer_cache),
         "WANDB_MODE": "disabled",
     }
-    done = subprocess.run(
-        [sys.executable, str(script), str(six_cause_pairs["train"]), str(six_cause_pairs["val"]), str(tmp_path)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    argv = [sys.executable, str(script), str(six_cause_pairs["train"]), str(six_cause_pairs["val"]), str(tmp_path)]
+    done = forked_commands.run(argv, env, tmp_path, timeout=300)  # rank 0 forked pre-imported, rank 1 a fresh one
     assert done.returncode == 0, done.stderr[-3000:]
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
     assert all(r["world_size"] == 2 and r["steps"] == 3 for r in ranks)

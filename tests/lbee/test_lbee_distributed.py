@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
+import forked_commands
 import pytest
-from distributed_runs import holding, printed_table
+from distributed_runs import holding, printed_table, run_to_end
 from lbee_runs import ENV, lbee_argv, run_lbee, write_lbee_config
 
 pytestmark = pytest.mark.slow
@@ -50,10 +50,7 @@ def test_a_killed_two_process_run_reruns_on_one_process(tiny_nico_classifier, lb
     folder = tmp_path / "killed"
     out = folder / "run"
     args = lbee_argv(write_lbee_config(tiny_nico_classifier, folder / "lbee.yaml"), out)
-    proc = subprocess.Popen(
-        [*args, "--devices", "2"], env=holding(ENV, "zero_shot.json"), cwd=folder, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
+    proc = forked_commands.start([*args, "--devices", "2"], holding(ENV, "zero_shot.json"), folder)
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None and not (out / "clip" / "zero_shot.json").is_file():
         time.sleep(0.01)
@@ -61,6 +58,5 @@ def test_a_killed_two_process_run_reruns_on_one_process(tiny_nico_classifier, lb
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (out / "results.json").exists()
-    done = subprocess.run([*args, "--devices", "1"], capture_output=True, text=True, timeout=600, env=ENV, cwd=folder)
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_to_end([*args, "--devices", "1"], ENV, folder)
     assert results(out) == results(one)

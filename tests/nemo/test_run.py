@@ -6,7 +6,6 @@ import json
 import math
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 
+import forked_commands  # noqa: E402
 from distributed_runs import holding  # noqa: E402
 from jsonargparse import ArgumentError, ArgumentParser  # noqa: E402
 
@@ -106,9 +106,7 @@ def test_kill_minus_nine_then_resume(checkpoint, tmp_path):
     )
     env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"}
     env = holding(env, "results.jsonl", 6)  # it stops after its sixth record, until killed
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    proc = forked_commands.start([sys.executable, "-c", code], env, ROOT)  # a process of its own, forked pre-imported
     results = killed_dir / "results.jsonl"
     deadline = time.time() + 240
     while time.time() < deadline and proc.poll() is None:

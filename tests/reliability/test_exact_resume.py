@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forked_commands
 import lightning as L
 import pytest
 import torch
@@ -61,7 +62,8 @@ def load(path: Path) -> dict:
 
 def test_a_run_killed_after_an_epoch_resumes_to_the_same_weights(tmp_path):
     """Every fit runs in its own process with one thread, so the comparison does not depend on what this test
-    process ran before (another test may have changed torch's thread count: CPU sums differ across counts)."""
+    process ran before (another test may have changed torch's thread count: CPU sums differ across counts); each
+    is forked pre-imported from a process that ran nothing (``tests/forked_commands.py``)."""
     env = {
         **os.environ,
         "WANDB_MODE": "disabled",
@@ -71,7 +73,7 @@ def test_a_run_killed_after_an_epoch_resumes_to_the_same_weights(tmp_path):
 
     def fit(config: Path, *args: str) -> subprocess.CompletedProcess:
         command = [sys.executable, "-m", "nemo_train.cli", "fit", "--config", str(config), *args]
-        return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+        return forked_commands.run(command, env, ROOT)
 
     whole_run = fit(tiny_fit_config(tmp_path, "whole", tmp_path / "whole"))
     assert whole_run.returncode == 0, whole_run.stderr[-2000:]

@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import forked_commands
 import pytest
 import yaml
 from differences_runs import differences_argv
@@ -48,31 +48,24 @@ def run_uninterrupted(argv: list[str], cwd: Path, cache: Path | None = None) -> 
     """Run the command of ``argv`` (:func:`command`) to its end in this process, started in ``cwd``, as the
     command line runs it (``run_pipeline``): on one thread as the children run (``OMP_NUM_THREADS=1``), W&B off,
     the tiny explainer's cache in ``cache``. The uninterrupted reference; a child process would spend most of
-    its time importing. The killed run and its rerun are child processes."""
+    its time importing. The killed run and its rerun are child processes (forked pre-imported)."""
     run_in_process(argv[2:], cwd, {"NEMO_TRAIN_CACHE": str(cache)} if cache is not None else None)
 
 
 def kill_when(argv: list[str], env: dict[str, str], cwd: Path, mid_run: Callable[[], bool], hold_after: str) -> None:
-    """Start ``argv`` in a new process group, made to stop for good once it has written ``hold_after`` (a file
-    name; :func:`distributed_runs.holding`), poll ``mid_run`` every 10 ms, and SIGKILL the group as soon as it
-    holds. Fails when the command ended before the kill (the test would prove nothing)."""
-    with (cwd / "killed.stderr").open("wb") as stderr:
-        proc = subprocess.Popen(
-            argv,
-            env=holding(env, hold_after),
-            cwd=cwd,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + DEADLINE_S
-        try:
-            while proc.poll() is None and not mid_run() and time.monotonic() < deadline:
-                time.sleep(0.01)
-        finally:  # the whole group, also when the deadline passed or the test was interrupted
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    """Start ``argv`` in a new process group (forked pre-imported: ``tests/forked_commands.py``), made to stop for
+    good once it has written ``hold_after`` (a file name; :func:`distributed_runs.holding`), poll ``mid_run`` every
+    10 ms, and SIGKILL the group as soon as it holds. Fails when the command ended before the kill (the test would
+    prove nothing)."""
+    proc = forked_commands.start(argv, holding(env, hold_after), cwd, stderr=cwd / "killed.stderr")
+    deadline = time.monotonic() + DEADLINE_S
+    try:
+        while proc.poll() is None and not mid_run() and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:  # the whole group, also when the deadline passed or the test was interrupted
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
     log = (cwd / "killed.stderr").read_text(errors="replace")[-2000:]
     assert proc.returncode == -signal.SIGKILL, f"the run ended (status {proc.returncode}) before the kill: {log}"
     assert mid_run(), f"no sign of the run being mid-way after {DEADLINE_S} s"
