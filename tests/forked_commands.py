@@ -53,11 +53,8 @@ def _command_line(argv: list[str], cwd: str) -> tuple[list[str], str, str | None
 
 
 def _run(argv: list[str], env: dict[str, str], cwd: str, stdout: str, stderr: str, base: tuple[str, ...]) -> None:
-    """The forked process: become the command's process and run it; never returns."""
-    import atexit
-    import runpy
-    import threading
-    import traceback
+    """The forked process: a session of its own, its output and errors in ``stdout`` and ``stderr``, a fresh
+    interpreter's main process; then it becomes the command's process (:func:`_become`)."""
     from multiprocessing import context, process
 
     os.setsid()
@@ -71,6 +68,57 @@ def _run(argv: list[str], env: dict[str, str], cwd: str, stdout: str, stderr: st
         opened = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         os.dup2(opened, fd)
         os.close(opened)
+    _fork_rank_zygote(base)
+    _become(argv, env, cwd, base)
+
+
+def _fork_rank_zygote(base: tuple[str, ...]) -> None:
+    """Fork, before the command runs, a copy of this process that waits: when the command re-runs its own command
+    line in a child process (Lightning's launcher: ``subprocess.Popen([python, script or -m module, *args])`` for
+    each extra rank), that copy becomes the child, pre-imported, instead of a fresh interpreter; a child of this
+    process and in its process group as the launcher's would be. Unasked (a one-process run, this process
+    killed), it ends."""
+    import pickle
+    import subprocess
+
+    read, write = os.pipe()
+    zygote = os.fork()
+    if zygote == 0:
+        os.close(write)
+        with os.fdopen(read, "rb") as requests:
+            request = requests.read()
+        if not request:
+            os._exit(0)
+        argv, env, cwd = pickle.loads(request)
+        _become(argv, env, cwd, base)
+    os.close(read)
+    os.set_inheritable(write, False)
+    real = subprocess.Popen._execute_child
+
+    def execute_child(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env, *rest):
+        nonlocal write
+        rerun = [os.path.abspath(sys.argv[0]), *sys.argv[1:]]
+        spec = getattr(sys.modules["__main__"], "__spec__", None)
+        if spec is not None:
+            rerun = ["-m", spec.name, *sys.argv[1:]]
+        streams = rest[3:9]  # p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite: -1 when inherited
+        if write is None or list(args) != [sys.executable, *rerun] or any(fd != -1 for fd in streams):
+            return real(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env, *rest)
+        with os.fdopen(write, "wb") as requests:
+            requests.write(pickle.dumps((list(args), dict(os.environ if env is None else env), cwd or os.getcwd())))
+        write = None
+        self.pid, self._child_created = zygote, True
+
+    subprocess.Popen._execute_child = execute_child
+
+
+def _become(argv: list[str], env: dict[str, str], cwd: str, base: tuple[str, ...]) -> None:
+    """Become the process of ``argv`` started in ``cwd`` with ``env`` and run it; never returns."""
+    import atexit
+    import runpy
+    import threading
+    import traceback
+
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
