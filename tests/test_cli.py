@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import forked_commands
 import pytest
 import torch
 import wandb
@@ -54,6 +55,13 @@ def nemo_train(*args: str, env: dict | None = None, **kwargs) -> subprocess.Comp
         env={**os.environ, "WANDB_MODE": "disabled", **(env or {})},
         **kwargs,
     )
+
+
+def forked_nemo_train(*args: str) -> subprocess.CompletedProcess:
+    """:func:`nemo_train` (at most 10 minutes) in a process of its own forked pre-imported, its extra ranks too
+    (``tests/forked_commands.py``): for a test of what the command does, not of what its interpreter prints."""
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    return forked_commands.run([sys.executable, "-m", "nemo_train.cli", *args], env, ROOT, timeout=600)
 
 
 def metric_columns(tmp_path: Path) -> set[str]:
@@ -123,12 +131,10 @@ def test_killed_run_resumes_from_last(tmp_path):
     # four 64-image steps an epoch: the hold (not the data's size) makes the kill land after the first epoch
     config = small_config(tmp_path, train_size=256, max_epochs=4)
     last = tmp_path / "run" / "checkpoints" / "last.ckpt"
-    proc = subprocess.Popen(
+    proc = forked_commands.start(  # a process of its own, forked pre-imported
         [sys.executable, "-m", "nemo_train.cli", "fit", "--config", str(config)],
-        cwd=ROOT,
-        env=holding({**os.environ, "WANDB_MODE": "disabled"}, "last.ckpt"),  # it stops after its first epoch
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        holding({**os.environ, "WANDB_MODE": "disabled"}, "last.ckpt"),  # it stops after its first epoch
+        ROOT,
     )
     deadline = time.time() + 300
     while not last.exists() and time.time() < deadline and proc.poll() is None:
@@ -138,7 +144,7 @@ def test_killed_run_resumes_from_last(tmp_path):
     proc.wait()
     killed_at = torch.load(last, map_location="cpu", weights_only=True)
     assert killed_at["epoch"] < 3, "the run finished before it could be killed"
-    result = nemo_train("--verbose", "fit", "--config", str(config), "--ckpt_path", "last", timeout=600)
+    result = forked_nemo_train("--verbose", "fit", "--config", str(config), "--ckpt_path", "last")
     assert result.returncode == 0, result.stderr[-2000:]
     resumed = torch.load(last, map_location="cpu", weights_only=True)
     assert resumed["epoch"] == 3  # the last epoch (0-based) of max_epochs=4
@@ -149,18 +155,10 @@ def test_killed_run_resumes_from_last(tmp_path):
 @pytest.mark.slow
 def test_two_process_ddp_on_cpu_gives_same_metric_keys(tmp_path):
     config = small_config(tmp_path, train_size=256)
-    result = nemo_train(
-        "fit",
-        "--config",
-        str(config),
-        "--trainer.devices",
-        "2",
-        "--trainer.strategy",
-        "ddp",
-        "--trainer.accelerator",
-        "cpu",
-        timeout=600,
-    )
+    result = forked_nemo_train(
+        "fit", "--config", str(config), "--trainer.devices", "2", "--trainer.strategy", "ddp",
+        "--trainer.accelerator", "cpu",
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert {"train/loss", "val/acc", "val/acc_aligned", "val/loss"} <= metric_columns(tmp_path)
     assert (tmp_path / "run" / "checkpoints" / "last.ckpt").exists()

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
+import os
 import sys
 import textwrap
 
+import forked_commands
 import pytest
 
 from nemo_train.errors import UserInputError
@@ -133,9 +134,8 @@ def test_two_processes_through_fabric_compute_each_item_once(tmp_path):
     script.write_text(textwrap.dedent(SCRIPT))
     out = tmp_path / "out"
     out.mkdir()
-    done = subprocess.run(
-        [sys.executable, str(script), str(out)], capture_output=True, text=True, timeout=240, cwd=tmp_path
-    )
+    # the first process forked pre-imported, the second from a pre-imported copy of it (tests/forked_commands.py)
+    done = forked_commands.run([sys.executable, str(script), str(out)], dict(os.environ), tmp_path, timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "merged 7" in done.stdout
     calls = (out / "calls.txt").read_text().split()

@@ -2,12 +2,12 @@
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 
+import forked_commands  # noqa: E402
 import pytest  # noqa: E402
 import yaml  # noqa: E402
 from cli_errors import one_line_error  # noqa: E402
@@ -155,23 +155,13 @@ def test_counterfactuals_command_prints_table_one(tmp_path, monkeypatch, capsys,
     }
     assert written["run"]["cause_directions"] == {"brightness": "up", "contrast": "down", "saturation": "down"}
     # the sweep script rebuilds the run's data and estimator from that record
-    sweep = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "scripts" / "sweep_causes.py"),
-            "--run_dir",
-            str(tmp_path / "out"),
-            "--images",
-            "12",
-            "--severities",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    sweep = forked_commands.run(  # a process of its own, forked pre-imported
+        [sys.executable, str(ROOT / "scripts" / "sweep_causes.py"), "--run_dir", str(tmp_path / "out"), "--images",
+         "12", "--severities", "1"],
+        {**os.environ, "PYTHONPATH": str(ROOT)},
+        ROOT,
+    )  # fmt: skip
+    assert sweep.returncode == 0, sweep.stderr[-2000:]
     rows = [line for line in sweep.stdout.splitlines() if line.startswith("│ ")]
     assert len(rows) == 1 + 3 + 2 * 3  # clean, 3 causes with one direction, 3 with two
     assert any(r.split("│")[1:4] == [" brightness ", " down ", " 1 "] for r in rows) or "brightness" in sweep.stdout

@@ -9,7 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import forked_commands
 import lightning as L
 import pytest
 import torch
@@ -70,6 +69,8 @@ def test_a_run_killed_after_an_epoch_resumes_to_the_same_weights(tmp_path):
         "OMP_NUM_THREADS": "1",
         "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(ROOT)]),
     }
+
+    import forked_commands  # here: the killed fit imports this module for KillAtEpoch, with tests/ off its path
 
     def fit(config: Path, *args: str) -> subprocess.CompletedProcess:
         command = [sys.executable, "-m", "nemo_train.cli", "fit", "--config", str(config), *args]

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forked_commands
 import pytest
 import torch
 from PIL import Image
@@ -50,7 +51,7 @@ def _explain(adapter: Path, pairs: Path, cache: Path) -> subprocess.CompletedPro
     env = {**os.environ, "PYTHONPATH": str(REPO), "NEMO_TRAIN_CACHE": str(cache), "WANDB_MODE": "disabled"}
     command = [sys.executable, "-m", "nemo_train.cli", "explain", "--model", str(adapter), "--pairs", str(pairs)]
     command += ["--out_dir", str(pairs.with_suffix(".out")), "--generation.max_new_tokens=2"]
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=pairs.parent)
+    return forked_commands.run(command, env, pairs.parent, timeout=300)  # a process of its own, forked pre-imported
 
 
 def _one_line_error(done: subprocess.CompletedProcess, *fragments: str) -> None:
