@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 import yaml
 from jsonargparse import ArgumentParser
-from training_seed import TRAINING_SEED
 
 from datamodules.nico import NICODataModule
 from nemo_train.cli import PIPELINE_COMMANDS, main
@@ -77,17 +76,10 @@ def tiny_data() -> NICODataModule:
 
 
 @pytest.fixture(scope="module")
-def tiny_classifier(tmp_path_factory, lightning_checkpoint) -> str:
-    """A bias_cnn fitted for one epoch on the tiny NICO-like data, saved as a checkpoint (what `fit` writes)."""
-    import lightning as L
-
-    from nemo_train.models import ClassifierModule
-    from nemo_train.models.trainer import fit_quietly
-
-    L.seed_everything(TRAINING_SEED, verbose=False)
-    module = ClassifierModule(backbone="bias_cnn", num_classes=6, lr=3e-3)
-    fit_quietly(module, tiny_data(), 1, limit_val_batches=0)
-    return lightning_checkpoint(module, tmp_path_factory.mktemp("nico_cnn") / "checkpoints" / "best.ckpt")
+def tiny_classifier(tiny_nico_classifier) -> str:
+    """A bias_cnn fitted for one epoch on the tiny NICO-like data (:func:`tiny_data`), saved as a checkpoint (what
+    `fit` writes): the session's (``tests/conftest.py``: ``tiny_nico_classifier``, the same fit), fitted once."""
+    return tiny_nico_classifier
 
 
 @pytest.fixture(scope="module")
