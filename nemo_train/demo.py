@@ -23,14 +23,14 @@ from lightning.pytorch import seed_everything
 from nemo_train.cli import PIPELINE_COMMANDS, run_pipeline
 from nemo_train.console import print_table
 from nemo_train.demo_readers import read_classifier, read_numbers
-from nemo_train.demo_steps import STEPS, DemoContext, FitResult, Headline, Step
+from nemo_train.demo_steps import DROP, STEPS, DemoContext, FitResult, Headline, Step
 from nemo_train.errors import UserInputError
 from nemo_train.lightning_cli import NemoLightningCLI
 from nemo_train.reports import write_report
 from nemo_train.runs import OutDir, run_command
 from nemo_train.store import write_json_atomic
 
-__all__ = ["STEPS", "DemoContext", "FitResult", "Headline", "Step", "demo", "read_numbers", "run_step"]
+__all__ = ["DROP", "STEPS", "DemoContext", "FitResult", "Headline", "Step", "demo", "read_numbers", "run_step"]
 
 #: The presets shipped with the repository (``configs/`` next to the package).
 DEFAULT_PRESET_DIR = Path(__file__).resolve().parents[1] / "configs"
@@ -40,8 +40,9 @@ def edited_preset(ctx: DemoContext, step: Step, preset: Path) -> Path:
     """``preset`` itself, or (for a step with ``edits``) a copy in the output folder with those values replaced.
 
     An edit names a value by its dotted path (list items by index, e.g. ``trainer.callbacks.0.init_args.errors``);
-    strings in the new value are filled in like overrides. Used where the command line cannot reach a value
-    (an item of a list of callbacks).
+    strings in the new value are filled in like overrides; the value :data:`DROP` removes the item (list several
+    items of one list from the last). Used where the command line cannot reach a value (an item of a list of
+    callbacks or rows).
     """
     if not step.edits:
         return preset
@@ -51,7 +52,11 @@ def edited_preset(ctx: DemoContext, step: Step, preset: Path) -> Path:
         node = config
         for key in parents:
             node = node[int(key)] if isinstance(node, list) else node[key]
-        node[int(last) if isinstance(node, list) else last] = _expand_all(ctx, value)
+        key = int(last) if isinstance(node, list) else last
+        if value == DROP:
+            del node[key]
+        else:
+            node[key] = _expand_all(ctx, value)
     copy = ctx.out_dir / "presets" / step.preset
     copy.parent.mkdir(parents=True, exist_ok=True)
     copy.write_text(yaml.safe_dump(config, sort_keys=False))

@@ -64,6 +64,17 @@ def read_captions(ctx: DemoContext, result: FitResult) -> list[Row]:
     ]
 
 
+def read_zoo(ctx: DemoContext, result: dict) -> list[Row]:
+    """Each side's mean validation accuracy and mean test accuracy (on the zoo's test shift split)."""
+    rows = []
+    for side, label in (("train", "training zoo"), ("heldout", "held-out zoo")):
+        members = [m for m in result["members"] if m["split"] == side]
+        method = f"{label} ({len(members)} classifiers, mean)"
+        for key, metric in (("val_acc", "val_acc"), ("test_acc", f"test_acc ({result['test_shift']} shift)")):
+            rows += [(method, metric, sum(m[key] for m in members) / len(members))] if members else []
+    return rows
+
+
 def read_teacher(ctx: DemoContext, result: dict) -> list[Row]:
     """How many teacher labels became training pairs, and their mean CEI."""
     return [
@@ -74,9 +85,12 @@ def read_teacher(ctx: DemoContext, result: dict) -> list[Row]:
 
 
 def read_distilled(ctx: DemoContext, result: FitResult) -> list[Row]:
-    """CEI and LLM Match of the student's answers on held-out errors at the last validation."""
+    """The student's answers on held-out pairs at the last validation: against the teacher's answers
+    (``val/answer_acc``: factor, value and classes all right, and each part) or, where the run scores them, CEI
+    and LLM Match."""
     m = result.metrics
-    rows = [("Student", "cei", m["nemo/cei"])] if "nemo/cei" in m else []
+    rows = [("Student", k.removeprefix("val/"), v) for k, v in sorted(m.items()) if k.startswith("val/answer_acc")]
+    rows += [("Student", "cei", m["nemo/cei"])] if "nemo/cei" in m else []
     for key in ("llm_match", "rule_match"):  # rule_match: no judge was a language model
         if f"nemo/{key}" in m:
             judges = [k.split("/", 2)[2] for k in m if k.startswith(f"nemo/{key}/") and k.count("/") == 2]
@@ -92,14 +106,23 @@ def _shares(step_target: str, counts: dict[str, int] | None) -> list[Row]:
 
 def read_distill_eval(ctx: DemoContext, result: dict) -> list[Row]:
     """LLM Match / grounding / CEI of each row (teacher, student, methods driven by the student, known cause,
-    constant) per target; the first target's cause shares."""
-    rows = _shares("causes", result.get("cause_counts"))
-    for key, v in result["summary"].items():
-        method, target = key.split("|", 1)
+    trivial rows) and the cause shares of the first target's errors. Over several targets (a zoo) only the rows
+    pooled over them, each with its interval over the pooled errors and its edits per error where it tests any;
+    over one target, that target's rows."""
+    pooled = result.get("pooled")
+    targets = result.get("pooled_targets") or []
+    rows = _shares("causes" if not pooled else f"causes @ {targets[0]}", result.get("cause_counts"))
+    if pooled:
+        cells = {f"{method} (pooled over {len(targets)} classifiers)": v for method, v in pooled.items()}
+    else:
+        cells = {" @ ".join(key.split("|", 1)): v for key, v in result["summary"].items()}
+    for method, v in cells.items():
         for metric in ("llm_match", "grounding", "cei"):
             if _finite(v.get(metric)):
                 label = match_label(result.get("judges", [])) if metric == "llm_match" else metric
-                rows.append((f"{method} @ {target}", label, v[metric], *_stored(v, metric)))
+                rows.append((method, label, v[metric], *_stored(v, metric)))
+        if v.get("edits"):  # mean counterfactual tests per error (the teacher's candidate edits)
+            rows.append((method, "edits/error", v["edits"]))
     return rows
 
 

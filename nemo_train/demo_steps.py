@@ -24,6 +24,7 @@ from nemo_train.demo_readers import (
     read_lbee,
     read_nemo,
     read_teacher,
+    read_zoo,
 )
 from nemo_train.errors import UserInputError
 
@@ -82,6 +83,9 @@ class FitResult:
     trainer: Any
     model: Any
 
+
+#: A step's edit that removes a list item from its preset (:func:`nemo_train.demo.edited_preset`).
+DROP = "<drop>"
 
 #: A reader turns a step's result into rows of the recap: ``(method, metric, value)``, or
 #: ``(method, metric, value, ci_low, ci_high)`` for a mean with its interval (:mod:`nemo_train.demo_readers`).
@@ -142,6 +146,7 @@ STEPS: list[Step] = [
         overrides=[
             "--trainer.default_root_dir={out}/explainer_tiny",
             "--data.init_args.data_dir={out}/explainer_tiny/pairs",
+            "--trainer.max_epochs=16",  # half the preset's 32: the demo's time budget
         ],
         fast=["--trainer.max_epochs=1", "--trainer.check_val_every_n_epoch=1", "--data.init_args.per_cause=12"],
         read=read_explainer,
@@ -180,36 +185,45 @@ STEPS: list[Step] = [
         read=read_nemo,
         output="{out}/nemo_eval",
     ),
-    *(
-        Step(
-            name=f"shifts_{gaps}",
-            preset=f"shifts/{gaps}.yaml",
-            command="fit",
-            overrides=[f"--trainer.default_root_dir={{out}}/shifts_{gaps}"],
-            fast=["--trainer.max_epochs=1", "--data.init_args.train_size=1024", "--data.init_args.test_size=1000"],
-            read=read_classifier,
-            output=f"{{out}}/shifts_{gaps}",
-        )
-        for gaps in ("gaps_a", "gaps_b")
+    Step(
+        name="shifts_gaps_a",
+        preset="shifts/gaps_a.yaml",
+        command="fit",
+        overrides=["--trainer.default_root_dir={out}/shifts_gaps_a"],
+        fast=["--trainer.max_epochs=1", "--data.init_args.train_size=1024", "--data.init_args.test_size=1000"],
+        read=read_classifier,
+        output="{out}/shifts_gaps_a",
     ),
     Step(
         name="nemo_shifts",
         preset="nemo/shifts.yaml",
         command="nemo-eval",
         edits={"methods.1.init_args.clip_model": "{outputs[clip]}/hf"},  # ErrorRetrieval in the demo's CLIP
-        overrides=["--out_dir={out}/nemo_shifts", "--targets=[{ckpt[shifts_gaps_a]}]"],
+        overrides=["--out_dir={out}/nemo_shifts", "--targets=[{ckpt[shifts_gaps_a]}]", "--benchmark.n=50"],
         fast=["--benchmark.n=6", "--run.global_explanation=false"],
         read=read_nemo,
         output="{out}/nemo_shifts",
     ),
+    # the main loop on a zoo of classifiers: the medium zoo's recipe (configs/explainer/distill_zoo.yaml's five
+    # commands) on the small zoo (3 training, 2 held-out members) with the medium zoo's gap draw and test split,
+    # the teacher, the student's training and its evaluation at demo sizes
+    Step(
+        name="zoo",
+        preset="zoo/shifts_small.yaml",
+        command="zoo",
+        overrides=["--out_dir={out}/zoo", "--gap_draw=balanced", "--test_shift=multi3"],
+        fast=["--train_size=512", "--test_size=200"],
+        read=read_zoo,
+        output="{out}/zoo",
+    ),
     Step(
         name="distill_teacher",
-        preset="distill/shifts_teacher.yaml",
+        preset="distill/zoo_teacher.yaml",
         command="distill-teacher",
-        overrides=["--out_dir={out}/distill_shifts/teacher", "--classifier={ckpt[shifts_gaps_a]}"],
-        fast=["--n=24"],
+        overrides=["--out_dir={out}/distill_zoo/teacher", "--zoo={outputs[zoo]}", "--n=40"],  # errors per member
+        fast=["--n=8"],
         read=read_teacher,
-        output="{out}/distill_shifts/teacher",
+        output="{out}/distill_zoo/teacher",
     ),
     Step(
         name="captions",
@@ -225,30 +239,34 @@ STEPS: list[Step] = [
     ),
     Step(
         name="distilled_explainer",
-        preset="explainer/distill_shifts.yaml",
+        preset="explainer/distill_zoo.yaml",
         command="fit",
         overrides=[
-            "--trainer.default_root_dir={out}/distill_shifts",
-            "--model.init_args.adapter={out}/captions_shifts/adapter",
-            "--data.init_args.train_jsonl={out}/distill_shifts/teacher/pairs/train.jsonl",
-            "--data.init_args.val_jsonl={out}/distill_shifts/teacher/pairs/val.jsonl",
+            "--trainer.default_root_dir={out}/distill_zoo",
+            "--model.init_args.adapter={outputs[captions]}/adapter",
+            "--data.init_args.train_jsonl={outputs[distill_teacher]}/pairs/train.jsonl",
+            "--data.init_args.val_jsonl={outputs[distill_teacher]}/pairs/val.jsonl",
+            "--trainer.max_steps=60",  # the preset's 800 at full size
+            "--trainer.val_check_interval=60",
         ],
         fast=["--trainer.max_steps=4"],
         read=read_distilled,
-        output="{out}/distill_shifts",
+        output="{out}/distill_zoo",
     ),
     Step(
         name="distill_eval",
-        preset="distill/shifts_eval.yaml",
+        preset="distill/zoo_eval.yaml",
         command="distill-eval",
+        edits={"methods.4": DROP, "methods.3": DROP},  # the student's 4- and 2-edit rows: minutes per classifier
         overrides=[
-            "--out_dir={out}/distill_shifts/eval",
-            "--student={out}/distill_shifts/adapter",
-            "--targets=[{ckpt[shifts_gaps_a]}, {ckpt[shifts_gaps_b]}]",
+            "--out_dir={out}/distill_zoo/eval",
+            "--student={outputs[distilled_explainer]}/adapter",
+            "--zoo={outputs[zoo]}",  # zoo_split: heldout, every row pooled over the held-out members
+            "--n=8",  # errors per held-out member (the preset's 64)
         ],
-        fast=["--n=4", "--methods=[StudentGreedy, KnownCause]"],
+        fast=["--n=4"],
         read=read_distill_eval,
-        output="{out}/distill_shifts/eval",
+        output="{out}/distill_zoo/eval",
     ),
     Step(
         name="differences",
@@ -281,9 +299,9 @@ STEPS: list[Step] = [
             "--out_dir={out}/lbee",
             "--classifier={ckpt[nico85_cnn]}",
             "--encoder.init_args.path={out}/lbee/clip_nico",
-            # an eighth of the preset's CLIP training (6,000 captions x 8 epochs): the demo's time budget
+            # a sixteenth of the preset's CLIP training (6,000 captions x 4 epochs): the demo's time budget
             "--encoder.init_args.train_per_source=6000",
-            "--encoder.init_args.max_epochs=8",
+            "--encoder.init_args.max_epochs=4",
             "--wandb=false",
         ],
         fast=[

@@ -11,7 +11,7 @@ import yaml
 
 from nemo_train import demo as demo_module
 from nemo_train.cli import main
-from nemo_train.demo import INTERVAL_CAPTION, STEPS, DemoContext, Step, demo, read_numbers, recap_text
+from nemo_train.demo import DROP, INTERVAL_CAPTION, STEPS, DemoContext, Step, demo, read_numbers, recap_text
 from nemo_train.demo_readers import read_nemo
 from nemo_train.metrics.bootstrap import mean_interval
 from nemo_train.nemo.report import NemoEvalSummary, summarize
@@ -148,6 +148,16 @@ def test_unknown_step_is_one_line(tmp_path, capsys):
     assert err.startswith("nemo-train: error: unknown demo step") and err.count("\n") == 1
 
 
+def test_a_step_edit_replaces_or_drops_list_items_of_a_copy_of_the_preset(tmp_path):
+    preset = tmp_path / "rows.yaml"
+    preset.write_text(yaml.safe_dump({"methods": ["a", "b", "c", "d"], "n": 4}))
+    ctx = DemoContext(out_dir=tmp_path / "out", preset_dir=tmp_path)
+    step = Step("s", "rows.yaml", "distill-eval", [], read_numbers, edits={"methods.3": DROP, "methods.1": "{out}"})
+    copy = demo_module.edited_preset(ctx, step, preset)
+    assert yaml.safe_load(copy.read_text()) == {"methods": ["a", str(tmp_path / "out"), "c"], "n": 4}
+    assert yaml.safe_load(preset.read_text())["methods"] == ["a", "b", "c", "d"]
+
+
 def test_context_expands_outputs_of_earlier_steps(tmp_path):
     ctx = DemoContext(out_dir=tmp_path, preset_dir=tmp_path, checkpoints={"a": tmp_path / "a.ckpt"})
     assert ctx.expand("--x={ckpt[a]}") == f"--x={tmp_path / 'a.ckpt'}"
@@ -168,12 +178,15 @@ def test_every_override_is_an_option_of_the_step_command(step, tmp_path):
             "cmnist_model_a": tmp_path / "a.ckpt",
             "cmnist_model_b": tmp_path / "b.ckpt",
             "shifts_gaps_a": tmp_path / "sa.ckpt",
-            "shifts_gaps_b": tmp_path / "sb.ckpt",
             "nico85_cnn": tmp_path / "n.ckpt",
         },
+        outputs={
+            name: tmp_path / name for name in ("clip", "zoo", "distill_teacher", "captions", "distilled_explainer")
+        },
     )
+    preset = demo_module.edited_preset(ctx, step, ROOT / "configs" / step.preset)  # a step's edits apply
     for overrides in (step.overrides, step.overrides + step.fast):
-        args = ["--config", str(ROOT / "configs" / step.preset), *(ctx.expand(arg) for arg in overrides)]
+        args = ["--config", str(preset), *(ctx.expand(arg) for arg in overrides)]
         if step.command == "fit":
             ParseOnlyCLI(args=args, run=False)
         else:

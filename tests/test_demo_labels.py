@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from nemo_train.demo_steps import (
     DemoContext,
     FitResult,
@@ -16,6 +18,7 @@ from nemo_train.demo_steps import (
     read_lbee,
     read_nemo,
     read_teacher,
+    read_zoo,
 )
 from nemo_train.differences.report import DifferencesResult, MethodScore
 from nemo_train.lbee.search import MethodScores
@@ -60,6 +63,43 @@ def test_student_and_distill_eval_rows_name_the_judge():
         ("Teacher (exhaustive search, not a model) @ a", "cei", 80.0, None, None),
     ]
     assert read_teacher(CTX, {"labels": 10})[0][0] == "Teacher (exhaustive search, not a model)"
+
+
+def test_a_zoo_evaluation_recaps_only_its_pooled_rows_with_intervals_and_edits():
+    pooled = {
+        "Teacher (exhaustive search, not a model)": {
+            "cei": 24.0,
+            "cei_ci_low": 20.0,
+            "cei_ci_high": 27.0,
+            "edits": 21.0,
+        },
+        "Student (0 edits)": {"llm_match": 0.5, "llm_match_ci_low": 0.25, "llm_match_ci_high": 0.75, "edits": 0.0},
+    }
+    per_target = {"Student (0 edits)|a": {"llm_match": 0.4}, "Student (0 edits)|b": {"llm_match": 0.6}}
+    result = {"summary": per_target, "judges": [GROUNDED], "pooled": pooled, "pooled_targets": ["a", "b"]}
+    assert read_distill_eval(CTX, result) == [
+        ("Teacher (exhaustive search, not a model) (pooled over 2 classifiers)", "cei", 24.0, 20.0, 27.0),
+        ("Teacher (exhaustive search, not a model) (pooled over 2 classifiers)", "edits/error", 21.0),
+        ("Student (0 edits) (pooled over 2 classifiers)", RULE_MATCH, 0.5, 0.25, 0.75),
+    ]
+
+
+def test_zoo_and_student_answer_rows():
+    members = [{"split": "train", "val_acc": 0.6, "test_acc": 0.2}, {"split": "train", "val_acc": 0.8, "test_acc": 0.4}]
+    members.append({"split": "heldout", "val_acc": 0.5, "test_acc": 0.1})
+    rows = read_zoo(CTX, {"members": members, "test_shift": "multi3"})
+    assert [(m, k) for m, k, _ in rows] == [
+        ("training zoo (2 classifiers, mean)", "val_acc"),
+        ("training zoo (2 classifiers, mean)", "test_acc (multi3 shift)"),
+        ("held-out zoo (1 classifiers, mean)", "val_acc"),
+        ("held-out zoo (1 classifiers, mean)", "test_acc (multi3 shift)"),
+    ]
+    assert rows[0][2] == pytest.approx(0.7) and rows[3][2] == 0.1
+    metrics = {"val/answer_acc": 0.25, "val/answer_acc/factor": 0.5, "train/loss": 1.0}
+    assert read_distilled(CTX, FitResult(metrics, None, None)) == [
+        ("Student", "answer_acc", 0.25),
+        ("Student", "answer_acc/factor", 0.5),
+    ]
 
 
 def test_differences_rows_name_the_rule_parts():
