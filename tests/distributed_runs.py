@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -32,19 +33,26 @@ def kill_mid_run(command: list[str], env: dict, cwd: Path, results: Path, min_li
     shards hold ``min_lines`` records together, SIGKILL one process and then the whole job; the keys the shards
     kept."""
     env = holding(env, f"{results.stem}.rank-*{results.suffix}", min_lines)
-    proc = forked_commands.start(command, env, cwd)
+    handle, name = tempfile.mkstemp(prefix="nemo-train-killed-", suffix=".stderr")  # shown if it ends unkilled
+    os.close(handle)
+    printed = Path(name)
+    proc = forked_commands.start(command, env, cwd, stderr=printed)
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
         shards = shard_paths(results)
         if len(shards) == 2 and sum(p.read_bytes().count(b"\n") for p in shards) >= min_lines:
             break
         time.sleep(0.01)
-    assert proc.poll() is None, "the run finished before it could be killed"
+    if proc.poll() is not None:
+        tail = printed.read_text(errors="replace")[-3000:] if printed.exists() else ""
+        printed.unlink(missing_ok=True)
+        raise AssertionError(f"the run finished (exit {proc.returncode}) before it could be killed:\n{tail}")
     children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
     for pid in children:  # first one process, then the whole job
         os.kill(int(pid), signal.SIGKILL)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    printed.unlink(missing_ok=True)
     return {json.loads(line)["key"] for p in shard_paths(results) for line in p.read_text().splitlines()}
 
 
