@@ -75,6 +75,14 @@ def read_zoo(ctx: DemoContext, result: dict) -> list[Row]:
     return rows
 
 
+def read_grpo(ctx: DemoContext, result: FitResult) -> list[Row]:
+    """The reinforcement step's rewards: the last training step's (``train/reward``) and the held-out errors' at
+    the last validation (``val/reward``: the scoring of the tables), with the KL to the distilled policy."""
+    m = result.metrics
+    keys = ("train/reward", "val/reward", "val/reward/llm_match", "val/reward/cei", "train/kl")
+    return [("GRPO from the distilled student", key, m[key]) for key in keys if key in m]
+
+
 def read_teacher(ctx: DemoContext, result: dict) -> list[Row]:
     """How many teacher labels became training pairs, and their mean CEI."""
     return [

@@ -21,6 +21,7 @@ from nemo_train.demo_readers import (
     read_distill_eval,
     read_distilled,
     read_explainer,
+    read_grpo,
     read_lbee,
     read_nemo,
     read_teacher,
@@ -252,6 +253,25 @@ STEPS: list[Step] = [
         fast=["--trainer.max_steps=4"],
         read=read_distilled,
         output="{out}/distill_zoo",
+    ),
+    Step(
+        name="grpo",
+        preset="explainer/grpo_shifts.yaml",
+        command="fit",
+        overrides=[
+            "--trainer.default_root_dir={out}/grpo_zoo",
+            "--model.init_args.adapter={outputs[distilled_explainer]}/adapter",
+            "--model.init_args.reward.init_args.teacher={outputs[distill_teacher]}",
+            "--data.init_args.train_jsonl={outputs[distill_teacher]}/pairs/train.jsonl",
+            "--data.init_args.val_jsonl={outputs[distill_teacher]}/pairs/val.jsonl",
+            "--trainer.max_steps=8",  # the preset's 100 at full size
+            "--trainer.val_check_interval=4",
+            "--trainer.limit_val_batches=2",
+            "--model.init_args.group_size=4",
+        ],
+        fast=["--trainer.max_steps=2", "--trainer.val_check_interval=1", "--trainer.limit_val_batches=1"],
+        read=read_grpo,
+        output="{out}/grpo_zoo",
     ),
     Step(
         name="distill_eval",

@@ -15,6 +15,7 @@ from nemo_train.demo_steps import (
     read_distill_eval,
     read_distilled,
     read_explainer,
+    read_grpo,
     read_lbee,
     read_nemo,
     read_teacher,
@@ -150,3 +151,13 @@ def test_stored_intervals_reach_the_recap_rows_and_set_level_numbers_have_none()
     teacher = {"labels": 10, "kept": 8, "mean_cei": 40.0, "mean_cei_ci_low": 30.0, "mean_cei_ci_high": 50.0}
     assert read_teacher(CTX, teacher)[2] == ("Teacher (exhaustive search, not a model)", "mean_cei", 40.0, 30.0, 50.0)
     assert read_teacher(CTX, teacher)[0][3:] == (None, None)  # a count has no interval
+
+
+def test_grpo_rows_are_its_rewards_and_kl():
+    metrics = {"train/reward": 0.4, "val/reward": 0.3, "val/reward/cei": 12.0, "train/kl": 0.02, "train/loss": 1.0}
+    assert read_grpo(CTX, FitResult(metrics, None, None)) == [
+        ("GRPO from the distilled student", "train/reward", 0.4),
+        ("GRPO from the distilled student", "val/reward", 0.3),
+        ("GRPO from the distilled student", "val/reward/cei", 12.0),
+        ("GRPO from the distilled student", "train/kl", 0.02),
+    ]
