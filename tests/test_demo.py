@@ -158,6 +158,20 @@ def test_a_step_edit_replaces_or_drops_list_items_of_a_copy_of_the_preset(tmp_pa
     assert yaml.safe_load(preset.read_text())["methods"] == ["a", "b", "c", "d"]
 
 
+def test_the_demo_evaluation_drops_exactly_the_students_2_and_4_edit_rows(tmp_path):
+    # the drops name rows by their index in configs/distill/zoo_eval.yaml: a reordered preset must not drop others
+    (step,) = [s for s in STEPS if s.name == "distill_eval"]
+    ctx = DemoContext(out_dir=tmp_path, preset_dir=ROOT / "configs")
+    full = yaml.safe_load((ROOT / "configs" / step.preset).read_text())["methods"]
+    kept = yaml.safe_load(demo_module.edited_preset(ctx, step, ROOT / "configs" / step.preset).read_text())["methods"]
+    dropped = [row for row in full if row not in kept]
+    assert [(r["class_path"].rsplit(".", 1)[-1], r["init_args"]["edits"]) for r in dropped] == [
+        ("StudentEdits", 2),
+        ("StudentEdits", 4),
+    ]
+    assert len(kept) == len(full) - 2
+
+
 def test_context_expands_outputs_of_earlier_steps(tmp_path):
     ctx = DemoContext(out_dir=tmp_path, preset_dir=tmp_path, checkpoints={"a": tmp_path / "a.ckpt"})
     assert ctx.expand("--x={ckpt[a]}") == f"--x={tmp_path / 'a.ckpt'}"
