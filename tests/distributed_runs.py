@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import tempfile
@@ -44,7 +45,7 @@ def kill_mid_run(command: list[str], env: dict, cwd: Path, results: Path, min_li
             break
         time.sleep(0.01)
     if proc.poll() is not None:
-        tail = printed.read_text(errors="replace")[-3000:] if printed.exists() else ""
+        tail = errors_of(printed.read_text(errors="replace")) if printed.exists() else ""
         printed.unlink(missing_ok=True)
         raise AssertionError(f"the run finished (exit {proc.returncode}) before it could be killed:\n{tail}")
     children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
@@ -60,8 +61,15 @@ def run_to_end(command: list[str], env: dict, cwd: Path) -> subprocess.Completed
     """Run ``command`` to its end (at most 10 minutes) in a process of its own (forked pre-imported:
     ``tests/forked_commands.py``); it must exit 0."""
     done = forked_commands.run(command, env, cwd, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, errors_of(done.stderr)
     return done
+
+
+def errors_of(stderr: str, limit: int = 8000) -> str:
+    """What every process of a failed run printed to its standard error, less its progress bars (each rank's
+    traceback, not only the last one's)."""
+    kept = [line for line in stderr.splitlines() if not re.search(r"\d+%\|?.*\[\d\d:\d\d", line)]
+    return "\n".join(kept)[-limit:]
 
 
 def printed_table(stdout: str, title: str, *timing: str) -> str:

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
+
 from nemo_train.errors import UserInputError
 from nemo_train.store import disk_error, disk_errors
 
@@ -44,6 +46,13 @@ def cache_key(model: str, messages: list[dict[str, Any]], params: dict[str, Any]
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
+def _busy(err: sqlite3.DatabaseError) -> bool:
+    """Whether ``err`` says the database is in use by another connection (not that it is damaged)."""
+    return getattr(err, "sqlite_errorcode", None) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in str(
+        err
+    )
+
+
 class ResponseCache:
     """A SQLite file mapping request keys to lists of reply strings.
 
@@ -61,7 +70,9 @@ class ResponseCache:
 
     def __init__(self, path: str | Path, timeout: float = 60.0) -> None:
         path = Path(path)
-        if path.is_dir() or (not path.exists() and not path.suffix):
+        # a folder unless it is a file or a new name with a suffix; no "exists, then is a folder" pair of checks,
+        # which another rank creating the folder between the two would split
+        if not (path.is_file() or (path.suffix and not path.is_dir())):
             path = path / self.FILE_NAME
         self.path = path
         try:
@@ -73,15 +84,23 @@ class ResponseCache:
         self.timeout = timeout
         self._local = threading.local()
         self._warned_rows = False
-        try:
-            self._open()
-        except sqlite3.DatabaseError as err:  # "file is not a database", a damaged page, ...
-            self.close()
-            if disk_error(err, self.path) is not None:  # a full or read-only disk is no damage: one line
-                raise disk_error(err, self.path) from None
-            aside = self._move_aside()
-            log.warning("reply cache %s is damaged (%s); moved it to %s and started a new one", self.path, err, aside)
-            self._open()
+        # Several processes (the ranks of one run) may open a new cache at once: creating the file, switching it to
+        # WAL and checking it are done one process at a time, so that none sees the others' half-made file as
+        # "locked" or damaged (and moves it aside under them).
+        with FileLock(f"{self.path}.lock", timeout=timeout):
+            try:
+                self._open()
+            except sqlite3.DatabaseError as err:  # "file is not a database", a damaged page, ...
+                self.close()
+                if disk_error(err, self.path) is not None:  # a full or read-only disk is no damage: one line
+                    raise disk_error(err, self.path) from None
+                if _busy(err):  # another program holds the file past the timeout: no damage either
+                    raise UserInputError(f"reply cache {str(self.path)!r} stayed locked for {timeout:g} s") from None
+                aside = self._move_aside()
+                log.warning(
+                    "reply cache %s is damaged (%s); moved it to %s and started a new one", self.path, err, aside
+                )
+                self._open()
 
     def _open(self) -> None:
         conn = self._connection()

@@ -98,6 +98,45 @@ def test_concurrent_writer_processes_and_threads(tmp_path):
     assert cache.get("2-1-39") == ["v39"] * 3
 
 
+def _open_together(path: Path, barrier) -> None:
+    barrier.wait()
+    ResponseCache(path).put("k", ["v"])
+
+
+def test_processes_creating_one_cache_at_once_all_open_it(tmp_path):
+    """The ranks of a run open the same new cache folder at the same moment: each must get the one file (not a
+    file named like the folder), none may see the others' half-made file as damaged and move it aside."""
+    context = multiprocessing.get_context("fork")
+    for trial in range(30):
+        folder = tmp_path / f"run{trial}" / "llm_cache"
+        barrier = context.Barrier(3)
+        workers = [context.Process(target=_open_together, args=(folder, barrier)) for _ in range(3)]
+        for p in workers:
+            p.start()
+        for p in workers:
+            p.join(60)
+        assert [p.exitcode for p in workers] == [0, 0, 0], f"trial {trial}"
+        assert sorted(p.name for p in folder.parent.iterdir()) == ["llm_cache"]  # no llm_cache.lock beside it
+        assert not list(folder.glob("*corrupt*")), f"trial {trial}: a new cache was moved aside as damaged"
+        assert ResponseCache(folder).get("k") == ["v"]
+
+
+def test_a_cache_held_by_another_program_is_waited_for_not_moved_aside(tmp_path):
+    path = tmp_path / "held.sqlite"
+    ResponseCache(path).close()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("PRAGMA journal_mode=DELETE")
+    holder.execute("BEGIN EXCLUSIVE")  # no other connection may read until it ends
+    try:
+        with pytest.raises(UserInputError, match="stayed locked for 0.2 s"):
+            ResponseCache(path, timeout=0.2)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert sorted(p.name for p in tmp_path.iterdir() if "corrupt" in p.name) == []
+    assert len(ResponseCache(path)) == 0
+
+
 def test_writer_killed_mid_write_leaves_a_readable_cache(tmp_path):
     path = tmp_path / "killed.sqlite"
     writer = textwrap.dedent(
