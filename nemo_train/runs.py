@@ -355,13 +355,18 @@ def _entries(folder: Path, skip: tuple[str, ...] = ()) -> dict[str, tuple[int, i
     """Top-level entries of ``folder`` (name -> mtime, size) other than the run floor's own files."""
     if not folder.is_dir():
         return {}
-    own = {RunLock.FILE_NAME, PROVENANCE_FILE, f".{PROVENANCE_FILE}.tmp", *skip}
+    own = {RunLock.FILE_NAME, PROVENANCE_FILE, *skip}
     out = {}
     for entry in os.scandir(folder):
-        if entry.name not in own:
+        if entry.name not in own and not _provenance_scratch(entry.name):
             stat = entry.stat(follow_symlinks=False)
             out[entry.name] = (stat.st_mtime_ns, stat.st_size if entry.is_file() else 0)
     return out
+
+
+def _provenance_scratch(name: str) -> bool:
+    """Whether ``name`` is the scratch file of a provenance being written (:func:`~nemo_train.store.write_bytes_atomic`)."""
+    return name.startswith(f".{PROVENANCE_FILE}.") and name.endswith(".tmp")
 
 
 def _undo(

@@ -34,6 +34,7 @@ import json
 import logging
 import os
 import re
+import secrets
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -115,12 +116,15 @@ def disk_errors(path: str | Path) -> Iterator[None]:
 def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
     """Write ``data`` to ``path`` through a scratch file, ``fsync`` and a rename: a reader (or a killed run, or a
     full disk) sees the previous file or the new one, never half of one. A refused write is a one-line error
-    naming the folder (:func:`disk_error`); the scratch file is removed."""
+    naming the folder (:func:`disk_error`); the scratch file is removed.
+
+    The scratch file (``.<name>.<random>.tmp``) is this call's own: processes writing one path at once (two commands
+    filling a shared cache file) each rename a whole file of their own, the last one wins."""
     path = Path(path)
-    scratch = path.with_name(f".{path.name}.tmp")
+    scratch = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             _write_all(fd, data)
             os.fsync(fd)
