@@ -89,6 +89,8 @@ REPORTED_COMMANDS = frozenset(
 REPORT_WRITER = "nemo_train.reports.build:close_run"
 #: What the run floor itself writes into an out_dir.
 RUN_FLOOR_FILES = frozenset({RunLock.FILE_NAME, PROVENANCE_FILE, "wandb"})
+#: The name of the file every rank creates and removes to learn that a folder can be written.
+WRITE_PROBE = ".write-probe-"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -135,7 +137,7 @@ def check_out_dir(out_dir: str | Path) -> Path:
     if not existing.is_dir():
         raise UserInputError(f"out_dir {str(path)!r} is under {str(existing)!r}, which is a file; expected a folder")
     try:  # a real write: os.access says yes to root on read-only file systems
-        fd, probe = tempfile.mkstemp(dir=existing, prefix=".write-probe-")
+        fd, probe = tempfile.mkstemp(dir=existing, prefix=WRITE_PROBE)
         os.close(fd)
         os.unlink(probe)
     except OSError as err:
@@ -358,15 +360,21 @@ def _entries(folder: Path, skip: tuple[str, ...] = ()) -> dict[str, tuple[int, i
     own = {RunLock.FILE_NAME, PROVENANCE_FILE, *skip}
     out = {}
     for entry in os.scandir(folder):
-        if entry.name not in own and not _provenance_scratch(entry.name):
+        if entry.name in own or _floor_file(entry.name):
+            continue
+        try:
             stat = entry.stat(follow_symlinks=False)
-            out[entry.name] = (stat.st_mtime_ns, stat.st_size if entry.is_file() else 0)
+        except FileNotFoundError:  # removed since it was listed (another process's scratch file)
+            continue
+        out[entry.name] = (stat.st_mtime_ns, stat.st_size if entry.is_file() else 0)
     return out
 
 
-def _provenance_scratch(name: str) -> bool:
-    """Whether ``name`` is the scratch file of a provenance being written (:func:`~nemo_train.store.write_bytes_atomic`)."""
-    return name.startswith(f".{PROVENANCE_FILE}.") and name.endswith(".tmp")
+def _floor_file(name: str) -> bool:
+    """Whether ``name`` is a file the run floor of some rank writes: the provenance's scratch file
+    (:func:`~nemo_train.store.write_bytes_atomic`), a write probe (:func:`check_out_dir`) or another rank's lock."""
+    scratch = name.startswith(f".{PROVENANCE_FILE}.") and name.endswith(".tmp")
+    return scratch or name.startswith((WRITE_PROBE, f"{RunLock.FILE_NAME}.rank-"))
 
 
 def _undo(
