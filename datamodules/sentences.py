@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 EDIT_MARK = "Edit:"
 _EDIT = re.compile(r"Edit:\s*(?P<body>.+?)\s*\.?\s*$", re.S)
@@ -91,18 +91,28 @@ def format_answer(hypothesis: str, edit: Any, vocabulary: Mapping[str, Sequence]
     return json.dumps({"cause_of_error": text}, ensure_ascii=False)
 
 
-def hypothesis_sentence(sample: Any, edit: Mapping, vocabulary, class_names, obj: str = "object") -> str:
+#: What a teacher's sentence asserts about the image: the factor and its value (``values``: ``because of the green
+#: colour``) or the factor alone (``factor``: ``because of its colour``; the edit still names the value that fixes it).
+Claims = Literal["values", "factor"]
+
+
+def hypothesis_sentence(
+    sample: Any, edit: Mapping, vocabulary, class_names, obj: str = "object", claims: Claims = "values"
+) -> str:
     """A sentence naming the classes and what the edit changes, the value as the vocabulary names it:
     ``The classifier read this 3 as a 8 because of the green colour.`` (``the -45 degree rotation``, ``the
     stripes background``, ``the small size``); written by the exhaustive teacher, whose finding is the edit.
+    ``claims="factor"`` names the factor without its value (``because of its colour``).
 
     The classes come first, so an explainer copies them from its question at a fixed distance."""
     attribute = edit["attribute"]
     word = ATTRIBUTE_WORDS.get(attribute, attribute)
+    true, pred = class_names[sample.label], class_names[sample.prediction]
+    if claims == "factor":
+        return f"The classifier read this {true} as a {pred} because of its {word}."
     current = value_name(vocabulary, attribute, sample.attrs[attribute])
     if attribute == "angle":
         current = f"{current} degree"
-    true, pred = class_names[sample.label], class_names[sample.prediction]
     return f"The classifier read this {true} as a {pred} because of the {current} {word}."
 
 

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from jsonargparse.typing import PositiveInt
 
+from datamodules.sentences import Claims
 from nemo_train.backends.base import ChatBackend
 from nemo_train.backends.cache import ResponseCache
 from nemo_train.console import print_table
@@ -80,6 +81,7 @@ def distill_teacher(
     views: list[View] | None = None,
     evidence: EvidenceView | None = None,
     reference_class: ReferenceClass = "either",
+    claims: Claims = "values",
     val_fraction: float = 0.1,
     error_batch: PositiveInt = 8,
     wandb: bool = False,
@@ -134,6 +136,9 @@ def distill_teacher(
             the predicted class (``either``, as ChangeMLLM), of one of them (``true`` / ``predicted``), or the
             ``prototype`` of the true class (the correctly classified one with the largest ``P(y)``: it shows
             what the classifier expects of that class).
+        claims: what the pairs' answers assert about the image: the cause's factor and its value as the teacher
+            wrote them (``values``: ``because of the -45 degree rotation``) or the factor alone (``factor``:
+            ``because of its rotation``; the edit line is the same), for a student that cannot read every value.
         val_fraction: share of kept errors whose pairs go to ``val.jsonl``.
         error_batch: errors the teacher labels together (one batched request per stage with an MLLM); the
             labels do not depend on it unless a local model samples the hypotheses.
@@ -188,7 +193,7 @@ def distill_teacher(
     merge_shards(store.path)
     failed = [reason for found in reasons for reason in found]
     _check_kept(groups, failed, min_cei)
-    paths = pairs_from_labels(groups, out / "pairs", views, val_fraction, seed, reference_class, evidence)
+    paths = pairs_from_labels(groups, out / "pairs", views, val_fraction, seed, reference_class, evidence, claims)
     _print_labels(rows, min_cei, computed, time.perf_counter() - started, paths, failed)
     mean = score_mean([row[4] for row in rows if row[2]], weights=[row[2] for row in rows if row[2]])
     return {

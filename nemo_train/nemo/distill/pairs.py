@@ -16,6 +16,8 @@ from typing import Any
 import torch
 
 from datamodules.explanations import ExplanationRecord, to_pil, write_records
+from datamodules.sentences import Claims, format_answer, hypothesis_sentence
+from nemo_train.errors import UserInputError
 from nemo_train.nemo.distill.evidence import ClassifierEvidence, EvidenceView, check_evidence_benchmark
 from nemo_train.nemo.distill.teachers import View, view_inputs
 from nemo_train.nemo.methods.change_mllm import ReferenceClass
@@ -52,6 +54,7 @@ def pairs_from_labels(
     seed: int,
     reference_class: ReferenceClass = "either",
     evidence_view: EvidenceView | None = None,
+    claims: Claims = "values",
 ) -> dict[str, Path]:
     """Write the kept labels as explanation-record pairs, one per view, split by error into train / val.
 
@@ -61,7 +64,8 @@ def pairs_from_labels(
     its records carry as ``counterfactual`` (the montage beside the error); their provenance also keeps the factor
     each reference shares with the error (``typical``: none; ``without <factor>``: a leave-one-trait-out reference)
     and the classifier's readings, never shown to a student. ``evidence_view``: which references and question
-    (default: one exemplar's single-trait references).
+    (default: one exemplar's single-trait references). ``claims``: the answers as the teacher wrote them
+    (``values``) or naming the cause's factor without its value (``factor``; attribute edits only).
     """
     if "evidence" in views:
         for group in groups:
@@ -94,7 +98,7 @@ def pairs_from_labels(
             record = ExplanationRecord(
                 image=_save(image, images_dir / f"{stem}.png"),
                 counterfactual=_save(second, images_dir / f"{stem}_ref.png") if second is not None else None,
-                explanation=label["answer"],
+                explanation=_answer(label, sample, bench, claims),
                 prompt=question,
                 cause=sample.cause or (bench.cause or {}).get("attribute"),
                 label=label["label"],
@@ -110,3 +114,15 @@ def pairs_from_labels(
             )
             (val if i in val_errors else train).append(record)
     return {"train": write_records(train, out_dir / "train.jsonl"), "val": write_records(val, out_dir / "val.jsonl")}
+
+
+def _answer(label: dict[str, Any], sample: Any, bench: NemoBenchmark, claims: Claims) -> str:
+    """The pair's target answer: the teacher's, or (``factor``) its sentence naming the factor without the value."""
+    if claims == "values":
+        return label["answer"]
+    edit = label["edit"]
+    if not isinstance(edit, dict) or sample.attrs is None:
+        raise UserInputError("claims: factor needs attribute edits (the exhaustive teacher on generated data)")
+    obj = (bench.cause or {}).get("object", "object")
+    text = hypothesis_sentence(sample, edit, bench.vocabulary, bench.class_names, obj, claims="factor")
+    return format_answer(text, edit, bench.vocabulary)

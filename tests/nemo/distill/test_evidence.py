@@ -4,6 +4,7 @@ the student's training pairs record."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -176,6 +177,24 @@ def test_evidence_pairs_carry_the_montage_and_each_classifiers_readings(shifts, 
         with Image.open(record.counterfactual) as montage:
             assert montage.size == (32 * 3, 32)
     assert evidence[0].prompt != evidence[1].prompt  # one error, two classifiers, two readings
+
+
+def test_factor_claims_name_the_cause_without_its_value_and_keep_the_edit(shifts, tmp_path):
+    error = _error(shifts, color=RED, background=STRIPES)
+    label = {**_label(error), "edit": {"attribute": "color", "value": FACTS.factor("color").stored("white")}}
+    bench = dataclasses.replace(_bench(shifts, [error]), vocabulary=dict(shifts.renderer.attributes))
+    group = [LabelledErrors("colour_blind", [label], bench, ColourBlind())]
+    as_written = read_records(pairs_from_labels(group, tmp_path / "a", ["error"], 0.0, seed=0)["train"])
+    factor = read_records(pairs_from_labels(group, tmp_path / "b", ["error"], 0.0, 0, claims="factor")["train"])
+    assert json.loads(as_written[0].explanation)["cause_of_error"] == "x. Edit: color -> white"
+    assert json.loads(factor[0].explanation) == {
+        "cause_of_error": "The classifier read this 3 as a 8 because of its colour. Edit: color -> white"
+    }
+    assert factor[0].prompt == as_written[0].prompt  # only the answer changes
+    scitx = [{**label, "edit": "make the digit white"}]  # an instruction, not an attribute edit: no factor to name
+    with pytest.raises(UserInputError, match="claims: factor needs attribute edits"):
+        pairs_from_labels([LabelledErrors("c", scitx, group[0].benchmark, ColourBlind())], tmp_path / "c", ["error"],
+                          0.0, 0, claims="factor")  # fmt: skip
 
 
 def _adapter(folder: Path, pairs: Path | None) -> Path:
