@@ -17,7 +17,7 @@ from typing import Any, Literal, get_args
 import lightning as L
 import torch
 from PIL import UnidentifiedImageError
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, WeightedRandomSampler
 from transformers import AutoProcessor
 
 from datamodules.explanations.builders import build_six_cause_pairs
@@ -129,6 +129,8 @@ class ExplanationDataModule(L.LightningDataModule):
         system_prompt, prompt: context turn and question (default: per record, else the shared questions).
         max_length: token limit; longer conversations are dropped with a counted warning.
         batch_size, num_workers: DataLoader settings.
+        balance: ``cause``: draw each epoch's training pairs with replacement, every cause (the records' ``cause``)
+            equally often, so that a rare cause is not learnt as rare; ``none``: each pair once, shuffled.
     """
 
     def __init__(
@@ -151,6 +153,7 @@ class ExplanationDataModule(L.LightningDataModule):
         max_length: int = 512,
         batch_size: int = 8,
         num_workers: int = 0,
+        balance: Literal["none", "cause"] = "none",
     ) -> None:
         super().__init__()
         if batch_size < 1:
@@ -236,10 +239,12 @@ class ExplanationDataModule(L.LightningDataModule):
         return self.val_set.records if self.val_set is not None else []
 
     def _loader(self, dataset: Dataset, shuffle: bool) -> DataLoader:
+        sampler = cause_balanced_sampler(dataset.records) if shuffle and self.hparams.balance == "cause" else None
         return DataLoader(
             dataset,
             batch_size=self.hparams.batch_size,
-            shuffle=shuffle,
+            shuffle=shuffle and sampler is None,
+            sampler=sampler,
             num_workers=self.hparams.num_workers,
             collate_fn=ExplanationCollator(self.processor.tokenizer.pad_token_id),
             persistent_workers=self.hparams.num_workers > 0,
@@ -250,3 +255,11 @@ class ExplanationDataModule(L.LightningDataModule):
 
     def val_dataloader(self) -> DataLoader | list:
         return self._loader(self.val_set, shuffle=False) if self.val_set is not None else []
+
+
+def cause_balanced_sampler(records: Sequence[ExplanationRecord]) -> WeightedRandomSampler:
+    """Draws ``len(records)`` pairs with replacement, each cause (``record.cause``; none counts as one cause) with
+    the same total weight."""
+    counts = Counter(r.cause for r in records)
+    weights = torch.tensor([1.0 / counts[r.cause] for r in records], dtype=torch.double)
+    return WeightedRandomSampler(weights, num_samples=len(records), replacement=True)

@@ -285,3 +285,18 @@ def test_known_shift_answers_are_graded_field_by_field(tmp_path):
         assert fields["factor"] == record.cause and record.label != record.prediction
         assert f'"{fields["true"]}" a "{fields["pred"]}"' in record.prompt
         assert (int(fields["true"]), int(fields["pred"])) == (record.label, record.prediction)
+
+
+def test_cause_balanced_sampling_draws_every_cause_equally_often():
+    from datamodules.explanations.datamodule import cause_balanced_sampler
+
+    records = [ExplanationRecord(image=f"{i}.png", explanation="x", cause="color" if i < 90 else "angle")
+               for i in range(100)]  # fmt: skip
+    torch.manual_seed(0)
+    sampler = cause_balanced_sampler(records)
+    assert len(sampler) == 100
+    drawn = [records[i].cause for _ in range(100) for i in sampler]  # 10,000 draws
+    share = drawn.count("angle") / len(drawn)  # 10 % of the pairs, half of the draws
+    assert 0.45 < share < 0.55  # binomial sd 0.005: outside only with probability ~1e-23
+    weights = sampler.weights
+    assert weights[:90].sum().item() == pytest.approx(weights[90:].sum().item())  # exactly equal by construction
