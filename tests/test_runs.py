@@ -5,6 +5,8 @@ from __future__ import annotations
 import multiprocessing
 from pathlib import Path
 
+import pytest
+
 from nemo_train.runs import RunArgs, open_run
 from nemo_train.sharding import Ranks
 
@@ -31,6 +33,7 @@ def _open_together(out: Path, rank: int, barrier) -> None:
         pass
 
 
+@pytest.mark.slow  # several processes, many trials: the full suite's, not the fast lane's
 def test_ranks_opening_one_run_folder_at_once_all_open_it(tmp_path):
     """Every rank checks that the folder can be written (a probe file, created and removed) while rank 0 lists the
     folder to know later what the run wrote: a probe listed, then removed before it was looked at, must not

@@ -5,6 +5,8 @@ from __future__ import annotations
 import multiprocessing
 from pathlib import Path
 
+import pytest
+
 from nemo_train.store import write_bytes_atomic
 
 PAYLOAD = 1 << 20  # big enough that the writers' writes overlap
@@ -15,6 +17,7 @@ def _write_together(path: Path, barrier, mark: int) -> None:
     write_bytes_atomic(path, bytes([mark]) * PAYLOAD)
 
 
+@pytest.mark.slow  # several processes, many trials: the full suite's, not the fast lane's
 def test_processes_writing_one_file_at_once_each_leave_it_whole(tmp_path):
     """Two commands (or the ranks of one) filling one shared cache file at once (the tiktoken file in the system
     temp folder): each rename must move its own whole scratch file, none may truncate or rename another's."""

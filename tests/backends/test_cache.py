@@ -103,6 +103,7 @@ def _open_together(path: Path, barrier) -> None:
     ResponseCache(path).put("k", ["v"])
 
 
+@pytest.mark.slow  # several processes, many trials: the full suite's, not the fast lane's
 def test_processes_creating_one_cache_at_once_all_open_it(tmp_path):
     """The ranks of a run open the same new cache folder at the same moment: each must get the one file (not a
     file named like the folder), none may see the others' half-made file as damaged and move it aside."""
