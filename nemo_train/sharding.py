@@ -283,7 +283,8 @@ class ShardedResultStore:
         self.path, self.rank, self.world_size = Path(path), rank, world_size
         self.own = ResultStore(self.path if world_size == 1 else shard_path(self.path, rank))
         others = [self.path, *shard_paths(self.path)]
-        readers = [ResultStore(p) for p in others if p != self.own.path]
+        # other ranks may be appending to theirs: read them as they are, never cut a record being written as torn
+        readers = [ResultStore(p, repair=False) for p in others if p != self.own.path]
         self.records: dict[str, dict[str, Any]] = {}
         for store in [*readers, self.own]:  # this rank's own records win, as in a one-file store
             self.records.update(store.records)

@@ -190,10 +190,14 @@ class ResultStore:
 
     Args:
         path: the ``.jsonl`` file (created with its folder on the first append).
+        repair: cut a torn last line off the file (its writer, or the one process reading it once no one writes);
+            without it a reader of a file another process is appending to skips a last line without its newline,
+            which may be a record still being written, and leaves the file as it is.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, repair: bool = True) -> None:
         self.path = Path(path)
+        self.repair = repair
         if self.path.is_dir():
             raise UserInputError(f"result file {str(self.path)!r} is a folder; expected a file path")
         self.records: dict[str, dict[str, Any]] = {}
@@ -207,7 +211,7 @@ class ResultStore:
     def _load(self) -> None:
         data = self.path.read_bytes()
         complete = data.rfind(b"\n") + 1  # bytes up to and including the last newline
-        if complete < len(data):
+        if complete < len(data) and self.repair:
             self._cut(complete)
             log.warning(
                 "%s: cut a torn last line of %d bytes (a run was stopped while writing it)",

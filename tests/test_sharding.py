@@ -144,3 +144,39 @@ def test_two_processes_through_fabric_compute_each_item_once(tmp_path):
     assert {r["rank"] for r in rows} == {0, 1}
     assert {r["key"]: r["value"] for r in rows} == {f"e{i}": i * i for i in range(7)}
     assert shard_paths(out / "results.jsonl") == []
+
+
+def _append_records(path, barrier, done, count: int) -> None:
+    os.fsync = lambda fd: None  # this forked writer only: a fast disk, where appending is all the time it takes
+    store = ShardedResultStore(path, 0, 3)
+    barrier.wait()
+    for i in range(count):
+        store.append({"key": f"r{i}", "text": "x" * (1 << 18)})  # several pages: a reader may see half of one
+    done.set()
+
+
+def _reopen_until_done(path, rank: int, barrier, done) -> None:
+    store = ShardedResultStore(path, rank, 3)
+    barrier.wait()
+    while not done.is_set():
+        store = store.reopen()  # as after each target's barrier, while rank 0 has gone on appending
+
+
+def test_a_rank_reading_a_shard_being_appended_to_never_cuts_it(tmp_path):
+    """A rank reopening the store reads the other ranks' shards while they append: a record it sees half-written is
+    no torn tail of a killed run, and cutting it would lose a record its writer has stored."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    for trial in range(3):
+        path = tmp_path / f"run{trial}" / "results.jsonl"
+        barrier, done = context.Barrier(3), context.Event()
+        workers = [context.Process(target=_append_records, args=(path, barrier, done, 80))]
+        workers += [context.Process(target=_reopen_until_done, args=(path, rank, barrier, done)) for rank in (1, 2)]
+        for p in workers:
+            p.start()
+        for p in workers:
+            p.join(120)
+        assert [p.exitcode for p in workers] == [0, 0, 0], f"trial {trial}"
+        kept = sorted(ResultStore(shard_path(path, 0)).records, key=lambda k: int(k[1:]))
+        assert kept == [f"r{i}" for i in range(80)], f"trial {trial}: records of rank 0 cut by another rank"
