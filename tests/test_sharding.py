@@ -162,6 +162,7 @@ def _reopen_until_done(path, rank: int, barrier, done) -> None:
         store = store.reopen()  # as after each target's barrier, while rank 0 has gone on appending
 
 
+@pytest.mark.slow  # several processes, many records: the full suite's, not the fast lane's
 def test_a_rank_reading_a_shard_being_appended_to_never_cuts_it(tmp_path):
     """A rank reopening the store reads the other ranks' shards while they append: a record it sees half-written is
     no torn tail of a killed run, and cutting it would lose a record its writer has stored."""
