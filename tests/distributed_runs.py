@@ -16,7 +16,7 @@ from pathlib import Path
 
 import forked_commands
 
-from nemo_train.sharding import shard_paths
+from nemo_train.sharding import Ranks, shard_paths
 
 HOLD = Path(__file__).resolve().parent / "hold"
 
@@ -105,3 +105,20 @@ def run_in_process(command: list[str], cwd: Path, env: dict[str, str] | None = N
         finally:
             torch.set_num_threads(threads)
     return printed.getvalue()
+
+
+class FixedRanks(Ranks):
+    """Process ``rank`` of a run of ``world_size`` processes, without a launcher: for a test that plays each rank's
+    part itself (what the processes share is a folder or the work they split)."""
+
+    def __init__(self, rank: int, world_size: int) -> None:
+        super().__init__()
+        self._rank, self._world_size = rank, world_size
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def world_size(self) -> int:
+        return self._world_size

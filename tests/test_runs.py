@@ -6,30 +6,14 @@ import multiprocessing
 from pathlib import Path
 
 import pytest
+from distributed_runs import FixedRanks
 
 from nemo_train.runs import RunArgs, open_run
-from nemo_train.sharding import Ranks
-
-
-class _Rank(Ranks):
-    """Rank ``rank`` of ``world_size`` processes, without a launcher (the folder is all they share here)."""
-
-    def __init__(self, rank: int, world_size: int) -> None:
-        super().__init__()
-        self._rank, self._world_size = rank, world_size
-
-    @property
-    def rank(self) -> int:
-        return self._rank
-
-    @property
-    def world_size(self) -> int:
-        return self._world_size
 
 
 def _open_together(out: Path, rank: int, barrier) -> None:
     barrier.wait()
-    with open_run("toy", RunArgs(out_dir=str(out), device="cpu"), ranks=_Rank(rank, 3)):
+    with open_run("toy", RunArgs(out_dir=str(out), device="cpu"), ranks=FixedRanks(rank, 3)):
         pass
 
 

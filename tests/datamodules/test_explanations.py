@@ -300,3 +300,22 @@ def test_cause_balanced_sampling_draws_every_cause_equally_often():
     assert 0.45 < share < 0.55  # binomial sd 0.005: outside only with probability ~1e-23
     weights = sampler.weights
     assert weights[:90].sum().item() == pytest.approx(weights[90:].sum().item())  # exactly equal by construction
+
+
+def test_the_datamodule_draws_training_pairs_cause_balanced_only_when_asked(processor, pairs):
+    from torch.utils.data import RandomSampler, SequentialSampler, WeightedRandomSampler
+
+    def loaders(balance):
+        dm = ExplanationDataModule(TINY_MODEL, load_processor, train_jsonl=str(pairs["train"]),
+                                   val_jsonl=str(pairs["val"]), balance=balance)  # fmt: skip
+        dm.setup("fit")
+        return dm.train_dataloader().sampler, dm.val_dataloader().sampler, dm
+
+    train, val, dm = loaders("cause")
+    assert isinstance(train, WeightedRandomSampler) and isinstance(val, SequentialSampler)
+    causes = [r.cause for r in dm.train_set.records]
+    assert len(set(causes)) > 1
+    for cause in set(causes):  # every cause the same total weight
+        total = sum(w for w, c in zip(train.weights.tolist(), causes) if c == cause)
+        assert total == pytest.approx(1.0)
+    assert isinstance(loaders("none")[0], RandomSampler)

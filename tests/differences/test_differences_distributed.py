@@ -10,29 +10,13 @@ from pathlib import Path
 import lightning as L
 import pytest
 from differences_runs import run_differences
-from distributed_runs import printed_table
+from distributed_runs import FixedRanks, printed_table
 
 from nemo_train.differences.diff_model import DiffModel
 from nemo_train.differences.generators import CMNIST_SPACE, CMNISTGenerator
 from nemo_train.differences.models import SpecClassifier
 from nemo_train.models import ClassifierModule
 from nemo_train.sharding import Ranks
-
-
-class RankOf(Ranks):
-    """One process's view of a run of ``world_size`` processes (only its share of a sweep is measured)."""
-
-    def __init__(self, rank: int, world_size: int) -> None:
-        super().__init__()
-        self._rank, self._world_size = rank, world_size
-
-    @property
-    def rank(self) -> int:
-        return self._rank
-
-    @property
-    def world_size(self) -> int:
-        return self._world_size
 
 
 def test_shares_of_a_sweep_are_disjoint_and_equal_the_whole_sweep(tmp_path):
@@ -43,7 +27,7 @@ def test_shares_of_a_sweep_are_disjoint_and_equal_the_whole_sweep(tmp_path):
     generator, conditions = CMNISTGenerator(), CMNIST_SPACE.grid()[::13]
     whole = DiffModel(*pair, generator, n=3, images_per_batch=300, ranks=Ranks())  # one chunk of 100 conditions
     values = {o.condition: (o.acc_a, o.acc_b) for o in whole.observe(conditions)}
-    shares = [DiffModel(*pair, generator, n=3, images_per_batch=12, ranks=RankOf(r, 2)) for r in (0, 1)]
+    shares = [DiffModel(*pair, generator, n=3, images_per_batch=12, ranks=FixedRanks(r, 2)) for r in (0, 1)]
     measured = [share._measure(conditions, per_chunk=4) for share in shares]  # other batches, other neighbours
     assert [len(m) for m in measured] == [50, 50] and not set(measured[0]) & set(measured[1])
     assert {**measured[0], **measured[1]} == {whole._key(c): v for c, v in values.items()}
