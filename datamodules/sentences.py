@@ -91,9 +91,11 @@ def format_answer(hypothesis: str, edit: Any, vocabulary: Mapping[str, Sequence]
     return json.dumps({"cause_of_error": text}, ensure_ascii=False)
 
 
-#: What a teacher's sentence asserts about the image: the factor and its value (``values``: ``because of the green
-#: colour``) or the factor alone (``factor``: ``because of its colour``; the edit still names the value that fixes it).
-Claims = Literal["values", "factor"]
+#: What a teacher's sentence asserts: the classes, the factor and its value (``values``: ``because of the green
+#: colour``), the classes and the factor alone (``factor``: ``because of its colour``; the edit still names the value
+#: that fixes it), or the factor alone (``cause``: ``The classifier erred because of its colour.``: no restating of
+#: the classes the question gives, which a small student can copy wrongly).
+Claims = Literal["values", "factor", "cause"]
 
 
 def hypothesis_sentence(
@@ -102,11 +104,14 @@ def hypothesis_sentence(
     """A sentence naming the classes and what the edit changes, the value as the vocabulary names it:
     ``The classifier read this 3 as a 8 because of the green colour.`` (``the -45 degree rotation``, ``the
     stripes background``, ``the small size``); written by the exhaustive teacher, whose finding is the edit.
-    ``claims="factor"`` names the factor without its value (``because of its colour``).
+    ``claims="factor"`` names the factor without its value (``because of its colour``); ``claims="cause"`` the
+    factor alone, without the classes either (``The classifier erred because of its colour.``).
 
     The classes come first, so an explainer copies them from its question at a fixed distance."""
     attribute = edit["attribute"]
     word = ATTRIBUTE_WORDS.get(attribute, attribute)
+    if claims == "cause":
+        return f"The classifier erred because of its {word}."
     true, pred = class_names[sample.label], class_names[sample.prediction]
     if claims == "factor":
         return f"The classifier read this {true} as a {pred} because of its {word}."

@@ -93,6 +93,9 @@ def test_constant_sentence_is_wrong_about_this_image_and_the_teacher_is_right():
         # names the factor, asserts nothing checkable
         ("The colour confuses the classifier.", "color", (1.0, None)),
         ("The colour confuses the classifier.", "style", (0.0, None)),
+        # the factor-alone answer of distillation (claims: cause): blames its factor, nothing checkable
+        ("The classifier erred because of its colour. Edit: color -> red", "color", (1.0, None)),
+        ("The classifier erred because of its size. Edit: scale -> normal", "color", (0.0, None)),
         # only the edit names a factor
         ("The classifier got it wrong. Edit: style -> solid", "style", (1.0, None)),
         ("The classifier got it wrong. Edit: style -> solid", "color", (0.0, None)),

@@ -138,7 +138,9 @@ def distill_teacher(
             what the classifier expects of that class).
         claims: what the pairs' answers assert about the image: the cause's factor and its value as the teacher
             wrote them (``values``: ``because of the -45 degree rotation``) or the factor alone (``factor``:
-            ``because of its rotation``; the edit line is the same), for a student that cannot read every value.
+            ``because of its rotation``; the edit line is the same), for a student that cannot read every value, or
+            the factor without the classes the question gives (``cause``: ``The classifier erred because of its
+            rotation.``), for a student that copies them wrongly.
         val_fraction: share of kept errors whose pairs go to ``val.jsonl``.
         error_batch: errors the teacher labels together (one batched request per stage with an MLLM); the
             labels do not depend on it unless a local model samples the hypotheses.

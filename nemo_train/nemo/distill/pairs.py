@@ -65,7 +65,8 @@ def pairs_from_labels(
     each reference shares with the error (``typical``: none; ``without <factor>``: a leave-one-trait-out reference)
     and the classifier's readings, never shown to a student. ``evidence_view``: which references and question
     (default: one exemplar's single-trait references). ``claims``: the answers as the teacher wrote them
-    (``values``) or naming the cause's factor without its value (``factor``; attribute edits only).
+    (``values``), naming the cause's factor without its value (``factor``), or the factor alone, without the
+    classes (``cause``); the last two for attribute edits only.
     """
     if "evidence" in views:
         for group in groups:
@@ -117,12 +118,13 @@ def pairs_from_labels(
 
 
 def _answer(label: dict[str, Any], sample: Any, bench: NemoBenchmark, claims: Claims) -> str:
-    """The pair's target answer: the teacher's, or (``factor``) its sentence naming the factor without the value."""
+    """The pair's target answer: the teacher's, or (``factor`` / ``cause``) its sentence naming the factor without
+    the value (and, for ``cause``, without the classes)."""
     if claims == "values":
         return label["answer"]
     edit = label["edit"]
     if not isinstance(edit, dict) or sample.attrs is None:
-        raise UserInputError("claims: factor needs attribute edits (the exhaustive teacher on generated data)")
+        raise UserInputError(f"claims: {claims} needs attribute edits (the exhaustive teacher on generated data)")
     obj = (bench.cause or {}).get("object", "object")
-    text = hypothesis_sentence(sample, edit, bench.vocabulary, bench.class_names, obj, claims="factor")
+    text = hypothesis_sentence(sample, edit, bench.vocabulary, bench.class_names, obj, claims=claims)
     return format_answer(text, edit, bench.vocabulary)

@@ -191,10 +191,16 @@ def test_factor_claims_name_the_cause_without_its_value_and_keep_the_edit(shifts
         "cause_of_error": "The classifier read this 3 as a 8 because of its colour. Edit: color -> white"
     }
     assert factor[0].prompt == as_written[0].prompt  # only the answer changes
+    cause = read_records(pairs_from_labels(group, tmp_path / "d", ["error"], 0.0, 0, claims="cause")["train"])
+    assert json.loads(cause[0].explanation) == {  # no classes to copy wrongly
+        "cause_of_error": "The classifier erred because of its colour. Edit: color -> white"
+    }
+    assert cause[0].prompt == as_written[0].prompt
     scitx = [{**label, "edit": "make the digit white"}]  # an instruction, not an attribute edit: no factor to name
-    with pytest.raises(UserInputError, match="claims: factor needs attribute edits"):
-        pairs_from_labels([LabelledErrors("c", scitx, group[0].benchmark, ColourBlind())], tmp_path / "c", ["error"],
-                          0.0, 0, claims="factor")  # fmt: skip
+    for claims in ("factor", "cause"):
+        with pytest.raises(UserInputError, match=f"claims: {claims} needs attribute edits"):
+            pairs_from_labels([LabelledErrors("c", scitx, group[0].benchmark, ColourBlind())], tmp_path / "c",
+                              ["error"], 0.0, 0, claims=claims)  # fmt: skip
 
 
 def _adapter(folder: Path, pairs: Path | None) -> Path:
