@@ -6,7 +6,8 @@ per error a row setting, so that a reader can see what each test buys:
 
 * ``edits: 0`` is the student's one greedy answer (no test; its edit is applied only to *score* it);
 * ``edits: e`` asks the greedy answer and ``samples`` sampled ones, keeps the *distinct* hypotheses (two answers
-  whose edits change the same factor are one hypothesis; greedy first, then in sampled order), tests the first
+  whose edits change the same factor are one hypothesis; an edit to the value the image already has is none;
+  greedy first, then in sampled order), tests the first
   ``e`` of them and answers the confirmed one whose edit raised ``P(true class)`` most. A test confirms its
   hypothesis when its CEI reaches ``accept_cei`` (``accept: cei``) or when the edited image is read as the true
   class (``accept: true_class``, the benchmark's definition of a cause). When no test confirms and an untested
@@ -59,13 +60,14 @@ class ErrorQuestions:
 def distinct_hypotheses(
     scorer: CounterfactualScorer, sample: ErrorSample, answers: Sequence[str], class_names: Sequence[str]
 ) -> list[str]:
-    """The answers whose edit changes a factor no earlier answer's edit changes, in order (answers with no
-    derivable edit are dropped: there is nothing to test or to score)."""
+    """The answers whose edit changes a factor no earlier answer's edit changes, in order. Answers with no
+    derivable edit are dropped (there is nothing to test or to score), and so are attribute edits that set the value
+    the image already has (known for generated data): such an edit leaves the image as it is and tests nothing."""
     if not answers:
         return []
     seen, out = set(), []
     for answer, instruction in zip(answers, scorer.deriver.derive(sample, list(answers), class_names)):
-        if instruction is None:
+        if instruction is None or _leaves_unchanged(sample, instruction):
             continue
         # one factor is one hypothesis (a restoring edit's value comes from the sentence or its Edit: line)
         key = instruction.get("attribute") if isinstance(instruction, dict) else repr(instruction)
@@ -73,6 +75,14 @@ def distinct_hypotheses(
             seen.add(key)
             out.append(answer)
     return out
+
+
+def _leaves_unchanged(sample: ErrorSample, instruction: Any) -> bool:
+    """Whether an attribute edit sets the value the image already has (``False`` when either is unknown)."""
+    if not isinstance(instruction, dict) or not sample.attrs or "value" not in instruction:
+        return False
+    attribute = instruction.get("attribute")
+    return attribute in sample.attrs and sample.attrs[attribute] == instruction["value"]
 
 
 class BudgetExplainer:

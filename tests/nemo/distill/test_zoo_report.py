@@ -123,6 +123,21 @@ def test_the_student_spends_its_edits_on_distinct_hypotheses(edits, answer, test
         assert found.candidates == ["color a", "style b", "angle d", "scale e"]
 
 
+def test_an_edit_to_the_value_the_image_already_has_is_no_test():
+    # the image is already upright: "angle" restores nothing, so the budget of one goes to the next hypothesis
+    backend = _Backend("angle d", ["angle d", "style b"])
+    scorer = _Scorer({"style": 60.0, "angle": 90.0})
+    scorer.derive = lambda sample, texts, names: [{"attribute": t.split()[0], "value": 0} for t in texts]
+    explainer = BudgetExplainer(backend, _Questions(), scorer, 1, 2, 1.0, 20.0, "s")
+    upright = ErrorSample("e", torch.zeros(3, 4, 4), 3, 8, {"angle": 0, "style": 2})
+    (found,) = explainer.explain_batch([upright], SimpleNamespace(class_names=list("0123456789")))
+    assert scorer.tested == [["style b"]] and found.text == "style b" and found.candidates == ["style b"]
+    scorer.tested.clear()  # turned: the angle edit changes the image and is tested first
+    turned = ErrorSample("e", torch.zeros(3, 4, 4), 3, 8, {"angle": 2, "style": 2})
+    explainer.explain_batch([turned], SimpleNamespace(class_names=list("0123456789")))
+    assert scorer.tested == [["angle d"]]
+
+
 @pytest.mark.parametrize(("edits", "answer"), [(1, "style b"), (2, "style b"), (4, "style b")])
 def test_a_true_class_test_confirms_the_edit_that_makes_the_classifier_right(edits, answer):
     # angle earns more CEI (90) but only the style edit makes the classifier read the true class: the cause
