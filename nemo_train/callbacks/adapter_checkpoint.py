@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 
@@ -20,15 +20,32 @@ class AdapterCheckpoint(L.Callback):
     read at save time, peft's lookup of a ``modules_to_save`` copy was an FSDP collective on rank 0 alone, and
     the run hung at its first checkpoint).
 
+    With ``monitor`` the adapter written at the end of fit is the one of the validation with the best value of
+    that metric (kept in CPU memory meanwhile), not the last: the best of the run by a held-out check, e.g.
+    ``val/answer_acc`` (:class:`~nemo_train.explainer.accuracy.AnswerAccuracyCallback`). A validation that did not
+    log the metric is skipped; when none did, the last weights are written.
+
     Args:
         dirpath: the adapter folder.
         on_checkpoint: also write it whenever a Lightning checkpoint is saved (else at the end of fit only).
+        monitor: a logged validation metric choosing the adapter written at the end of fit (``None``: the last).
+        mode: whether the metric is best at its largest (``max``) or smallest (``min``).
     """
 
-    def __init__(self, dirpath: str | None = None, on_checkpoint: bool = True) -> None:
+    def __init__(
+        self,
+        dirpath: str | None = None,
+        on_checkpoint: bool = True,
+        monitor: str | None = None,
+        mode: Literal["max", "min"] = "max",
+    ) -> None:
         self.dirpath = dirpath
         self.on_checkpoint = on_checkpoint
+        self.monitor, self.mode = monitor, mode
         self.last_path: Path | None = None
+        self.best_value: float | None = None
+        self.best_step: int | None = None
+        self._best_state: dict[str, Any] | None = None
 
     def adapter_dir(self, trainer: L.Trainer) -> Path:
         return Path(self.dirpath) if self.dirpath else Path(trainer.default_root_dir) / "adapter"
@@ -42,5 +59,19 @@ class AdapterCheckpoint(L.Callback):
             return
         self._write(trainer, pl_module, gather_trainable_state(trainer, pl_module))
 
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.monitor is None or trainer.sanity_checking or self.monitor not in trainer.callback_metrics:
+            return
+        value = float(trainer.callback_metrics[self.monitor])  # the same on every rank (synced by its metric)
+        better = self.best_value is None or (value > self.best_value if self.mode == "max" else value < self.best_value)
+        if better:
+            state = gather_trainable_state(trainer, pl_module)  # every rank takes part; rank 0 keeps a copy
+            if trainer.is_global_zero:
+                self._best_state = {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
+            self.best_value, self.best_step = value, trainer.global_step
+
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.best_step is not None:
+            self._write(trainer, pl_module, self._best_state or {})
+            return
         self._write(trainer, pl_module, gather_trainable_state(trainer, pl_module))

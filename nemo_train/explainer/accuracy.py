@@ -3,6 +3,8 @@ explanations (stage 2)."""
 
 from __future__ import annotations
 
+import math
+import warnings
 from collections.abc import Sequence
 
 import lightning as L
@@ -46,6 +48,14 @@ class _HeldOutAccuracy(L.Callback):
     def headline(self, result: dict[str, float]) -> float:
         raise NotImplementedError
 
+    def computed(self) -> dict[str, float]:
+        """Each grade's mean over the graded answers (a grade no answer had is left out), then reset."""
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*compute.*before the ``update``")
+            computed = self.accuracy.compute()  # every grade on every rank: the sync is collective
+        self.accuracy.reset()
+        return {name: float(value) for name, value in computed.items() if not math.isnan(float(value))}
+
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking or (trainer.current_epoch + 1) % self.every_n_epochs:
             return
@@ -68,8 +78,7 @@ class _HeldOutAccuracy(L.Callback):
         for record, text in zip(mine, texts):
             for name, hit in self.grade(record, text).items():
                 self.accuracy[name].update(torch.tensor(float(hit), device=pl_module.device))
-        result = {name: float(value) for name, value in self.accuracy.compute().items()}
-        self.accuracy.reset()
+        result = self.computed()
         result["average"] = self.headline(result)
         self.last_result = result
         for name, value in result.items():
@@ -124,8 +133,10 @@ class AnswerAccuracyCallback(_HeldOutAccuracy):
     (:func:`datamodules.explanations.shift_pairs.score_answer`).
 
     Logs ``val/answer_acc`` (all of factor, value and classes right) and ``val/answer_acc/<grade>`` for
-    ``factor``, ``value``, ``classes`` and ``exact``. Only held-out pairs whose reference is a structured
-    answer with an attribute edit are scored.
+    ``factor``, ``value``, ``classes`` and ``exact``. A reference that names no value (the teacher's ``factor`` or
+    ``cause`` claims: ``The classifier erred because of its style. Edit: style -> solid``) is graded on the factor
+    (its edit's attribute) and the exact text only, and over such pairs ``val/answer_acc`` is the factor's
+    accuracy. Only held-out pairs whose reference is a structured answer with an attribute edit are scored.
 
     Args:
         every_n_epochs: run after every n-th validation.
@@ -137,15 +148,14 @@ class AnswerAccuracyCallback(_HeldOutAccuracy):
     grades = ("factor", "value", "classes", "all", "exact")
 
     def usable(self, records: Sequence[ExplanationRecord]) -> list[ExplanationRecord]:
-        out = []
-        for record in records:
-            fields = answer_fields(record.explanation or "")
-            if fields["factor"] is not None and fields["value"] is not None:
-                out.append(record)
-        return out
+        return [r for r in records if answer_fields(r.explanation or "")["factor"] is not None]
 
     def grade(self, record: ExplanationRecord, text: str) -> dict[str, bool]:
-        return score_answer(text, record.explanation or "")
+        reference = record.explanation or ""
+        if answer_fields(reference)["value"] is not None:
+            return score_answer(text, reference)
+        said = answer_fields(text)["factor"]
+        return {"factor": said == answer_fields(reference)["factor"], "exact": text.strip() == reference.strip()}
 
     def headline(self, result: dict[str, float]) -> float:
-        return result.pop("all")
+        return result.pop("all") if "all" in result else result["factor"]

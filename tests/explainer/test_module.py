@@ -186,3 +186,34 @@ def test_a_resumed_run_with_a_longer_schedule_trains_at_the_new_schedules_rate(s
     assert all(not torch.equal(before[n], after[n].detach()) for n in before)  # every trained weight moved
     # steps 2 and 3 of a 4-step decay: 2/4 and 1/4 of the rate; the rate after the last step is 0
     assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.0)
+
+
+class _ScriptedCheck(L.Callback):
+    """Logs a scripted held-out metric at each validation and keeps the trainable weights it was logged for."""
+
+    def __init__(self, values: list[float]) -> None:
+        self.values, self.states = values, []
+
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        if trainer.sanity_checking:
+            return
+        pl_module.log("val/check", self.values[len(self.states)])
+        self.states.append({n: p.detach().clone() for n, p in pl_module.named_parameters() if p.requires_grad})
+
+
+def test_a_monitored_adapter_is_the_best_validations_not_the_last(six_cause_pairs, tmp_path):
+    from safetensors.torch import load_file
+
+    from nemo_train.explainer.distributed import clean_name
+
+    module = ExplainerModule(lr=5e-3, modules_to_save=["lm_head"])
+    scripted, best = _ScriptedCheck([0.2, 0.9, 0.5]), AdapterCheckpoint(monitor="val/check", on_checkpoint=False)
+    _fit(module, six_cause_pairs, steps=6, root=tmp_path, callbacks=[scripted, best], val_check_interval=2,
+         check_val_every_n_epoch=None, enable_checkpointing=False)  # fmt: skip
+    assert len(scripted.states) == 3 and best.best_step == 4 and best.best_value == pytest.approx(0.9)
+    written = load_file(tmp_path / "adapter" / "adapter_model.safetensors")
+    for name, state in (("second", scripted.states[1]), ("last", scripted.states[2])):
+        module.save_adapter(tmp_path / name, state_dict={clean_name(k): v for k, v in state.items()})
+    second, last = (load_file(tmp_path / n / "adapter_model.safetensors") for n in ("second", "last"))
+    assert written.keys() == second.keys() and all(torch.equal(written[k], second[k]) for k in written)
+    assert not all(torch.equal(written[k], last[k]) for k in written)  # the run went on past its best

@@ -135,12 +135,12 @@ def test_distill_teacher_with_a_failing_endpoint_names_the_backend_failure(model
     assert "min_cei" not in str(caught.value)
 
 
-def test_distill_eval_rows_are_recomputed_when_the_student_adapter_is_replaced(model_a_checkpoint, tmp_path):
+def test_distill_eval_recomputes_the_student_rows_alone_when_its_adapter_is_replaced(model_a_checkpoint, tmp_path):
     import torch
 
     from nemo_train.explainer import ExplainerModule
     from nemo_train.models.vlm import materialize_tiny
-    from nemo_train.nemo.distill.rows import StudentGreedy
+    from nemo_train.nemo.distill.rows import KnownCause, StudentGreedy
     from nemo_train.nemo.distill.student_eval import distill_eval
 
     base = materialize_tiny(tmp_path / "tiny")
@@ -153,7 +153,7 @@ def test_distill_eval_rows_are_recomputed_when_the_student_adapter_is_replaced(m
 
     def run(out: str) -> list[dict]:
         result = distill_eval(
-            student=folder, targets=[model_a_checkpoint], methods=[StudentGreedy()], n=2, test_styles=1,
+            student=folder, targets=[model_a_checkpoint], methods=[StudentGreedy(), KnownCause()], n=2, test_styles=1,
             error_batch=2, max_new_tokens=4, out_dir=str(tmp_path / out),
         )  # fmt: skip
         return [json.loads(line) for line in Path(result["results"]).read_text().splitlines()]
@@ -162,9 +162,12 @@ def test_distill_eval_rows_are_recomputed_when_the_student_adapter_is_replaced(m
     first = run("eval")
     folder = save_student(1)  # another adapter behind the same path
     again = run("eval")
-    assert len(again) == 2 * len(first)  # every row computed again, none resumed
-    digests = {r["settings"]["student_sha256"] for r in again}
-    assert len(digests) == 2 and again[-1]["settings"]["student_sha256"] == path_digest(folder)
+    student_rows = [r for r in again if r["method"].startswith("Student")]
+    assert len(again) == len(first) + len(student_rows) // 2  # the student's rows computed again, none else
+    digests = {r["settings"]["student_sha256"] for r in student_rows}
+    assert len(digests) == 2 and student_rows[-1]["settings"]["student_sha256"] == path_digest(folder)
+    # the rows that never ask the student (KnownCause, Constant) are resumed, and carry no student settings
+    assert all("student_sha256" not in r["settings"] for r in again if not r["method"].startswith("Student"))
 
 
 @pytest.fixture(scope="module")

@@ -215,13 +215,14 @@ def distill_eval(
             "editor": editor.settings() if folder else None,
             **training.settings,
         }
+        # rows that never ask the student (teacher, known cause, trivial rows) are kept when only the student changes
+        without_student = {k: v for k, v in shared.items() if k not in ("student", "student_sha256")}
         for row in rows:
             method, scorer = row.build(ctx)
-            job = TargetJob(
-                target_name, bench, scorer, panel, [(method, flatten({**shared, "method": row.settings()}))]
-            )
+            settings = flatten({**(shared if row.uses_student else without_student), "method": row.settings()})
+            job = TargetJob(target_name, bench, scorer, panel, [(method, settings)])
             run_target(job, store, progress, show_bar=ranks.is_main, batch_size=error_batch, shard=ranks.shard)
-        store, constant = _constant_row(store, progress, TargetJob(target_name, bench, structured, panel, []), shared,
+        store, constant = _constant_row(store, progress, TargetJob(target_name, bench, structured, panel, []), without_student,
                                         constant, folder)  # fmt: skip
     ranks.barrier()
     if not ranks.is_main:
