@@ -11,8 +11,8 @@ import wandb
 from lightning.pytorch.loggers import WandbLogger
 from torchmetrics import MeanMetric, MetricCollection
 
-from datamodules.explanations import question_for, to_pil
-from nemo_train.explainer.lockstep import explain_in_lockstep
+from datamodules.explanations import to_pil
+from nemo_train.explainer.lockstep import answer_held_out
 from nemo_train.vocabulary import CAUSES, predicted_cause
 
 #: what grades an explanation here (in the W&B table's column title)
@@ -68,20 +68,8 @@ class ExplanationAccuracyCallback(L.Callback):
         if not records:
             return
         mine = records[trainer.global_rank :: trainer.world_size]
-        settings = pl_module.prompting or {}
-        use_cf = bool(settings.get("use_counterfactual"))
         # under FSDP / ZeRO-3 every rank takes part in the same number of sharded generate calls
-        texts = explain_in_lockstep(
-            trainer,
-            pl_module,
-            [r.image for r in mine],
-            prompts=[question_for(r, use_cf, None, settings.get("prompt")) for r in mine],
-            counterfactuals=[r.counterfactual for r in mine]
-            if use_cf and all(r.counterfactual for r in mine)
-            else None,
-            max_new_tokens=self.max_new_tokens,
-            batch_size=self.batch_size,
-        )
+        texts = answer_held_out(trainer, pl_module, mine, self.max_new_tokens, self.batch_size)
         correct = [predicted_cause(t, self.causes) == r.cause for r, t in zip(mine, texts)]
         self.accuracy = self.accuracy.to(pl_module.device)
         for record, hit in zip(mine, correct):

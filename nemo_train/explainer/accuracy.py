@@ -11,10 +11,10 @@ import lightning as L
 import torch
 from torchmetrics import MeanMetric, MetricCollection
 
-from datamodules.explanations import ExplanationRecord, question_for
+from datamodules.explanations import ExplanationRecord
 from datamodules.explanations.caption_pairs import CaptionFacts, caption_references, facts_named, parse_caption
 from datamodules.explanations.shift_pairs import answer_fields, score_answer
-from nemo_train.explainer.lockstep import explain_in_lockstep
+from nemo_train.explainer.lockstep import answer_held_out
 
 
 class _HeldOutAccuracy(L.Callback):
@@ -64,16 +64,8 @@ class _HeldOutAccuracy(L.Callback):
         if not records:
             return
         mine = records[trainer.global_rank :: trainer.world_size]
-        settings = pl_module.prompting or {}
-        # under FSDP / ZeRO-3 every rank takes part in the same number of sharded generate calls
-        texts = explain_in_lockstep(
-            trainer,
-            pl_module,
-            [r.image for r in mine],
-            prompts=[question_for(r, False, None, settings.get("prompt")) for r in mine],
-            max_new_tokens=self.max_new_tokens,
-            batch_size=self.batch_size,
-        )
+        # as trained (the evidence montage beside the error); under FSDP / ZeRO-3 in lockstep across ranks
+        texts = answer_held_out(trainer, pl_module, mine, self.max_new_tokens, self.batch_size)
         self.accuracy = self.accuracy.to(pl_module.device)
         for record, text in zip(mine, texts):
             for name, hit in self.grade(record, text).items():

@@ -15,6 +15,7 @@ import lightning as L
 import torch
 import torch.distributed as dist
 
+from datamodules.explanations import question_for
 from nemo_train.explainer.distributed import generation_context, lockstep
 from nemo_train.explainer.generation import generate_explanations
 
@@ -100,3 +101,26 @@ def explain_in_lockstep(
         return run_in_lockstep(
             images, prompts, generate, batch_size, synced, dummy, counterfactuals, device=pl_module.device
         )
+
+
+def answer_held_out(
+    trainer: L.Trainer | None,
+    pl_module: L.LightningModule,
+    records: Sequence[Any],
+    max_new_tokens: int = 48,
+    batch_size: int = 8,
+) -> list[str]:
+    """Greedy answers to held-out pairs (``ExplanationRecord``), asked as the explainer was trained: the record's
+    question (or the trained prompt) and, for an explainer trained with counterfactuals when every record has one,
+    the counterfactual beside the image (the evidence view's montage). Call it on every rank, with its share."""
+    settings = getattr(pl_module, "prompting", None) or {}
+    use_cf = bool(settings.get("use_counterfactual")) and all(r.counterfactual for r in records)
+    return explain_in_lockstep(
+        trainer,
+        pl_module,
+        [r.image for r in records],
+        prompts=[question_for(r, use_cf, None, settings.get("prompt")) for r in records],
+        counterfactuals=[r.counterfactual for r in records] if use_cf else None,
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+    )
