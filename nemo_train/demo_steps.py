@@ -247,7 +247,7 @@ STEPS: list[Step] = [
             "--model.init_args.adapter={outputs[captions]}/adapter",
             "--data.init_args.train_jsonl={outputs[distill_teacher]}/pairs/train.jsonl",
             "--data.init_args.val_jsonl={outputs[distill_teacher]}/pairs/val.jsonl",
-            "--trainer.max_steps=60",  # the preset's 800 at full size
+            "--trainer.max_steps=60",  # the preset's 1200 at full size
             "--trainer.val_check_interval=60",
         ],
         fast=["--trainer.max_steps=4"],
