@@ -41,6 +41,8 @@ from nemo_train.scoring.structured import DISTILL_PROMPT
 #: Who reads the evidence references: the classifier under explanation, or a training-zoo member (a control).
 EvidenceReader = Literal["target", "training_member"]
 Acceptance = Literal["cei", "true_class"]
+#: When two proposed edits are one hypothesis: when they change the same factor, or only when they are equal.
+Distinctness = Literal["factor", "edit"]
 
 
 class ErrorQuestions:
@@ -58,9 +60,14 @@ class ErrorQuestions:
 
 
 def distinct_hypotheses(
-    scorer: CounterfactualScorer, sample: ErrorSample, answers: Sequence[str], class_names: Sequence[str]
+    scorer: CounterfactualScorer,
+    sample: ErrorSample,
+    answers: Sequence[str],
+    class_names: Sequence[str],
+    distinct: Distinctness = "factor",
 ) -> list[str]:
-    """The answers whose edit changes a factor no earlier answer's edit changes, in order. Answers with no
+    """The answers whose edit changes a factor no earlier answer's edit changes (``distinct: edit``: whose edit no
+    earlier answer's edit equals, so another value of a factor is another hypothesis), in order. Answers with no
     derivable edit are dropped (there is nothing to test or to score), and so are attribute edits that set the value
     the image already has (known for generated data): such an edit leaves the image as it is and tests nothing."""
     if not answers:
@@ -70,7 +77,8 @@ def distinct_hypotheses(
         if instruction is None or _leaves_unchanged(sample, instruction):
             continue
         # one factor is one hypothesis (a restoring edit's value comes from the sentence or its Edit: line)
-        key = instruction.get("attribute") if isinstance(instruction, dict) else repr(instruction)
+        by_factor = distinct == "factor" and isinstance(instruction, dict)
+        key = instruction.get("attribute") if by_factor else repr(instruction)
         if key not in seen:
             seen.add(key)
             out.append(answer)
@@ -101,11 +109,12 @@ class BudgetExplainer:
         seed: int = 0,
         accept: Acceptance = "cei",
         target=None,
+        distinct: Distinctness = "factor",
     ) -> None:
         if accept == "true_class" and target is None:
             raise ValueError("accept='true_class' needs the classifier (target)")
         self.backend, self.questions, self.scorer, self.name = backend, questions, scorer, name
-        self.accept, self.target = accept, target
+        self.accept, self.target, self.distinct = accept, target, distinct
         self.edits, self.samples, self.temperature, self.accept_cei, self.seed = (
             edits, samples, temperature, accept_cei, seed,
         )  # fmt: skip
@@ -125,7 +134,7 @@ class BudgetExplainer:
         return [self._choose(s, g + a, names) for s, g, a in zip(samples, greedy, sampled)]
 
     def _choose(self, sample: ErrorSample, answers: list[str], names: Sequence[str]) -> Explanation:
-        hypotheses = distinct_hypotheses(self.scorer, sample, answers, names)
+        hypotheses = distinct_hypotheses(self.scorer, sample, answers, names, self.distinct)
         tested = hypotheses[: self.edits]
         trials: list[Trial] = self.scorer.score(sample, tested, names) if tested else []
         if not trials:
@@ -167,6 +176,9 @@ class StudentEdits(DistillMethod):
         evidence_reader: who reads the references: the classifier under explanation (``target``) or, as a
             classifier-blind control, a member of the training zoo (``training_member``: the one at the run's seed,
             the same for every target), so the student is shown evidence about a classifier that made no such error.
+        distinct: which proposed edits are different hypotheses: those changing different factors (``factor``), or
+            any two different edits (``edit``: the student's other values of a factor are tested too, and the one
+            raising ``P(true class)`` most is kept).
     """
 
     def __init__(
@@ -179,11 +191,13 @@ class StudentEdits(DistillMethod):
         accept: Acceptance = "cei",
         evidence: EvidenceView | None = None,
         evidence_reader: EvidenceReader = "target",
+        distinct: Distinctness = "factor",
     ) -> None:
         self.edits, self.view, self.samples, self.temperature, self.accept_cei = (
             edits, view, samples, temperature, accept_cei,
         )  # fmt: skip
         self.accept, self.evidence, self.evidence_reader = accept, evidence or EvidenceView(), evidence_reader
+        self.distinct = distinct
 
     @property
     def name(self) -> str:
@@ -194,6 +208,8 @@ class StudentEdits(DistillMethod):
         )
         if self.evidence_reader != "target":
             suffix += ", another classifier's evidence"
+        if self.distinct != "factor":
+            suffix += ", distinct edits"
         return f"Student ({self.edits} edit{'' if self.edits == 1 else 's'}{suffix})"
 
     def build(self, ctx: DistillContext) -> tuple[Method, CounterfactualScorer]:
@@ -204,7 +220,7 @@ class StudentEdits(DistillMethod):
             questions = ErrorQuestions(ctx.benchmark)
         method = BudgetExplainer(
             ctx.student, questions, ctx.structured, self.edits, self.samples, self.temperature, self.accept_cei,
-            self.name, seed=ctx.seed, accept=self.accept, target=ctx.target,
+            self.name, seed=ctx.seed, accept=self.accept, target=ctx.target, distinct=self.distinct,
         )  # fmt: skip
         return method, ctx.structured
 
@@ -214,6 +230,7 @@ class StudentEdits(DistillMethod):
             found.update(samples=self.samples, temperature=self.temperature, accept_cei=self.accept_cei)
         found |= {"accept": self.accept} if self.accept != "cei" else {}
         found |= {"evidence_reader": self.evidence_reader} if self.evidence_reader != "target" else {}
+        found |= {"distinct": self.distinct} if self.distinct != "factor" else {}
         return found | ({"evidence": self.evidence.settings()} if self.evidence.settings() else {})
 
 

@@ -138,6 +138,33 @@ def test_an_edit_to_the_value_the_image_already_has_is_no_test():
     assert scorer.tested == [["angle d"]]
 
 
+class _ValueScorer(_Scorer):
+    """``"<factor> <value>"`` implies setting that factor to that value; each edit has a fixed CEI."""
+
+    def derive(self, sample, texts, names):
+        return [{"attribute": t.split()[0], "value": t.split()[1]} for t in texts]
+
+    def score(self, sample, texts, names):
+        self.tested.append(list(texts))
+        return [Trial(t, self.derive(sample, [t], names)[0], 0.0, self.cei[t] / 100) for t in texts]
+
+
+@pytest.mark.parametrize(("distinct", "tested", "answer"), [
+    ("factor", [["color white", "style solid"]], "color white"),  # one colour hypothesis: white, as proposed first
+    ("edit", [["color white", "color red"]], "color red"),  # the student's other colour tested too: red kept
+])  # fmt: skip
+def test_distinct_edits_test_another_value_of_a_factor(distinct, tested, answer):
+    backend = _Backend("color white", ["color white", "color red", "style solid"])
+    scorer = _ValueScorer({"color white": 30.0, "color red": 45.0, "style solid": 25.0})
+    explainer = BudgetExplainer(backend, _Questions(), scorer, 2, 3, 1.0, 20.0, "s", distinct=distinct)
+    sample = ErrorSample("e", torch.zeros(3, 4, 4), 3, 8, {"color": "green", "style": "dotted"})
+    (found,) = explainer.explain_batch([sample], SimpleNamespace(class_names=list("0123456789")))
+    assert scorer.tested == tested and found.text == answer
+    row = StudentEdits(edits=2, distinct="edit")
+    assert row.name == "Student (2 edits, evidence, distinct edits)" and row.settings()["distinct"] == "edit"
+    assert "distinct" not in StudentEdits(edits=2).settings()  # the default keeps earlier rows' keys
+
+
 @pytest.mark.parametrize(("edits", "answer"), [(1, "style b"), (2, "style b"), (4, "style b")])
 def test_a_true_class_test_confirms_the_edit_that_makes_the_classifier_right(edits, answer):
     # angle earns more CEI (90) but only the style edit makes the classifier read the true class: the cause
