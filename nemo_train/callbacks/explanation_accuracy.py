@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import warnings
 
 import lightning as L
 import torch
@@ -13,6 +12,7 @@ from torchmetrics import MeanMetric, MetricCollection
 
 from datamodules.explanations import to_pil
 from nemo_train.explainer.lockstep import answer_held_out
+from nemo_train.metrics.means import present_means
 from nemo_train.vocabulary import CAUSES, predicted_cause
 
 #: what grades an explanation here (in the W&B table's column title)
@@ -74,11 +74,7 @@ class ExplanationAccuracyCallback(L.Callback):
         self.accuracy = self.accuracy.to(pl_module.device)
         for record, hit in zip(mine, correct):
             self.accuracy[record.cause].update(torch.tensor(float(hit), device=pl_module.device))
-        with warnings.catch_warnings():  # a cause without pairs on this rank: its mean is nan, left out below
-            warnings.filterwarnings("ignore", message=".*compute.*called before.*update.*")
-            values = {cause: float(value) for cause, value in self.accuracy.compute().items()}
-        self.accuracy.reset()
-        result = {cause: value for cause, value in values.items() if not math.isnan(value)}
+        result = present_means(self.accuracy)  # a cause without pairs is left out
         result["average"] = sum(result.values()) / len(result) if result else math.nan
         self.last_result = result
         for cause, value in result.items():

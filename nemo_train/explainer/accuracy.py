@@ -3,8 +3,6 @@ explanations (stage 2)."""
 
 from __future__ import annotations
 
-import math
-import warnings
 from collections.abc import Sequence
 
 import lightning as L
@@ -15,6 +13,7 @@ from datamodules.explanations import ExplanationRecord
 from datamodules.explanations.caption_pairs import CaptionFacts, caption_references, facts_named, parse_caption
 from datamodules.explanations.shift_pairs import answer_fields, score_answer
 from nemo_train.explainer.lockstep import answer_held_out
+from nemo_train.metrics.means import present_means
 
 
 class _HeldOutAccuracy(L.Callback):
@@ -50,11 +49,7 @@ class _HeldOutAccuracy(L.Callback):
 
     def computed(self) -> dict[str, float]:
         """Each grade's mean over the graded answers (a grade no answer had is left out), then reset."""
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*compute.*before the ``update``")
-            computed = self.accuracy.compute()  # every grade on every rank: the sync is collective
-        self.accuracy.reset()
-        return {name: float(value) for name, value in computed.items() if not math.isnan(float(value))}
+        return present_means(self.accuracy)
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking or (trainer.current_epoch + 1) % self.every_n_epochs:
