@@ -14,6 +14,11 @@ per error a row setting, so that a reader can see what each test buys:
   distinct hypothesis is left, the next one is answered instead (a refuted hypothesis is a worse answer than one
   not yet refuted); else the best tested one.
 
+A student that proposes fewer distinct hypotheses than its budget leaves tests unspent: its sampled answers mostly
+repeat its greedy one. With ``fill: evidence`` the remaining tests go to the error's other unusual traits in the
+order the evidence in the student's prompt ranks them (a rule, named in the row), each as a true sentence with the
+edit back to the trait's typical value.
+
 Each record keeps the CEI of every tested edit (``candidate_cei``), so the row's mean edits per error is what it
 spent (fewer than ``e`` where the student proposed fewer distinct hypotheses). The exhaustive teacher's count is
 its candidate edits (:class:`~nemo_train.nemo.distill.rows.ExhaustiveSearchExplainer`).
@@ -30,9 +35,10 @@ from jsonargparse.typing import NonNegativeInt, PositiveInt
 from nemo_train.backends.base import ChatBackend
 from nemo_train.backends.messages import user_message
 from nemo_train.errors import UserInputError
-from nemo_train.nemo.distill.evidence import ClassifierEvidence, EvidenceView
+from nemo_train.nemo.distill.evidence import ClassifierEvidence, Evidence, EvidenceView
 from nemo_train.nemo.distill.rows import DistillContext, DistillMethod, EvidenceQuestions, StudentView
 from nemo_train.nemo.methods.base import Explanation, Method, ask_causes_batch
+from nemo_train.nemo.methods.trivial import blame_sentence, off_typical
 from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark
 from nemo_train.scoring.interventions import CounterfactualScorer, Trial
 from nemo_train.scoring.structured import DISTILL_PROMPT
@@ -43,6 +49,8 @@ EvidenceReader = Literal["target", "training_member"]
 Acceptance = Literal["cei", "true_class"]
 #: When two proposed edits are one hypothesis: when they change the same factor, or only when they are equal.
 Distinctness = Literal["factor", "edit"]
+#: Where the tests the student's own hypotheses leave unspent go: nowhere, or the evidence's ranking of the traits.
+Fill = Literal["none", "evidence"]
 
 
 class ErrorQuestions:
@@ -93,6 +101,16 @@ def _leaves_unchanged(sample: ErrorSample, instruction: Any) -> bool:
     return attribute in sample.attrs and sample.attrs[attribute] == instruction["value"]
 
 
+def evidence_order(sample: ErrorSample, evidence: Evidence, benchmark: NemoBenchmark) -> list[str]:
+    """A true sentence blaming each unusual trait of the error, strongest evidence first (the order of the tallies in
+    the student's question; traits with equal tallies in the order shown), then the unusual traits no reference
+    shares."""
+    tallies = evidence.tallies(sample.label)
+    ranked = sorted(tallies, key=lambda name: evidence.strength(tallies[name]), reverse=True)
+    ranked += [name for name in off_typical(sample, benchmark) if name not in tallies]
+    return [blame_sentence(sample, benchmark, name) for name in ranked]
+
+
 class BudgetExplainer:
     """The student with ``edits`` tests per error (see the module docstring); many errors in one request."""
 
@@ -110,9 +128,13 @@ class BudgetExplainer:
         accept: Acceptance = "cei",
         target=None,
         distinct: Distinctness = "factor",
+        fill: Fill = "none",
     ) -> None:
         if accept == "true_class" and target is None:
             raise ValueError("accept='true_class' needs the classifier (target)")
+        if fill == "evidence" and not hasattr(questions, "gather"):
+            raise ValueError("fill='evidence' needs the evidence view (its questions gather the evidence)")
+        self.fill = fill
         self.backend, self.questions, self.scorer, self.name = backend, questions, scorer, name
         self.accept, self.target, self.distinct = accept, target, distinct
         self.edits, self.samples, self.temperature, self.accept_cei, self.seed = (
@@ -123,7 +145,11 @@ class BudgetExplainer:
         return self.explain_batch([sample], benchmark)[0]
 
     def explain_batch(self, samples: Sequence[ErrorSample], benchmark: NemoBenchmark) -> list[Explanation]:
-        conversations = self.questions.conversations(samples)
+        if self.fill == "evidence" and self.edits:
+            conversations, found = self.questions.gather(samples)
+            fills = [evidence_order(s, e, benchmark) for s, e in zip(samples, found)]
+        else:
+            conversations, fills = self.questions.conversations(samples), [[] for _ in samples]
         greedy = ask_causes_batch(self.backend, conversations)
         if self.edits == 0:
             return [Explanation(found[0] if found else "", found) for found in greedy]
@@ -131,7 +157,7 @@ class BudgetExplainer:
             self.backend, conversations, n=self.samples, temperature=self.temperature, seed=self.seed
         )
         names = benchmark.class_names
-        return [self._choose(s, g + a, names) for s, g, a in zip(samples, greedy, sampled)]
+        return [self._choose(s, g + a + f, names) for s, g, a, f in zip(samples, greedy, sampled, fills)]
 
     def _choose(self, sample: ErrorSample, answers: list[str], names: Sequence[str]) -> Explanation:
         hypotheses = distinct_hypotheses(self.scorer, sample, answers, names, self.distinct)
@@ -179,6 +205,9 @@ class StudentEdits(DistillMethod):
         distinct: which proposed edits are different hypotheses: those changing different factors (``factor``), or
             any two different edits (``edit``: the student's other values of a factor are tested too, and the one
             raising ``P(true class)`` most is kept).
+        fill: where the tests the student's own distinct hypotheses leave unspent go: ``none`` (unspent), or
+            ``evidence`` (the error's other unusual traits in the order the evidence ranks them; a rule, needs
+            ``view: evidence``).
     """
 
     def __init__(
@@ -192,12 +221,17 @@ class StudentEdits(DistillMethod):
         evidence: EvidenceView | None = None,
         evidence_reader: EvidenceReader = "target",
         distinct: Distinctness = "factor",
+        fill: Fill = "none",
     ) -> None:
+        if fill != "none" and view != "evidence":
+            raise UserInputError(
+                f"StudentEdits fill: {fill} needs view: evidence (the ranking comes from the evidence)"
+            )
         self.edits, self.view, self.samples, self.temperature, self.accept_cei = (
             edits, view, samples, temperature, accept_cei,
         )  # fmt: skip
         self.accept, self.evidence, self.evidence_reader = accept, evidence or EvidenceView(), evidence_reader
-        self.distinct = distinct
+        self.distinct, self.fill = distinct, fill
 
     @property
     def name(self) -> str:
@@ -210,6 +244,8 @@ class StudentEdits(DistillMethod):
             suffix += ", another classifier's evidence"
         if self.distinct != "factor":
             suffix += ", distinct edits"
+        if self.fill != "none" and self.edits:
+            suffix += ", then the evidence's order"
         return f"Student ({self.edits} edit{'' if self.edits == 1 else 's'}{suffix})"
 
     def build(self, ctx: DistillContext) -> tuple[Method, CounterfactualScorer]:
@@ -220,7 +256,7 @@ class StudentEdits(DistillMethod):
             questions = ErrorQuestions(ctx.benchmark)
         method = BudgetExplainer(
             ctx.student, questions, ctx.structured, self.edits, self.samples, self.temperature, self.accept_cei,
-            self.name, seed=ctx.seed, accept=self.accept, target=ctx.target, distinct=self.distinct,
+            self.name, seed=ctx.seed, accept=self.accept, target=ctx.target, distinct=self.distinct, fill=self.fill,
         )  # fmt: skip
         return method, ctx.structured
 
@@ -231,6 +267,7 @@ class StudentEdits(DistillMethod):
         found |= {"accept": self.accept} if self.accept != "cei" else {}
         found |= {"evidence_reader": self.evidence_reader} if self.evidence_reader != "target" else {}
         found |= {"distinct": self.distinct} if self.distinct != "factor" else {}
+        found |= {"fill": self.fill} if self.fill != "none" and self.edits else {}
         return found | ({"evidence": self.evidence.settings()} if self.evidence.settings() else {})
 
 

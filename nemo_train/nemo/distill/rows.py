@@ -19,7 +19,7 @@ from datamodules.fact_sheets import DEFAULT_EDITABLE, DEFAULT_FACTS
 from nemo_train.backends.base import ChatBackend
 from nemo_train.backends.messages import user_message
 from nemo_train.errors import UserInputError
-from nemo_train.nemo.distill.evidence import ClassifierEvidence, EvidenceView, check_evidence_benchmark
+from nemo_train.nemo.distill.evidence import ClassifierEvidence, Evidence, EvidenceView, check_evidence_benchmark
 from nemo_train.nemo.distill.teachers import ExhaustiveAttributeTeacher
 from nemo_train.nemo.distill.zoo_members import ZooClassifier
 from nemo_train.nemo.methods.base import Explanation, Method, ask_causes_batch
@@ -80,10 +80,15 @@ class EvidenceQuestions:
         self.target, self.benchmark, self.evidence = target, benchmark, evidence or ClassifierEvidence()
 
     def conversations(self, samples: Sequence[ErrorSample]) -> list[list]:
+        return self.gather(samples)[0]
+
+    def gather(self, samples: Sequence[ErrorSample]) -> tuple[list[list], list[Evidence]]:
+        """The conversations and the evidence each one shows."""
         names = self.benchmark.class_names
         found = self.evidence.gather_many(samples, self.benchmark, self.target)
         facts = self.benchmark.facts
-        return [[user_message(e.question(s, names, facts), [s.image, e.montage])] for s, e in zip(samples, found)]
+        asked = [[user_message(e.question(s, names, facts), [s.image, e.montage])] for s, e in zip(samples, found)]
+        return asked, found
 
 
 class EvidencePassExplainer:

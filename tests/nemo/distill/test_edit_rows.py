@@ -1,0 +1,101 @@
+"""The student's budget of tests with ``fill: evidence``: tests its own answers leave unspent go to the error's other
+unusual traits in the order the evidence ranks them, on a real shifts error, its evidence and its exact edits."""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+from datamodules.shifts import FACTS, ShiftsDataModule  # noqa: E402
+from nemo_train.backends.scripted import ScriptedBackend  # noqa: E402
+from nemo_train.errors import UserInputError  # noqa: E402
+from nemo_train.nemo.distill.edit_rows import BudgetExplainer, StudentEdits, evidence_order  # noqa: E402
+from nemo_train.nemo.distill.evidence import ClassifierEvidence, EvidenceView  # noqa: E402
+from nemo_train.nemo.distill.rows import EvidenceQuestions  # noqa: E402
+from nemo_train.nemo.distill.student_eval import edit_scorers  # noqa: E402
+from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark, ReferenceSet  # noqa: E402
+
+TRUE, PREDICTED = 3, 8
+TYPICAL = {f.name: f.typical_stored for f in FACTS.factors if f.typical is not None}
+RED, STRIPES = FACTS.factor("color").stored("red"), FACTS.factor("background").stored("stripes")
+VIEW = EvidenceView(exemplars=2, references="paired", named=True, ranked=True)
+
+
+class BackgroundBlind(nn.Module):
+    """Reads every image as a 3, except one on a textured background (its outer pixel ring is lit): an 8."""
+
+    def predict(self, images: torch.Tensor) -> torch.Tensor:
+        ring = torch.cat([images[..., 0, :], images[..., -1, :], images[..., :, 0], images[..., :, -1]], -1)
+        return torch.where(ring.mean((1, 2)) > 0.05, torch.tensor(PREDICTED), torch.tensor(TRUE))
+
+    def predict_proba(self, images: torch.Tensor) -> torch.Tensor:
+        return nn.functional.one_hot(self.predict(images), 10).float()
+
+
+@pytest.fixture(scope="module")
+def case():
+    dm = ShiftsDataModule(train_size=200, test_size=10, test_shift="multi3")
+    dm.setup("fit")
+    unusual = {"color": RED, "background": STRIPES, "scale": 1}
+    attrs = {**TYPICAL, **unusual, "digit": TRUE, "position": 0, "exemplar": int(dm.test_set.attrs["exemplar"][0])}
+    error = ErrorSample("e1", dm.renderer.render(**attrs).mul(255).round().div(255), TRUE, PREDICTED, attrs)
+    data = dm.val_set
+    refs = [{k: int(v[i]) for k, v in data.attrs.items()} for i in range(len(data.labels))]
+    reference = ReferenceSet(data.images, data.labels, data.labels, torch.zeros(len(data.labels), 2), attrs=refs)
+    cause = {"attribute": None, "editable": [f.name for f in FACTS.factors], "distractor": FACTS.distractors[0],
+             "object": FACTS.object_word, "typical": dict(TYPICAL)}  # fmt: skip
+    bench = NemoBenchmark("shifts", list(dm.class_names), "shifts", [error], reference, dm.renderer,
+                          dict(dm.renderer.attributes), cause, facts=FACTS)  # fmt: skip
+    return error, bench
+
+
+def _blamed(scorer, error, bench, texts) -> list[str]:
+    return [edit["attribute"] for edit in scorer.deriver.derive(error, texts, bench.class_names)]
+
+
+def test_the_evidence_order_puts_the_trait_the_classifier_cannot_read_first(case):
+    error, bench = case
+    evidence = ClassifierEvidence(view=VIEW).gather(error, bench, BackgroundBlind())
+    order = evidence_order(error, evidence, bench)
+    scorer, _ = edit_scorers(bench, BackgroundBlind(), None, 0)
+    blamed = _blamed(scorer, error, bench, order)
+    assert blamed[0] == "background" and sorted(blamed) == ["background", "color", "scale"]
+    assert all("Edit:" in text for text in order)  # each with the edit back to the trait's typical value
+
+
+@pytest.mark.parametrize(("fill", "tested"), [
+    ("none", ["color"]),  # one distinct hypothesis: one test, refuted, and the budget's second test unspent
+    ("evidence", ["color", "background"]),  # the second test goes to the trait the evidence ranks first
+])  # fmt: skip
+def test_unspent_tests_go_to_the_traits_the_evidence_ranks(case, fill, tested):
+    error, bench = case
+    colour = '{"cause_of_error": "The classifier read this 3 as an 8 because of its colour."}'
+    backend = ScriptedBackend(lambda messages: colour)  # every answer, greedy or sampled, blames colour
+    scorer, _ = edit_scorers(bench, BackgroundBlind(), None, 0)
+    questions = EvidenceQuestions(BackgroundBlind(), bench, ClassifierEvidence(view=VIEW))
+    explainer = BudgetExplainer(backend, questions, scorer, 2, 4, 1.0, 20.0, "s", accept="true_class",
+                                target=BackgroundBlind(), fill=fill)  # fmt: skip
+    (found,) = explainer.explain_batch([error], bench)
+    assert _blamed(scorer, error, bench, [t.hypothesis for t in found.trials]) == tested
+    answered = _blamed(scorer, error, bench, [found.text])
+    if fill == "none":  # the refuted colour test is all there is
+        assert answered == ["color"] and found.trial.cei == pytest.approx(0.0)
+    else:  # the confirmed test is the answer: restoring the background makes the classifier right
+        assert answered == ["background"] and found.trial.cei == pytest.approx(100.0)
+
+
+def test_fill_needs_the_evidence_view_and_names_the_row():
+    row = StudentEdits(edits=2, accept="true_class", fill="evidence")
+    assert row.name == "Student (2 edits, evidence, true-class test, then the evidence's order)"
+    assert row.settings()["fill"] == "evidence" and "fill" not in StudentEdits(edits=2).settings()
+    assert "fill" not in StudentEdits(edits=0, fill="evidence").settings()  # nothing to fill at 0 edits
+    with pytest.raises(UserInputError, match="view: evidence"):
+        StudentEdits(edits=2, view="error", fill="evidence")
+    with pytest.raises(ValueError, match="evidence view"):
+        BudgetExplainer(None, SimpleNamespace(conversations=list), None, 2, 1, 1.0, 20.0, "s", fill="evidence")
