@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
 import lightning as L
 import torch
+from filelock import FileLock, Timeout
 
 from datamodules.captions import CaptionDataModule, Source
 from nemo_train.models.clip import CLIPEncoder, CLIPModule
@@ -85,7 +87,9 @@ class SyntheticCLIP:
     by ``nemo-train fit --config configs/clip/synthetic.yaml``, or a ``.ckpt``), or, when ``path`` does
     not exist yet, trained on ``sources`` and saved there (so later runs reuse it). The ``lbee`` command trains
     one into its own ``out_dir`` (``path`` unset or inside it); a missing folder given elsewhere is an error unless
-    ``train_missing`` asks for it to be trained there (one joint space shared by several runs).
+    ``train_missing`` asks for it to be trained there (one joint space shared by several runs). Processes given the
+    same missing ``path`` at once train it one at a time, taking turns on the lock file ``<path>.lock`` beside it:
+    the first trains, the others wait and then load what it saved.
 
     Args:
         path: Hugging Face folder (or ``.ckpt``) of the trained model; ``None``: ``<out_dir>/clip`` of the
@@ -127,15 +131,34 @@ class SyntheticCLIP:
             if self.path is None:
                 raise ValueError("SyntheticCLIP has no path; the lbee run sets <out_dir>/clip")
             if not Path(self.path).exists():
-                self.train()
+                self._train_once()
             self._encoder = CLIPEncoder(self.path)
             record = Path(self.path) / "zero_shot.json"
             if not self.zero_shot and record.is_file():
                 self.zero_shot = json.loads(record.read_text())
         return self._encoder
 
+    def _train_once(self) -> None:
+        """Train the missing model unless another process does: the lock file beside :attr:`path` lets one
+        process train at a time, and one that waited for it finds the model saved and trains nothing."""
+        target = Path(self.path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(f"{target}.lock")
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            log.info("another process is training the joint space %s; waiting for it", target)
+            lock.acquire()
+        try:
+            if not target.exists():
+                self.train()
+        finally:
+            lock.release()
+
     def train(self) -> dict[str, float]:
-        """Train a CLIP on the caption sources, export it to :attr:`path`; returns the last validation metrics."""
+        """Train a CLIP on the caption sources, export it to :attr:`path` (which must not exist yet); returns the
+        last validation metrics. The model is written beside it first and moved there whole, so that a process
+        that finds the folder finds it complete (and a run killed while training leaves none)."""
         L.seed_everything(self.seed, verbose=False)
         data = CaptionDataModule(
             sources=self.sources,
@@ -148,9 +171,13 @@ class SyntheticCLIP:
         )
         module = CLIPModule(**self.model_kwargs)
         trainer = fit_quietly(module, data, self.max_epochs, check_val_every_n_epoch=self.max_epochs)
-        module.export(self.path)
+        target = Path(self.path)
+        staging = target.with_name(f"{target.name}.partial")
+        shutil.rmtree(staging, ignore_errors=True)  # left by a run killed while exporting
+        module.export(staging)
         self.zero_shot = {k: float(v) for k, v in trainer.callback_metrics.items() if "zeroshot" in k}
-        (Path(self.path) / "zero_shot.json").write_text(json.dumps(self.zero_shot, indent=1))
+        (staging / "zero_shot.json").write_text(json.dumps(self.zero_shot, indent=1))
+        staging.rename(target)
         log.info("trained CLIP saved to %s (%s)", self.path, self.zero_shot)
         return self.zero_shot
 

@@ -1,10 +1,16 @@
 """The failure-mode search's joint spaces over the one image-text encoder: an open_clip model (a tiny random
-architecture registered offline) and its one-line errors."""
+architecture registered offline) and its one-line errors, and our small CLIP trained once into a folder that
+several runs share."""
 
 from __future__ import annotations
 
 import json
+import logging
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import SimpleNamespace
 
 import open_clip
 import pytest
@@ -12,7 +18,9 @@ import torch
 import torch.nn.functional as F
 
 from nemo_train.errors import UserInputError
-from nemo_train.lbee.encoders import OpenCLIPEncoder
+from nemo_train.lbee import encoders
+from nemo_train.lbee.encoders import OpenCLIPEncoder, SyntheticCLIP
+from tests.models.tiny_clip import TINY_CLIP
 
 TINY = {
     "embed_dim": 16,
@@ -73,8 +81,6 @@ def test_weights_load_on_first_use_and_unreachable_weights_are_one_line(tiny_ope
 def test_the_imagenet_preset_offline_is_one_line(capsys, tmp_path, monkeypatch):
     """The LBEE ImageNet preset on a machine without its data or weights: one line naming the missing folder
     (before: the config parser's multi-line error, since the weights were loaded while parsing)."""
-    from pathlib import Path
-
     from cli_errors import one_line_error
 
     root = Path(__file__).resolve().parents[2]
@@ -83,3 +89,69 @@ def test_the_imagenet_preset_offline_is_one_line(capsys, tmp_path, monkeypatch):
         capsys, ["lbee", "--config", "configs/lbee/imagenet_per_class.yaml", "--out_dir", str(tmp_path / "out")]
     )
     assert "ImageNet validation folder" in err and "does not exist" in err
+
+
+def shared_clip(path) -> SyntheticCLIP:
+    return SyntheticCLIP(str(path), train_missing=True, train_per_source=8, max_epochs=1, model=TINY_CLIP)
+
+
+def test_two_runs_given_the_same_missing_joint_space_train_it_once(tmp_path, monkeypatch, caplog):
+    """Two commands given one missing joint space (``train_missing``) at once: the second waits for the first to
+    train it and loads what it saved (before: both trained, into the same folder at the same time)."""
+    path = tmp_path / "shared" / "clip"
+    second = threading.Event()  # the other run is training too (before) or waiting for the first (now)
+    fits = []
+
+    def fit(module, data, max_epochs, **kwargs):  # training is untouched: the first blocks until the other arrives
+        fits.append(threading.current_thread().name)
+        if len(fits) == 1:
+            assert second.wait(timeout=120), "the other run neither trained nor waited"
+        else:
+            second.set()
+        return SimpleNamespace(callback_metrics={"val/zeroshot_acc": torch.tensor(0.5)})
+
+    class Waiting(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "waiting" in record.getMessage():
+                second.set()
+
+    monkeypatch.setattr(encoders, "fit_quietly", fit)
+    caplog.set_level(logging.INFO, logger=encoders.__name__)
+    handler = Waiting()
+    logging.getLogger(encoders.__name__).addHandler(handler)
+    runs = [shared_clip(path), shared_clip(path)]
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            loaded = list(pool.map(lambda run: run.encoder(), runs))
+    finally:
+        logging.getLogger(encoders.__name__).removeHandler(handler)
+    assert len(fits) == 1
+    assert [run.zero_shot for run in runs] == [{"val/zeroshot_acc": 0.5}] * 2  # the waiter read the saved record
+    texts = ["a photo of a bird"]
+    assert torch.equal(loaded[0].encode_text(texts), loaded[1].encode_text(texts))  # one model, saved once
+    assert sorted(p.name for p in path.parent.iterdir()) == ["clip", "clip.lock"]  # the lock beside the folder
+
+
+def test_training_cut_short_leaves_no_joint_space_a_later_run_would_load(tmp_path, monkeypatch):
+    """A run that saw the shared folder would load it as trained: an export that fails halfway leaves none, and
+    the next run trains it again."""
+    path = tmp_path / "shared" / "clip"
+    exports = []
+
+    class Module:
+        def export(self, folder):
+            folder = Path(folder)
+            folder.mkdir(parents=True)
+            (folder / "config.json").write_text("{")  # half a model
+            exports.append(folder)
+            if len(exports) == 1:
+                raise OSError("No space left on device")
+
+    monkeypatch.setattr(encoders, "CLIPModule", lambda **kwargs: Module())
+    monkeypatch.setattr(encoders, "fit_quietly", lambda *args, **kwargs: SimpleNamespace(callback_metrics={}))
+    monkeypatch.setattr(encoders, "CLIPEncoder", lambda folder: folder)
+    with pytest.raises(OSError, match="No space left"):
+        shared_clip(path).encoder()
+    assert not path.exists()
+    assert shared_clip(path).encoder() == str(path) and len(exports) == 2
+    assert (path / "config.json").is_file() and (path / "zero_shot.json").is_file()

@@ -112,7 +112,7 @@ def test_runs_every_seed_pair_and_summarises(tiny_preset, tiny_fit, tmp_path, mo
     record = lines
     # one joint space per CLIP seed under out_dir, shared by the data seeds; data seed 0 uses the preset's
     # classifier, other data seeds train their own under out_dir
-    assert sorted(p.name for p in (out / "clips").iterdir()) == ["seed0", "seed1"]
+    assert sorted(p.name for p in (out / "clips").iterdir() if p.is_dir()) == ["seed0", "seed1"]  # and their locks
     assert (out / "tiny_cnn" / "data1" / "checkpoints" / "best.ckpt").is_file()  # by the --fit-config recipe
     ahr = [r["scores"]["SetDiff"]["ahr"] for r in record]
     assert f"{statistics.fmean(ahr):.3f} ± {statistics.stdev(ahr):.3f}" in printed
