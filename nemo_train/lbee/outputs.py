@@ -4,7 +4,7 @@ The default joint space (a :class:`~nemo_train.lbee.encoders.SyntheticCLIP` give
 ``<out_dir>/clip``, and every language-model backend of the run (the sentence generator's, the VQA models')
 that has no cache of its own caches its replies in ``<out_dir>/llm_cache``: a rerun asks nothing twice, and a
 run cut short by a failing endpoint asks again only what failed. A path given explicitly stays the user's: an
-input, never trained into when missing.
+input, trained into when missing only if the encoder asks for it (``train_missing``; one process at a time).
 """
 
 from __future__ import annotations
