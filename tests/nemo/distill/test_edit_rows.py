@@ -70,13 +70,15 @@ def test_the_evidence_order_puts_the_trait_the_classifier_cannot_read_first(case
 
 
 @pytest.mark.parametrize(("fill", "tested"), [
-    ("none", ["color"]),  # one distinct hypothesis: one test, refuted, and the budget's second test unspent
-    ("evidence", ["color", "background"]),  # the second test goes to the trait the evidence ranks first
+    ("none", ["scale"]),  # one distinct hypothesis: one test, refuted, and the budget's second test unspent
+    # the second test goes to the trait the evidence ranks first (the image's unusual traits in factor order would
+    # give colour)
+    ("evidence", ["scale", "background"]),
 ])  # fmt: skip
 def test_unspent_tests_go_to_the_traits_the_evidence_ranks(case, fill, tested):
     error, bench = case
-    colour = '{"cause_of_error": "The classifier read this 3 as an 8 because of its colour."}'
-    backend = ScriptedBackend(lambda messages: colour)  # every answer, greedy or sampled, blames colour
+    size = '{"cause_of_error": "The classifier read this 3 as an 8 because of its size."}'
+    backend = ScriptedBackend(lambda messages: size)  # every answer, greedy or sampled, blames size
     scorer, _ = edit_scorers(bench, BackgroundBlind(), None, 0)
     questions = EvidenceQuestions(BackgroundBlind(), bench, ClassifierEvidence(view=VIEW))
     explainer = BudgetExplainer(backend, questions, scorer, 2, 4, 1.0, 20.0, "s", accept="true_class",
@@ -84,8 +86,8 @@ def test_unspent_tests_go_to_the_traits_the_evidence_ranks(case, fill, tested):
     (found,) = explainer.explain_batch([error], bench)
     assert _blamed(scorer, error, bench, [t.hypothesis for t in found.trials]) == tested
     answered = _blamed(scorer, error, bench, [found.text])
-    if fill == "none":  # the refuted colour test is all there is
-        assert answered == ["color"] and found.trial.cei == pytest.approx(0.0)
+    if fill == "none":  # the refuted size test is all there is
+        assert answered == ["scale"] and found.trial.cei == pytest.approx(0.0)
     else:  # the confirmed test is the answer: restoring the background makes the classifier right
         assert answered == ["background"] and found.trial.cei == pytest.approx(100.0)
 
