@@ -17,7 +17,9 @@ per error a row setting, so that a reader can see what each test buys:
 A student that proposes fewer distinct hypotheses than its budget leaves tests unspent: its sampled answers mostly
 repeat its greedy one. With ``fill: evidence`` the remaining tests go to the error's other unusual traits in the
 order the evidence in the student's prompt ranks them (a rule, named in the row), each as a true sentence with the
-edit back to the trait's typical value.
+edit back to the trait's typical value. With no student at all (``backend=None``) the evidence's order alone is
+tested: the trivial row beside the budget rows (:class:`~nemo_train.nemo.distill.evidence_rule.EvidenceRule` with
+``edits``), which shows what the tests buy without any explainer.
 
 Each record keeps the CEI of every tested edit (``candidate_cei``), so the row's mean edits per error is what it
 spent (fewer than ``e`` where the student proposed fewer distinct hypotheses). The exhaustive teacher's count is
@@ -116,7 +118,7 @@ class BudgetExplainer:
 
     def __init__(
         self,
-        backend: ChatBackend,
+        backend: ChatBackend | None,
         questions,
         scorer: CounterfactualScorer,
         edits: int,
@@ -132,6 +134,8 @@ class BudgetExplainer:
     ) -> None:
         if accept == "true_class" and target is None:
             raise ValueError("accept='true_class' needs the classifier (target)")
+        if backend is None and fill != "evidence":
+            raise ValueError("with no student (backend None) the hypotheses come from fill='evidence' alone")
         if fill == "evidence" and not hasattr(questions, "gather"):
             raise ValueError("fill='evidence' needs the evidence view (its questions gather the evidence)")
         self.fill = fill
@@ -150,12 +154,16 @@ class BudgetExplainer:
             fills = [evidence_order(s, e, benchmark) for s, e in zip(samples, found)]
         else:
             conversations, fills = self.questions.conversations(samples), [[] for _ in samples]
-        greedy = ask_causes_batch(self.backend, conversations)
+        if self.backend is None:  # no explainer: the evidence's order alone
+            greedy = sampled = [[] for _ in samples]
+        else:
+            greedy = ask_causes_batch(self.backend, conversations)
         if self.edits == 0:
             return [Explanation(found[0] if found else "", found) for found in greedy]
-        sampled = ask_causes_batch(
-            self.backend, conversations, n=self.samples, temperature=self.temperature, seed=self.seed
-        )
+        if self.backend is not None:
+            sampled = ask_causes_batch(
+                self.backend, conversations, n=self.samples, temperature=self.temperature, seed=self.seed
+            )
         names = benchmark.class_names
         return [self._choose(s, g + a + f, names) for s, g, a, f in zip(samples, greedy, sampled, fills)]
 

@@ -20,6 +20,11 @@ image's unusual factors (as Odd-one-out does). The sentence states the image's o
 edit back to its typical value, so every claim in it is true (:func:`~nemo_train.nemo.methods.trivial.blame_sentence`).
 Its score is the ceiling of what the evidence alone can tell an explainer at 0 edits: the row a student reading
 that evidence is to be compared with.
+
+With ``edits: e`` the row is the trivial row beside the student's budget rows: the error's unusual traits in the
+order the evidence ranks them (ties in the order the question shows them), the first ``e`` tested exactly as the
+student's hypotheses are (:class:`~nemo_train.nemo.distill.edit_rows.BudgetExplainer` with no student). What it
+scores is what the tests buy with no explainer at all; a student's budget row is worth what it scores above it.
 """
 
 from __future__ import annotations
@@ -28,9 +33,12 @@ import random
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from jsonargparse.typing import NonNegativeInt
+
 from nemo_train.errors import UserInputError
+from nemo_train.nemo.distill.edit_rows import Acceptance, BudgetExplainer
 from nemo_train.nemo.distill.evidence import ClassifierEvidence, Evidence, EvidenceView, check_evidence_benchmark
-from nemo_train.nemo.distill.rows import DistillContext, DistillMethod
+from nemo_train.nemo.distill.rows import DistillContext, DistillMethod, EvidenceQuestions
 from nemo_train.nemo.methods.base import Explanation, Method
 from nemo_train.nemo.methods.trivial import blame_sentence, off_typical
 from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark
@@ -102,23 +110,55 @@ class EvidenceRuleExplainer:
 class EvidenceRule(DistillMethod):
     """The Evidence rule row: the factor whose single-trait reference the classifier misread, named in a true
     sentence (:class:`EvidenceRuleExplainer`; a rule, not a model). Asks the classifier to read the evidence
-    references (forward passes), never the student, and applies no edit before answering.
+    references (forward passes), never the student; with ``edits: 0`` it applies no edit before answering.
 
     Args:
         evidence: the evidence view it reads (the student rows' ``evidence``; default the single-trait view).
+        edits: counterfactual tests per error, spent on the unusual traits in the evidence's order (the trivial row
+            beside the student's budget rows; see the module docstring).
+        accept: what confirms a test, as for the student's budget rows
+            (:class:`~nemo_train.nemo.distill.edit_rows.StudentEdits`).
+        accept_cei: with ``accept: cei``, the CEI (percentage points) a confirming edit reaches.
     """
 
     uses_student: ClassVar[bool] = False
 
-    def __init__(self, evidence: EvidenceView | None = None) -> None:
-        self.evidence = evidence or EvidenceView()
+    def __init__(
+        self,
+        evidence: EvidenceView | None = None,
+        edits: NonNegativeInt = 0,
+        accept: Acceptance = "true_class",
+        accept_cei: float = 20.0,
+    ) -> None:
+        self.evidence, self.edits, self.accept, self.accept_cei = evidence or EvidenceView(), edits, accept, accept_cei
+
+    @property
+    def name(self) -> str:
+        """The row's name: ``Evidence rule (not a model; its order with 2 true-class tests)`` with edits."""
+        label = self.evidence.label
+        if not self.edits:
+            return f"Evidence rule (not a model; {label})" if label else "Evidence rule (not a model)"
+        test = "true-class test" if self.accept == "true_class" else f"CEI ≥ {self.accept_cei:g} test"
+        plural = "" if self.edits == 1 else "s"
+        return f"Evidence rule (not a model; its order with {self.edits} {test}{plural}{', ' + label if label else ''})"
 
     def build(self, ctx: DistillContext) -> tuple[Method, CounterfactualScorer]:
         if ctx.keyword is None:
             raise UserInputError("EvidenceRule needs a generated benchmark (a fact sheet and a renderer)")
         found = ClassifierEvidence(view=self.evidence)
-        return EvidenceRuleExplainer(ctx.target, found, seed=ctx.seed), ctx.keyword
+        if not self.edits:
+            return EvidenceRuleExplainer(ctx.target, found, seed=ctx.seed), ctx.keyword
+        questions = EvidenceQuestions(ctx.target, ctx.benchmark, found)
+        method = BudgetExplainer(
+            None, questions, ctx.structured, self.edits, 1, 0.0, self.accept_cei, self.name,
+            seed=ctx.seed, accept=self.accept, target=ctx.target, fill="evidence",
+        )  # fmt: skip
+        return method, ctx.structured
 
     def settings(self) -> dict[str, Any]:
         view = self.evidence.settings()
-        return {"class": type(self).__name__, **({"evidence": view} if view else {})}
+        found: dict[str, Any] = {"class": type(self).__name__, **({"evidence": view} if view else {})}
+        if self.edits:
+            found |= {"edits": self.edits, "accept": self.accept}
+            found |= {"accept_cei": self.accept_cei} if self.accept == "cei" else {}
+        return found

@@ -80,14 +80,18 @@ def print_pooled(pooled: dict[str, dict], title: str) -> str:
     return print_table(columns, rows, title=title, caption=caption, digits=1)
 
 
-def budget_points(pooled: dict[str, dict], budget_rows: Sequence[str], teacher: str | None) -> dict[str, list]:
-    """``{"student": [(edits, llm_match, cei), ...] (by edits), "teacher": [(edits, llm_match, cei)]}``."""
-    points = {"student": [], "teacher": []}
-    for method in budget_rows:
-        cell = pooled.get(method)
-        if cell is not None and cell.get("edits") is not None:
-            points["student"].append((cell["edits"], cell["llm_match"], cell["cei"]))
-    points["student"].sort(key=lambda p: p[0])
+def budget_points(
+    pooled: dict[str, dict], budget_rows: Sequence[str], teacher: str | None, rule_rows: Sequence[str] = ()
+) -> dict[str, list]:
+    """``{"student": [(edits, llm_match, cei), ...] (by edits), "rule": [...] (the evidence's order with no
+    explainer, by edits), "teacher": [(edits, llm_match, cei)]}``."""
+    points: dict[str, list] = {"student": [], "rule": [], "teacher": []}
+    for key, methods in (("student", budget_rows), ("rule", rule_rows)):
+        for method in methods:
+            cell = pooled.get(method)
+            if cell is not None and cell.get("edits") is not None:
+                points[key].append((cell["edits"], cell["llm_match"], cell["cei"]))
+        points[key].sort(key=lambda p: p[0])
     if teacher is not None and teacher in pooled and pooled[teacher].get("edits") is not None:
         cell = pooled[teacher]
         points["teacher"].append((cell["edits"], cell["llm_match"], cell["cei"]))
@@ -95,8 +99,8 @@ def budget_points(pooled: dict[str, dict], budget_rows: Sequence[str], teacher: 
 
 
 def plot_budget(points: dict[str, list], path: str | Path, title: str) -> Path | None:
-    """A PNG of LLM Match and CEI against edits per error (the student's budget curve, the teacher's point);
-    ``None`` without a student point."""
+    """A PNG of LLM Match and CEI against edits per error (the student's budget curve, the evidence rule's curve
+    beside it where measured, the teacher's point); ``None`` without a student point."""
     if not points["student"]:
         return None
     import matplotlib
@@ -108,6 +112,10 @@ def plot_budget(points: dict[str, list], path: str | Path, title: str) -> Path |
     for axis, index, label in ((axes[0], 1, "LLM Match"), (axes[1], 2, "CEI (points)")):
         student = [p for p in points["student"] if p[index] is not None]
         axis.plot([p[0] for p in student], [p[index] for p in student], "o-", label="student (edits budget)")
+        rule = [p for p in points.get("rule", []) if p[index] is not None]
+        if rule:
+            xs, ys = [p[0] for p in rule], [p[index] for p in rule]
+            axis.plot(xs, ys, "x--", color="grey", label="evidence's order, no explainer (a rule)")
         for p in points["teacher"]:
             if p[index] is not None:
                 axis.plot([p[0]], [p[index]], "s", color="black", label="exhaustive teacher")

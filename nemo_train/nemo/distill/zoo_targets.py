@@ -15,6 +15,7 @@ from typing import Any
 
 from nemo_train.errors import UserInputError
 from nemo_train.nemo.distill.edit_rows import StudentEdits
+from nemo_train.nemo.distill.evidence_rule import EvidenceRule
 from nemo_train.nemo.distill.rows import ExhaustiveSearchExplainer, ExhaustiveTeacher
 from nemo_train.nemo.distill.zoo_members import ZooClassifier, ZooSide, zoo_members
 from nemo_train.nemo.distill.zoo_report import POOLED, budget_points, plot_budget, pooled_scores, print_pooled
@@ -54,14 +55,15 @@ def zoo_targets(
 
 def pooled_report(records: list[dict], summary: dict, rows, title: str, out: Path) -> dict[str, Any]:
     """Over two or more targets: every row pooled over them (printed, and kept under ``pooled``) and, with
-    ``StudentEdits`` rows, the plot of LLM Match and CEI against edits per error (``budget_plot``)."""
+    ``StudentEdits`` rows, the plot (with the ``EvidenceRule`` rows as the no-explainer curve beside it) of LLM Match and CEI against edits per error (``budget_plot``)."""
     targets = list(dict.fromkeys(t for _, t in summary))
     if len(targets) < 2:
         return {}
     pooled = pooled_scores((r for r in records if r is not None), targets)
     print_pooled(pooled, f"{title}: pooled over {len(targets)} classifiers")
     budget = [row.name for row in rows if isinstance(row, StudentEdits)]
+    rule = [row.name for row in rows if isinstance(row, EvidenceRule)]
     teacher = ExhaustiveSearchExplainer.name if any(isinstance(row, ExhaustiveTeacher) for row in rows) else None
-    points = budget_points(pooled, budget, teacher)
+    points = budget_points(pooled, budget, teacher, rule)
     plot = plot_budget(points, out / BUDGET_PLOT, f"{title}: pooled over {len(targets)} classifiers")
     return {POOLED: pooled, "pooled_targets": targets, "budget": points, "budget_plot": str(plot) if plot else None}

@@ -17,7 +17,8 @@ from nemo_train.backends.scripted import ScriptedBackend  # noqa: E402
 from nemo_train.errors import UserInputError  # noqa: E402
 from nemo_train.nemo.distill.edit_rows import BudgetExplainer, StudentEdits, evidence_order  # noqa: E402
 from nemo_train.nemo.distill.evidence import ClassifierEvidence, EvidenceView  # noqa: E402
-from nemo_train.nemo.distill.rows import EvidenceQuestions  # noqa: E402
+from nemo_train.nemo.distill.evidence_rule import EvidenceRule  # noqa: E402
+from nemo_train.nemo.distill.rows import DistillContext, EvidenceQuestions  # noqa: E402
 from nemo_train.nemo.distill.student_eval import edit_scorers  # noqa: E402
 from nemo_train.scoring.benchmark import ErrorSample, NemoBenchmark, ReferenceSet  # noqa: E402
 
@@ -101,3 +102,45 @@ def test_fill_needs_the_evidence_view_and_names_the_row():
         StudentEdits(edits=2, view="error", fill="evidence")
     with pytest.raises(ValueError, match="evidence view"):
         BudgetExplainer(None, SimpleNamespace(conversations=list), None, 2, 1, 1.0, 20.0, "s", fill="evidence")
+
+
+class ColourAndBackgroundBlind(BackgroundBlind):
+    """Reads an image as an 8 when its background is textured or its digit is not the typical colour: restoring
+    either trait alone leaves the other, so neither is a single cause and every test is refuted."""
+
+    def predict(self, images: torch.Tensor) -> torch.Tensor:
+        centre = images[..., 8:20, 8:20]
+        tinted = (centre.amax(1) - centre.amin(1)).amax((1, 2)) > 0.3  # a coloured stroke: channels disagree
+        return torch.where(tinted, torch.tensor(PREDICTED), super().predict(images))
+
+
+@pytest.mark.parametrize(("target", "edits", "tested", "answered"), [
+    # the evidence ranks the background first and its test confirms it: one test is enough
+    (BackgroundBlind(), 1, ["background"], "background"),
+    # a budget's tests are all spent (the confirmed one with the highest CEI is the answer)
+    (BackgroundBlind(), 2, ["background", "scale"], "background"),
+    # refuted tests: the next trait in the evidence's order, untested, is the answer
+    (ColourAndBackgroundBlind(), 1, ["background"], "color"),
+])  # fmt: skip
+def test_the_evidence_order_with_tests_and_no_student(case, target, edits, tested, answered):
+    error, bench = case
+    structured, keyword = edit_scorers(bench, target, None, 0)
+    ctx = DistillContext(bench, target, None, structured, keyword)  # no student at all
+    row = EvidenceRule(evidence=VIEW, edits=edits)
+    method, scorer = row.build(ctx)
+    (found,) = method.explain_batch([error], bench)
+    assert _blamed(scorer, error, bench, [t.hypothesis for t in found.trials]) == tested
+    assert _blamed(scorer, error, bench, [found.text]) == [answered]
+    assert method.name == row.name == f"Evidence rule (not a model; its order with {edits} true-class test" + (
+        "" if edits == 1 else "s"
+    ) + f", {VIEW.label})"
+
+
+def test_the_evidence_rule_row_settings_name_its_tests():
+    assert EvidenceRule().settings() == {"class": "EvidenceRule"}  # stored rows of before resume
+    assert EvidenceRule(edits=2).settings() == {"class": "EvidenceRule", "edits": 2, "accept": "true_class"}
+    assert EvidenceRule(edits=1, accept="cei", accept_cei=30).settings()["accept_cei"] == 30
+    assert EvidenceRule(edits=1, accept="cei", accept_cei=30).name == (
+        "Evidence rule (not a model; its order with 1 CEI ≥ 30 test)"
+    )
+    assert EvidenceRule.uses_student is False

@@ -46,7 +46,10 @@ def test_edits_per_error_and_the_budget_plot(tmp_path):
     assert pooled["s0"]["edits"] == 0 and pooled["s2"]["edits"] == pytest.approx(5 / 3)
     points = budget_points(pooled, ["s2", "s0"], "teacher")
     assert [p[0] for p in points["student"]] == [0, pytest.approx(5 / 3)]
-    assert points["teacher"] == [(40, 1.0, 100.0)]
+    assert points["teacher"] == [(40, 1.0, 100.0)] and points["rule"] == []
+    # the evidence's order with no explainer: a second curve, by edits
+    assert [p[0] for p in budget_points(pooled, ["s0"], None, ["s2", "s0"])["rule"]] == [0, pytest.approx(5 / 3)]
+    points["rule"] = points["student"]
     path = plot_budget(points, tmp_path / "out" / "budget.png", "test")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert plot_budget({"student": [], "teacher": []}, tmp_path / "none.png", "t") is None
