@@ -131,9 +131,13 @@ def test_the_evidence_order_with_tests_and_no_student(case, target, edits, teste
     (found,) = method.explain_batch([error], bench)
     assert _blamed(scorer, error, bench, [t.hypothesis for t in found.trials]) == tested
     assert _blamed(scorer, error, bench, [found.text]) == [answered]
-    assert method.name == row.name == f"Evidence rule (not a model; its order with {edits} true-class test" + (
-        "" if edits == 1 else "s"
-    ) + f", {VIEW.label})"
+    assert (
+        method.name
+        == row.name
+        == f"Evidence rule (not a model; its order with {edits} true-class test"
+        + ("" if edits == 1 else "s")
+        + f", {VIEW.label})"
+    )
 
 
 def test_the_evidence_rule_row_settings_name_its_tests():
