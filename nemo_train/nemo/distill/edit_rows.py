@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
-from jsonargparse.typing import NonNegativeInt, PositiveInt
+from jsonargparse.typing import NonNegativeInt
 
 from nemo_train.backends.base import ChatBackend
 from nemo_train.backends.messages import user_message
@@ -154,13 +154,14 @@ class BudgetExplainer:
             fills = [evidence_order(s, e, benchmark) for s, e in zip(samples, found)]
         else:
             conversations, fills = self.questions.conversations(samples), [[] for _ in samples]
+        sampled = [[] for _ in samples]  # no sampled answers (none asked, or no explainer)
         if self.backend is None:  # no explainer: the evidence's order alone
-            greedy = sampled = [[] for _ in samples]
+            greedy = sampled
         else:
             greedy = ask_causes_batch(self.backend, conversations)
         if self.edits == 0:
             return [Explanation(found[0] if found else "", found) for found in greedy]
-        if self.backend is not None:
+        if self.backend is not None and self.samples:
             sampled = ask_causes_batch(
                 self.backend, conversations, n=self.samples, temperature=self.temperature, seed=self.seed
             )
@@ -199,7 +200,8 @@ class StudentEdits(DistillMethod):
         edits: edits tested per error (SciTX's experiments); 0 tests none.
         view: what the student is asked: ``evidence`` (the error beside the classifier's readings of references
             that share one unusual trait of it each) or ``error`` (the error image alone).
-        samples: sampled answers per error besides the greedy one, from which the distinct hypotheses come.
+        samples: sampled answers per error besides the greedy one, from which the distinct hypotheses come (0: the
+            greedy answer is the student's only hypothesis; with ``fill: evidence`` the evidence's order follows it).
         temperature: their sampling temperature.
         accept_cei: with ``accept: cei``, a tested edit below this CEI (percentage points) counts as refuted.
         accept: what confirms a tested hypothesis: ``cei`` (its CEI reaches ``accept_cei``) or ``true_class`` (the
@@ -222,7 +224,7 @@ class StudentEdits(DistillMethod):
         self,
         edits: NonNegativeInt = 0,
         view: StudentView = "evidence",
-        samples: PositiveInt = 8,
+        samples: NonNegativeInt = 8,
         temperature: float = 1.0,
         accept_cei: float = 20.0,
         accept: Acceptance = "cei",
@@ -252,6 +254,8 @@ class StudentEdits(DistillMethod):
             suffix += ", another classifier's evidence"
         if self.distinct != "factor":
             suffix += ", distinct edits"
+        if not self.samples and self.edits:
+            suffix += ", its greedy answer alone"
         if self.fill != "none" and self.edits:
             suffix += ", then the evidence's order"
         return f"Student ({self.edits} edit{'' if self.edits == 1 else 's'}{suffix})"

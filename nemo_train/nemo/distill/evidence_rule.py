@@ -150,7 +150,7 @@ class EvidenceRule(DistillMethod):
             return EvidenceRuleExplainer(ctx.target, found, seed=ctx.seed), ctx.keyword
         questions = EvidenceQuestions(ctx.target, ctx.benchmark, found)
         method = BudgetExplainer(
-            None, questions, ctx.structured, self.edits, 1, 0.0, self.accept_cei, self.name,
+            None, questions, ctx.structured, self.edits, 0, 0.0, self.accept_cei, self.name,
             seed=ctx.seed, accept=self.accept, target=ctx.target, fill="evidence",
         )  # fmt: skip
         return method, ctx.structured

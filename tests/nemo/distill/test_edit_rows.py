@@ -70,21 +70,23 @@ def test_the_evidence_order_puts_the_trait_the_classifier_cannot_read_first(case
     assert all("Edit:" in text for text in order)  # each with the edit back to the trait's typical value
 
 
-@pytest.mark.parametrize(("fill", "tested"), [
-    ("none", ["scale"]),  # one distinct hypothesis: one test, refuted, and the budget's second test unspent
+@pytest.mark.parametrize(("fill", "tested", "samples"), [
+    ("none", ["scale"], 4),  # one distinct hypothesis: one test, refuted, and the budget's second test unspent
     # the second test goes to the trait the evidence ranks first (the image's unusual traits in factor order would
     # give colour)
-    ("evidence", ["scale", "background"]),
+    ("evidence", ["scale", "background"], 4),
+    ("evidence", ["scale", "background"], 0),  # no sampled answer: the greedy one, then the evidence's order
 ])  # fmt: skip
-def test_unspent_tests_go_to_the_traits_the_evidence_ranks(case, fill, tested):
+def test_unspent_tests_go_to_the_traits_the_evidence_ranks(case, fill, tested, samples):
     error, bench = case
     size = '{"cause_of_error": "The classifier read this 3 as an 8 because of its size."}'
     backend = ScriptedBackend(lambda messages: size)  # every answer, greedy or sampled, blames size
     scorer, _ = edit_scorers(bench, BackgroundBlind(), None, 0)
     questions = EvidenceQuestions(BackgroundBlind(), bench, ClassifierEvidence(view=VIEW))
-    explainer = BudgetExplainer(backend, questions, scorer, 2, 4, 1.0, 20.0, "s", accept="true_class",
+    explainer = BudgetExplainer(backend, questions, scorer, 2, samples, 1.0, 20.0, "s", accept="true_class",
                                 target=BackgroundBlind(), fill=fill)  # fmt: skip
     (found,) = explainer.explain_batch([error], bench)
+    assert len(backend.calls) == (1 if samples == 0 else 2)  # the greedy request, and the sampled one if any
     assert _blamed(scorer, error, bench, [t.hypothesis for t in found.trials]) == tested
     answered = _blamed(scorer, error, bench, [found.text])
     if fill == "none":  # the refuted size test is all there is
@@ -98,6 +100,12 @@ def test_fill_needs_the_evidence_view_and_names_the_row():
     assert row.name == "Student (2 edits, evidence, true-class test, then the evidence's order)"
     assert row.settings()["fill"] == "evidence" and "fill" not in StudentEdits(edits=2).settings()
     assert "fill" not in StudentEdits(edits=0, fill="evidence").settings()  # nothing to fill at 0 edits
+    greedy = StudentEdits(edits=2, accept="true_class", fill="evidence", samples=0)
+    assert (
+        greedy.name
+        == "Student (2 edits, evidence, true-class test, its greedy answer alone, then the evidence's order)"
+    )
+    assert greedy.settings()["samples"] == 0
     with pytest.raises(UserInputError, match="view: evidence"):
         StudentEdits(edits=2, view="error", fill="evidence")
     with pytest.raises(ValueError, match="evidence view"):
