@@ -53,6 +53,9 @@ Acceptance = Literal["cei", "true_class"]
 Distinctness = Literal["factor", "edit"]
 #: Where the tests the student's own hypotheses leave unspent go: nowhere, or the evidence's ranking of the traits.
 Fill = Literal["none", "evidence"]
+#: What is tested and answered: the student's sentences as written, or the factor each blames restated as a true
+#: sentence with the edit back to its typical value (the student picks the factors, a rule writes the sentence).
+Hypotheses = Literal["as_written", "restated"]
 
 
 class ErrorQuestions:
@@ -131,7 +134,9 @@ class BudgetExplainer:
         target=None,
         distinct: Distinctness = "factor",
         fill: Fill = "none",
+        hypotheses: Hypotheses = "as_written",
     ) -> None:
+        self.hypotheses = hypotheses
         if accept == "true_class" and target is None:
             raise ValueError("accept='true_class' needs the classifier (target)")
         if backend is None and fill != "evidence":
@@ -159,14 +164,28 @@ class BudgetExplainer:
             greedy = sampled
         else:
             greedy = ask_causes_batch(self.backend, conversations)
+        if self.hypotheses == "restated":
+            greedy = [self._restated(s, g, benchmark) for s, g in zip(samples, greedy)]
         if self.edits == 0:
             return [Explanation(found[0] if found else "", found) for found in greedy]
         if self.backend is not None and self.samples:
             sampled = ask_causes_batch(
                 self.backend, conversations, n=self.samples, temperature=self.temperature, seed=self.seed
             )
+        if self.hypotheses == "restated":
+            sampled = [self._restated(s, a, benchmark) for s, a in zip(samples, sampled)]
         names = benchmark.class_names
         return [self._choose(s, g + a + f, names) for s, g, a, f in zip(samples, greedy, sampled, fills)]
+
+    def _restated(self, sample: ErrorSample, answers: list[str], benchmark: NemoBenchmark) -> list[str]:
+        """Each answer's blamed factor as a true sentence with the edit back to its typical value (answers with no
+        derivable attribute edit are dropped)."""
+        edits = self.scorer.deriver.derive(sample, list(answers), benchmark.class_names) if answers else []
+        return [
+            blame_sentence(sample, benchmark, e["attribute"])
+            for e in edits
+            if isinstance(e, dict) and e.get("attribute")
+        ]
 
     def _choose(self, sample: ErrorSample, answers: list[str], names: Sequence[str]) -> Explanation:
         hypotheses = distinct_hypotheses(self.scorer, sample, answers, names, self.distinct)
@@ -218,6 +237,9 @@ class StudentEdits(DistillMethod):
         fill: where the tests the student's own distinct hypotheses leave unspent go: ``none`` (unspent), or
             ``evidence`` (the error's other unusual traits in the order the evidence ranks them; a rule, needs
             ``view: evidence``).
+        hypotheses: what is tested and answered: the student's sentences ``as_written``, or each one's blamed factor
+            ``restated`` as a true sentence with the edit back to the factor's typical value (a rule writes it: the
+            student's choice of factors is measured apart from the values it writes; generated data only).
     """
 
     def __init__(
@@ -232,6 +254,7 @@ class StudentEdits(DistillMethod):
         evidence_reader: EvidenceReader = "target",
         distinct: Distinctness = "factor",
         fill: Fill = "none",
+        hypotheses: Hypotheses = "as_written",
     ) -> None:
         if fill != "none" and view != "evidence":
             raise UserInputError(
@@ -241,7 +264,7 @@ class StudentEdits(DistillMethod):
             edits, view, samples, temperature, accept_cei,
         )  # fmt: skip
         self.accept, self.evidence, self.evidence_reader = accept, evidence or EvidenceView(), evidence_reader
-        self.distinct, self.fill = distinct, fill
+        self.distinct, self.fill, self.hypotheses = distinct, fill, hypotheses
 
     @property
     def name(self) -> str:
@@ -256,6 +279,8 @@ class StudentEdits(DistillMethod):
             suffix += ", distinct edits"
         if not self.samples and self.edits:
             suffix += ", its greedy answer alone"
+        if self.hypotheses != "as_written":
+            suffix += ", factors restated"
         if self.fill != "none" and self.edits:
             suffix += ", then the evidence's order"
         return f"Student ({self.edits} edit{'' if self.edits == 1 else 's'}{suffix})"
@@ -269,6 +294,7 @@ class StudentEdits(DistillMethod):
         method = BudgetExplainer(
             ctx.student, questions, ctx.structured, self.edits, self.samples, self.temperature, self.accept_cei,
             self.name, seed=ctx.seed, accept=self.accept, target=ctx.target, distinct=self.distinct, fill=self.fill,
+            hypotheses=self.hypotheses,
         )  # fmt: skip
         return method, ctx.structured
 
@@ -280,6 +306,7 @@ class StudentEdits(DistillMethod):
         found |= {"evidence_reader": self.evidence_reader} if self.evidence_reader != "target" else {}
         found |= {"distinct": self.distinct} if self.distinct != "factor" else {}
         found |= {"fill": self.fill} if self.fill != "none" and self.edits else {}
+        found |= {"hypotheses": self.hypotheses} if self.hypotheses != "as_written" else {}
         return found | ({"evidence": self.evidence.settings()} if self.evidence.settings() else {})
 
 

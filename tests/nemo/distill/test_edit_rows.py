@@ -156,3 +156,22 @@ def test_the_evidence_rule_row_settings_name_its_tests():
         "Evidence rule (not a model; its order with 1 CEI ≥ 30 test)"
     )
     assert EvidenceRule.uses_student is False
+
+
+def test_restated_hypotheses_test_the_blamed_factor_back_to_its_typical_value(case):
+    error, bench = case
+    # the student blames the right factor with a wrong value: the edit it states leaves the background textured
+    wrong = '{"cause_of_error": "The classifier read this 3 as an 8 because of its background. Edit: background -> checker"}'
+    scorer, _ = edit_scorers(bench, BackgroundBlind(), None, 0)
+    questions = EvidenceQuestions(BackgroundBlind(), bench, ClassifierEvidence(view=VIEW))
+    found = {}
+    for hypotheses in ("as_written", "restated"):
+        explainer = BudgetExplainer(ScriptedBackend(lambda messages: wrong), questions, scorer, 1, 0, 1.0, 20.0, "s",
+                                    accept="true_class", target=BackgroundBlind(), hypotheses=hypotheses)  # fmt: skip
+        (found[hypotheses],) = explainer.explain_batch([error], bench)
+    assert found["as_written"].trial.cei == pytest.approx(0.0)  # the stated edit: still an 8
+    restated = found["restated"]
+    assert restated.trial.cei == pytest.approx(100.0) and "Edit: background -> plain" in restated.text
+    row = StudentEdits(edits=1, accept="true_class", hypotheses="restated")
+    assert row.name.endswith(", factors restated)") and row.settings()["hypotheses"] == "restated"
+    assert "hypotheses" not in StudentEdits(edits=1).settings()

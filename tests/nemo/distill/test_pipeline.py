@@ -81,7 +81,7 @@ def test_distill_presets_parse(path):
     elif function is distill_eval and "zoo" in path.stem:  # the held-out zoo: the budget rows beside the teacher
         rows = parser.instantiate_classes(config).methods
         assert config.zoo_split == "heldout" and not config.targets
-        budget = (0, 1, 2, 1, 2) if "budget" in path.stem else (0, 1, 2, 4)
+        budget = (0, 1, 2, 0, 1, 2) if "budget" in path.stem else (0, 1, 2, 4)
         assert [(r.edits, r.view) for r in rows if isinstance(r, StudentEdits)] == [(e, "evidence") for e in budget]
         # each budget row has its trivial row: the evidence's order with the same tests and no student
         rules = {(r.edits, r.accept) for r in rows if type(r).__name__ == "EvidenceRule" and r.edits}
