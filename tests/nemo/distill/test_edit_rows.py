@@ -110,6 +110,8 @@ def test_fill_needs_the_evidence_view_and_names_the_row():
         StudentEdits(edits=2, view="error", fill="evidence")
     with pytest.raises(ValueError, match="evidence view"):
         BudgetExplainer(None, SimpleNamespace(conversations=list), None, 2, 1, 1.0, 20.0, "s", fill="evidence")
+    with pytest.raises(ValueError, match="no student"):  # without a student the hypotheses come from the evidence
+        BudgetExplainer(None, SimpleNamespace(gather=list), None, 2, 0, 1.0, 20.0, "s")
 
 
 class ColourAndBackgroundBlind(BackgroundBlind):
