@@ -139,8 +139,8 @@ class BudgetExplainer:
         self.hypotheses = hypotheses
         if accept == "true_class" and target is None:
             raise ValueError("accept='true_class' needs the classifier (target)")
-        if backend is None and fill != "evidence":
-            raise ValueError("with no student (backend None) the hypotheses come from fill='evidence' alone")
+        if backend is None and edits and fill != "evidence":
+            raise ValueError("with no student (backend None) the hypotheses to test come from fill='evidence' alone")
         if fill == "evidence" and not hasattr(questions, "gather"):
             raise ValueError("fill='evidence' needs the evidence view (its questions gather the evidence)")
         self.fill = fill
