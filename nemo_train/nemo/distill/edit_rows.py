@@ -136,14 +136,13 @@ class BudgetExplainer:
         fill: Fill = "none",
         hypotheses: Hypotheses = "as_written",
     ) -> None:
-        self.hypotheses = hypotheses
         if accept == "true_class" and target is None:
             raise ValueError("accept='true_class' needs the classifier (target)")
         if backend is None and edits and fill != "evidence":
             raise ValueError("with no student (backend None) the hypotheses to test come from fill='evidence' alone")
         if fill == "evidence" and not hasattr(questions, "gather"):
             raise ValueError("fill='evidence' needs the evidence view (its questions gather the evidence)")
-        self.fill = fill
+        self.fill, self.hypotheses = fill, hypotheses
         self.backend, self.questions, self.scorer, self.name = backend, questions, scorer, name
         self.accept, self.target, self.distinct = accept, target, distinct
         self.edits, self.samples, self.temperature, self.accept_cei, self.seed = (

@@ -75,6 +75,12 @@ def _tally_pick(evidence: Evidence, sample: ErrorSample, unusual: Sequence[str],
     return random.Random(f"{seed}:{sample.sample_id}").choice(pool)
 
 
+def rule_name(view: EvidenceView, tests: str = "") -> str:
+    """The row's name in the tables: ``Evidence rule (not a model)``, with what it tests and the view it reads."""
+    told = ", ".join(part for part in (tests, view.label) if part)
+    return f"Evidence rule (not a model; {told})" if told else "Evidence rule (not a model)"
+
+
 class EvidenceRuleExplainer:
     """Blames the factor the classifier evidence points at (:func:`evidence_pick`); a rule, not a model.
 
@@ -88,8 +94,7 @@ class EvidenceRuleExplainer:
 
     def __init__(self, target, evidence: ClassifierEvidence | None = None, seed: int = 0) -> None:
         self.target, self.evidence, self.seed = target, evidence or ClassifierEvidence(), seed
-        if self.evidence.view.label:  # rows reading other views are told apart in the tables
-            self.name = f"Evidence rule (not a model; {self.evidence.view.label})"
+        self.name = rule_name(self.evidence.view)  # rows reading other views are told apart in the tables
 
     def explain(self, sample: ErrorSample, benchmark: NemoBenchmark) -> Explanation:
         return self.explain_batch([sample], benchmark)[0]
@@ -135,12 +140,10 @@ class EvidenceRule(DistillMethod):
     @property
     def name(self) -> str:
         """The row's name: ``Evidence rule (not a model; its order with 2 true-class tests)`` with edits."""
-        label = self.evidence.label
         if not self.edits:
-            return f"Evidence rule (not a model; {label})" if label else "Evidence rule (not a model)"
+            return rule_name(self.evidence)
         test = "true-class test" if self.accept == "true_class" else f"CEI ≥ {self.accept_cei:g} test"
-        plural = "" if self.edits == 1 else "s"
-        return f"Evidence rule (not a model; its order with {self.edits} {test}{plural}{', ' + label if label else ''})"
+        return rule_name(self.evidence, f"its order with {self.edits} {test}{'' if self.edits == 1 else 's'}")
 
     def build(self, ctx: DistillContext) -> tuple[Method, CounterfactualScorer]:
         if ctx.keyword is None:
